@@ -1,0 +1,42 @@
+# orch: the two first commands are `make demo` and `make test` (see README.md).
+# Everything they need is installed here: Debian packages (sshd, iproute2, nftables) and .venv.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: install test test-unit demo demo-down clean lint bench
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml scripts/install-system-packages.sh
+	bash scripts/install-system-packages.sh
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[cpu,test]'
+	# Stack notes: PyPI's torchvision/torchaudio/torchcodec do not import beside the CPU torch
+	# and break transformers' LlamaConfig import; text models need none of them.
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $(STAMP)
+
+# The whole suite. pytest's exit 5 ("no tests collected") is a failure, not a pass.
+test: install
+	@set +e; $(BIN)/python -m pytest $(PYTEST_ARGS) tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
+
+test-unit: install
+	$(BIN)/python -m pytest -q tests/unit tests/cli
+
+demo: install
+	bash scripts/demo.sh
+
+demo-down: install
+	$(BIN)/orch down cluster-templates/local.yaml
+
+bench: install
+	$(BIN)/python benchmarks/loadgen_capacity.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,114 @@
+"""Command-line interface: the only place that prints, parses flags and picks exit codes.
+
+Each command lives in its own module of this package and is imported only when it runs, so
+``orch --help`` stays instant (no ray, vllm or paramiko import). ``main`` is the error boundary:
+an ``OrchError`` becomes ``error: ...`` and ``hint: ...`` with its documented exit code; anything
+else becomes a one-line internal error (the traceback only with ``--debug``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from orchestrator.errors import EXIT_CODES, OrchError
+
+# command name -> (module, attribute, one-line help). The help is repeated here so that
+# `orch --help` lists commands without importing their modules.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "validate": ("orchestrator.cli.validate", "validate", "Check cluster manifests (no I/O beyond reading them)."),
+    "up": ("orchestrator.cli.cluster", "up", "Preflight every node over SSH, then start Ray and wait for all nodes."),
+    "down": ("orchestrator.cli.cluster", "down", "Stop Ray (and leftover vLLM) on every node."),
+    "status": ("orchestrator.cli.status", "status", "Nodes, GPUs, the Serve application, revision, KV cache, latency."),
+    "plan": ("orchestrator.cli.plan", "plan", "Memory math and TP/PP choice for a model on a cluster shape."),
+    "rollout": ("orchestrator.cli.rollout", "rollout", "Deploy a model as a Ray Serve LLM application, gated by a real completion."),
+    "rollback": ("orchestrator.cli.rollout", "rollback", "Return to an earlier revision."),
+    "bench": ("orchestrator.cli.bench", "bench", "Measure TTFT, TPOT and throughput against an OpenAI-compatible endpoint."),
+    "accept": ("orchestrator.cli.bench", "accept", "Run the staged production acceptance test."),
+    "doctor": ("orchestrator.cli.doctor", "doctor", "Collect logs from every node and match known failure signatures."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, (mod, _, _) in COMMANDS.items() if importlib.util.find_spec(mod) is not None]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module = importlib.import_module(entry[0])
+        return getattr(module, entry[1])
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("ORCH_STATE_DIR") or Path.home() / ".orch")
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where orch keeps its state database and secrets [env ORCH_STATE_DIR; default ~/.orch].",
+)
+@click.version_option(package_name="orch", prog_name="orch")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, state_dir: Path | None) -> None:
+    """orch deploys vLLM on a cluster of GPU machines through Ray."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    ctx.obj["state_dir"] = state_dir or default_state_dir()
+
+
+cli.help = (cli.help or "") + "\n\n\b\nExit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `orch` console script: the error boundary."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="orch", standalone_mode=False)
+        return 0
+    except OrchError as exc:
+        from orchestrator.cli.output import print_error
+
+        print_error(exc)
+        if debug:
+            raise
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return 2
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except Exception as exc:  # the boundary: never a traceback unless --debug
+        if debug:
+            raise
+        click.echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
+        click.echo("hint: rerun with --debug for the traceback, and report it", err=True)
+        return 1
+
+
+def run() -> None:
+    sys.exit(main())
