@@ -174,6 +174,12 @@ def _resolve(value: Path | str | None, info: ValidationInfo) -> Any:
     return Path(resolved) if isinstance(value, Path) else resolved
 
 
+def _resolve_executable(value: str, info: ValidationInfo) -> str:
+    """A bare name (``python3``) is looked up on the node's PATH; anything with a '/' is a path,
+    resolved like the other paths (so ``../.venv/bin/python`` works for a local cluster)."""
+    return _resolve(value, info) if "/" in value or value.startswith("~") else value
+
+
 def _check_temp_dir(value: str) -> str:
     if len(value.encode()) > RAY_TEMP_DIR_MAX_BYTES:
         raise ValueError(
@@ -196,7 +202,9 @@ Count = Annotated[int, Strict(), Field(ge=0)]
 Seconds = Annotated[float, Strict(), Field(gt=0, le=600)]
 Millis = Annotated[float, Strict(), Field(gt=0)]
 LocalPath = Annotated[Path, BeforeValidator(_not_blank), AfterValidator(_resolve)]
-Executable = Annotated[str, Strict(), BeforeValidator(_not_blank), AfterValidator(_check_executable)]
+Executable = Annotated[
+    str, Strict(), BeforeValidator(_not_blank), AfterValidator(_check_executable), AfterValidator(_resolve_executable)
+]
 EnvMap = Annotated[
     dict[Annotated[str, AfterValidator(_check_env_name)], Annotated[str, Strict(), BeforeValidator(_env_value)]],
     BeforeValidator(_none_is_empty),
