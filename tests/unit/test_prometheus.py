@@ -1,0 +1,99 @@
+"""Prometheus text parsing and histogram deltas on /metrics pages captured from a real vLLM 0.32
+server (tests/data/metrics: `before` then 8 completions of 16 tokens, then `after`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from orchestrator import prometheus as prom
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
+
+
+@pytest.fixture(scope="module")
+def pages():
+    before = prom.parse_text((DATA / "vllm-0.32-before.txt").read_text())
+    after = prom.parse_text((DATA / "vllm-0.32-after.txt").read_text())
+    return before, after
+
+
+def test_parse_real_page_reads_labels_and_values(pages):
+    _, after = pages
+    gen = [s for s in after if s.name == "vllm:generation_tokens_total"]
+    assert len(gen) == 1
+    assert gen[0].label("model_name") == "tiny" and gen[0].label("engine") == "0"
+    assert gen[0].value == 136.0
+
+
+def test_histogram_delta_counts_exactly_the_run(pages):
+    before, after = pages
+    for name in (prom.TTFT, prom.TPOT):
+        delta = prom.histogram(after, name, {"model_name": "tiny"}).minus(prom.histogram(before, name, {"model_name": "tiny"}))
+        assert delta.count == 8  # the 8 requests sent between the two scrapes
+        assert delta.buckets[-1] == (math.inf, 8.0)
+        assert all(a[1] <= b[1] for a, b in zip(delta.buckets, delta.buckets[1:]))  # cumulative
+        assert 0 < delta.mean < 1.0
+    assert prom.counter(after, "vllm:generation_tokens") - prom.counter(before, "vllm:generation_tokens") == 128
+
+
+def test_histogram_quantile_interpolates_inside_the_bucket():
+    h = prom.Histogram("x", ((0.1, 2.0), (0.2, 6.0), (math.inf, 8.0)), 1.0, 8.0)
+    assert h.quantile(0.5) == pytest.approx(0.1 + 0.1 * (4 - 2) / 4)  # rank 4 inside (0.1, 0.2]
+    assert h.quantile(0.1) == pytest.approx(0.1 * 0.8 / 2)  # first bucket interpolates from 0
+    assert h.quantile(1.0) == 0.2  # the +Inf bucket answers the last finite bound
+    assert prom.Histogram("x", (), 0.0, 0.0).quantile(0.5) is None and prom.Histogram("x", (), 0.0, 0.0).mean is None
+
+
+def test_counter_reset_between_scrapes_keeps_the_later_page():
+    later = prom.Histogram("x", ((1.0, 1.0), (math.inf, 1.0)), 0.5, 1.0)
+    earlier = prom.Histogram("x", ((1.0, 5.0), (math.inf, 5.0)), 2.0, 5.0)
+    assert later.minus(earlier) is later
+
+
+def test_ray_spelling_of_the_same_metric_is_found():
+    # Ray Serve LLM: vLLM's RayPrometheusMetric sanitises ':' to '_' and Ray prefixes 'ray_'.
+    page = "\n".join(
+        [
+            "# HELP ray_vllm_time_to_first_token_seconds Histogram of time to first token in seconds.",
+            "# TYPE ray_vllm_time_to_first_token_seconds histogram",
+            'ray_vllm_time_to_first_token_seconds_bucket{Component="core_worker",ReplicaId="abc",engine="0",le="0.1",model_name="tiny"} 3.0',
+            'ray_vllm_time_to_first_token_seconds_bucket{Component="core_worker",ReplicaId="abc",engine="0",le="+Inf",model_name="tiny"} 4.0',
+            'ray_vllm_time_to_first_token_seconds_sum{Component="core_worker",ReplicaId="abc",engine="0",model_name="tiny"} 0.5',
+            'ray_vllm_time_to_first_token_seconds_count{Component="core_worker",ReplicaId="abc",engine="0",model_name="tiny"} 4.0',
+        ]
+    )
+    h = prom.histogram(prom.parse_text(page), prom.TTFT, {"model_name": "tiny"})
+    assert h.name == "ray_vllm_time_to_first_token_seconds"
+    assert h.count == 4 and h.mean == 0.125
+    assert prom.histogram(prom.parse_text(page), prom.TTFT, {"model_name": "other"}) is None
+
+
+def test_series_of_several_replicas_are_summed():
+    page = "\n".join(
+        f'vllm:time_to_first_token_seconds_{suffix}{{engine="{e}",model_name="m"{le}}} {v}'
+        for e in ("0", "1")
+        for suffix, le, v in (("bucket", ',le="0.5"', 1), ("bucket", ',le="+Inf"', 2), ("sum", "", 0.7), ("count", "", 2))
+    )
+    h = prom.histogram(prom.parse_text(page), prom.TTFT)
+    assert h.count == 4 and h.buckets == ((0.5, 2.0), (math.inf, 4.0)) and h.sum == pytest.approx(1.4)
+
+
+def test_label_escapes_timestamps_and_special_values():
+    s = prom.parse_text('m{a="x\\"y",b="1\\\\2"} +Inf 1700000000000\nn NaN\nk -Inf')
+    assert s[0].label("a") == 'x"y' and s[0].label("b") == "1\\2" and s[0].value == math.inf
+    assert math.isnan(s[1].value) and s[2].value == -math.inf
+
+
+@pytest.mark.parametrize("bad", ['m{a="x} 1', "m", 'm{a=1} 2', "m abc"])
+def test_malformed_lines_raise(bad):
+    with pytest.raises(prom.MetricsFormatError):
+        prom.parse_text(bad)
+
+
+def test_bin_samples_uses_the_server_buckets():
+    h = prom.bin_samples([0.05, 0.15, 0.15, 3.0], [0.1, 0.2, 1.0])
+    assert h.buckets == ((0.1, 1.0), (0.2, 3.0), (1.0, 3.0), (math.inf, 4.0))
+    assert h.count == 4 and h.sum == pytest.approx(3.35)
