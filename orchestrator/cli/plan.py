@@ -1,0 +1,193 @@
+"""`orch plan`: memory math and the TP/PP choice for a model on a cluster shape.
+
+Reads a model's config.json (or a catalog entry) and, with --cluster, cluster.yaml; prints.
+Everything else is the pure planner (orchestrator.planner, .capacity, .memory).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from orchestrator.capacity import VLLM_GPU_MEMORY_UTILIZATION, PlanOptions
+from orchestrator.catalog import CATALOG, DTYPE_BYTES, ModelSpec, resolve_model
+from orchestrator.cli.output import console, print_json
+from orchestrator.cluster_shape import CPU, GPU_TYPES, ClusterShape, make_shape, shape_from_manifest
+from orchestrator.errors import UsageError
+from orchestrator.memory import GIB, KIB, b_max, count_params, kv_bytes_per_token, kv_dtype_bytes, weight_bytes
+from orchestrator.planner import ParallelPlan, plan_model
+
+SEED_LENGTHS = ((8192, 1), (8192, 16), (32768, 16))
+DEFAULT_GPU_TYPE = "H100-80GB"
+DEFAULT_GPUS_PER_NODE = 8
+
+
+def _shape(cluster: Path | None, gpu_type: str | None, gpu_memory_gib: float | None, gpus_per_node: int | None, nodes: int | None, nvlink: bool | None) -> ClusterShape:
+    notes: tuple[str, ...] = ()
+    if cluster is not None:
+        from orchestrator.manifest import load_manifest_file
+
+        base = shape_from_manifest(load_manifest_file(cluster))
+        if not any(v is not None for v in (gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink)):
+            return base
+        gpu_type = gpu_type or base.gpu_type
+        gpus_per_node = gpus_per_node or base.gpus_per_node
+        nodes = nodes or base.nodes
+        if gpu_memory_gib is None and gpu_type == base.gpu_type and base.gpu_memory_gib is not None:
+            gpu_memory_gib = base.gpu_memory_gib
+        nvlink = base.nvlink if nvlink is None else nvlink
+        notes = base.notes + ("flags override parts of the manifest's shape",)
+    elif gpu_type is None and gpu_memory_gib is None:
+        gpu_type = DEFAULT_GPU_TYPE
+        notes = (f"no --cluster or --gpu-type: assumed {nodes or 1} node(s) of {gpus_per_node or DEFAULT_GPUS_PER_NODE} x {DEFAULT_GPU_TYPE}",)
+    return make_shape(
+        gpu_type_name=gpu_type,
+        gpus_per_node=gpus_per_node or (1 if (gpu_type or "").lower() == CPU else DEFAULT_GPUS_PER_NODE),
+        nodes=nodes or 1,
+        gpu_memory_gib=gpu_memory_gib,
+        nvlink=nvlink,
+        notes=notes,
+    )
+
+
+def seed_tables(spec: ModelSpec, plan: ParallelPlan, gpu_bytes: float | None) -> dict:
+    """Seed 000's figures for this model: weights at each dtype, KV at several (L, B), B_max."""
+    params = count_params(spec).total
+    s_kv = kv_dtype_bytes(plan.dtype, plan.kv_cache_dtype)
+    per_token = kv_bytes_per_token(spec, s=s_kv)
+    lengths = list(SEED_LENGTHS) + ([(plan.max_model_len, 1)] if plan.max_model_len not in (8192, 32768) else [])
+    out: dict = {
+        "params": params,
+        "weights_gib": {d: round(weight_bytes(params, d) / GIB, 2) for d in ("bf16", "fp8", "int8", "int4")},
+        "kv_bytes_per_token": per_token,
+        "kv_cache_gib": [
+            {"seq_len": L, "batch": B, "gib": round(per_token * L * B / GIB, 3), "gib_per_gpu": round(plan.kv_bytes_per_token_per_gpu * L * B / GIB, 3)}
+            for L, B in lengths
+        ],
+    }
+    if gpu_bytes:
+        w = weight_bytes(params, plan.dtype)
+        gpus = plan.tp * plan.pp
+        out["b_max"] = [
+            {
+                "seq_len": L,
+                "b_max_one_gpu": b_max(gpu_bytes, w, per_token * L),
+                "gpus": gpus,
+                "b_max_replica": b_max(gpu_bytes * gpus, w, per_token * L),
+            }
+            for L in sorted({8192, plan.max_model_len})
+        ]
+    return out
+
+
+@click.command("plan")
+@click.option("--model", "model", required=True, help=f"Catalog name ({', '.join(CATALOG)}), a Hugging Face model folder, or a config.json.")
+@click.option("--cluster", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Take the shape from this cluster.yaml.")
+@click.option("--gpu-type", default=None, help=f"GPU type: {', '.join(GPU_TYPES)} or {CPU} [default {DEFAULT_GPU_TYPE}].")
+@click.option("--gpu-memory-gib", type=click.FloatRange(min=0, min_open=True), default=None, help="Memory per GPU in GiB (CUDA's total), instead of the type's.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help=f"GPUs per node [default {DEFAULT_GPUS_PER_NODE}].")
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes [default 1].")
+@click.option("--tp", type=click.IntRange(min=1), default=None, help="Force the tensor-parallel size (then checked).")
+@click.option("--pp", type=click.IntRange(min=1), default=None, help="Force the pipeline-parallel size (then checked).")
+@click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Longest sequence (prompt + output) [default: the model's].")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True), default=VLLM_GPU_MEMORY_UTILIZATION, show_default=True, help="vLLM's memory fraction.")
+@click.option("--kv-cache-gib", type=click.FloatRange(min=0, min_open=True), default=None, help="Fix the KV cache per GPU (vLLM kv_cache_memory_bytes) instead of estimating it.")
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default=None, help="Weight dtype [default: the checkpoint's].")
+@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
+@click.option("--nvlink/--no-nvlink", default=None, help="Whether GPUs in a node share NVLink [default: the GPU type's usual board].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def plan(model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype, nvlink, as_json) -> None:
+    """Size MODEL on a cluster: weights, KV cache, B_max, and the TP/PP choice with its reasons.
+
+    \b
+    Examples:
+      orch plan --model llama3-70b --gpu-type H100-80GB --gpus-per-node 8
+      orch plan --model llama3-405b --nodes 2 --json
+      orch plan --model ./my-model --cluster cluster.yaml --max-model-len 8192
+    """
+    if gpu_type is not None and gpu_type.lower() == CPU and (tp or 1) * (pp or 1) > 1:
+        raise UsageError("--tp/--pp do not apply to --gpu-type cpu (one replica per node)")
+    spec = resolve_model(model)
+    shape = _shape(cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink)
+    options = PlanOptions(
+        tp=tp,
+        pp=pp,
+        max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_gib=kv_cache_gib,
+        dtype=dtype,
+        kv_cache_dtype=kv_cache_dtype,
+    )
+    result = plan_model(spec, shape, options)
+    seed = seed_tables(spec, result, shape.gpu_memory_bytes)
+    if as_json:
+        print_json({**result.to_json(), "shape": shape.describe(), "seed": seed})
+        return
+    _render(spec, shape, result, seed)
+
+
+def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -> None:
+    from rich.table import Table
+
+    out = console()
+    kind = []
+    if spec.is_moe:
+        kind.append(f"MoE {spec.num_experts} experts, {spec.experts_per_token} active")
+    if spec.is_mla:
+        kind.append(f"MLA latent {spec.kv_lora_rank}+{spec.qk_rope_head_dim}")
+    out.print(
+        f"[bold]{spec.name}[/bold]: {p.params / 1e9:.2f}B parameters, {spec.layers} layers, {spec.heads} heads / {spec.kv_heads} KV heads "
+        f"x {spec.head_dim}, vocab {spec.vocab:,}{', ' + '; '.join(kind) if kind else ''}. Checkpoint dtype {spec.dtype}."
+    )
+    out.print(f"Cluster: {shape.describe()}")
+
+    weights = Table(title="Weights  M_w = Psi * s", title_justify="left")
+    weights.add_column("dtype")
+    weights.add_column("bytes/param", justify="right")
+    weights.add_column("whole model", justify="right")
+    weights.add_column(f"per GPU at TP={p.tp} PP={p.pp}", justify="right")
+    for d, total in seed["weights_gib"].items():
+        weights.add_row(d, f"{DTYPE_BYTES[d]:g}", f"{total:.1f} GiB", f"{total / (p.tp * p.pp):.1f} GiB")
+    out.print(weights)
+
+    kv = Table(title=f"KV cache  2 * N_layer * H_kv * d * s = {seed['kv_bytes_per_token'] / KIB:,.1f} KiB per token", title_justify="left")
+    for col in ("L", "B", "whole model", f"per GPU at TP={p.tp} PP={p.pp}"):
+        kv.add_column(col, justify="right")
+    for row in seed["kv_cache_gib"]:
+        kv.add_row(f"{row['seq_len']:,}", str(row["batch"]), f"{row['gib']:.1f} GiB", f"{row['gib_per_gpu']:.1f} GiB")
+    out.print(kv)
+    if "b_max" in seed:
+        rows = seed["b_max"]
+        text = ", ".join(f"{r['b_max_one_gpu']} at L={r['seq_len']:,}" for r in rows)
+        out.print(f"B_max = floor((M_GPU - M_w) / M_KV(L, 1)), one {shape.gpu_type}: {text}")
+        if rows[0]["gpus"] > 1:
+            text = ", ".join(f"{r['b_max_replica']} at L={r['seq_len']:,}" for r in rows)
+            out.print(f"B_max on the replica's {rows[0]['gpus']} GPUs: {text}")
+        out.print("  (upper bounds: no activations, no vLLM reserve, whole memory; the plan below is what vLLM would allocate)")
+
+    table = Table(title="Plan (as vLLM would size it)", title_justify="left", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    rows = [
+        ("fits", "[green]yes[/green]" if p.fits else "[red]no[/red]"),
+        ("tensor parallel", str(p.tp)),
+        ("pipeline parallel", f"{p.pp}  (layers {list(p.stage_layers)})" if p.pp > 1 else "1"),
+        ("replicas", str(p.replicas)),
+        ("weights per GPU", f"{p.weights_gib_per_gpu:.2f} GiB"),
+        ("reserve per GPU", f"{p.reserve_gib_per_gpu:.2f} GiB (activations, sampler, CUDA graphs, non-torch)"),
+        ("KV cache per GPU", f"{p.kv_cache_gib_per_gpu:.2f} GiB{' (fixed)' if p.kv_cache_gib_fixed else ''}, {p.kv_bytes_per_token_per_gpu / KIB:,.1f} KiB per token"),
+        ("KV cache size", f"{p.kv_cache_tokens:,} tokens per replica"),
+        ("max concurrency", f"{p.max_concurrency:.2f}x at max_model_len {p.max_model_len:,}"),
+        ("gpu_memory_utilization", f"{p.gpu_memory_utilization:g}"),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    out.print(table)
+    out.print("[bold]Why[/bold]")
+    for reason in p.reasons:
+        out.print(f"  - {reason}")
+    if p.suggestions:
+        out.print("[bold]What would fit[/bold]")
+        for s in p.suggestions:
+            out.print(f"  - {s}")

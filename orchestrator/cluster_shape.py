@@ -1,0 +1,193 @@
+"""The cluster shape the planner sizes against: GPUs per node, nodes, memory per GPU, NVLink.
+
+Owns ``ClusterShape``, the table of known GPU types and the two ways to build a shape from what
+orch knows: ``shape_from_manifest(manifest)`` (what cluster.yaml declares) and
+``shape_from_facts(manifest, facts)`` (what nvidia-smi reported on each node). Pure.
+
+Memory per GPU is what CUDA reports as the device total (``torch.cuda.mem_get_info``), the figure
+vLLM multiplies by ``gpu_memory_utilization``; it is below the marketing size and below
+nvidia-smi's total because the driver keeps a part. Where a vLLM or PyTorch log gave the figure
+it is used (H100 79.18 GiB, A100-80GB 79.15, A100-40GB 39.39, A10G 22.06, RTX 3090 23.58);
+otherwise nvidia-smi's MiB total less the ~0.5 GiB the driver keeps on an H100.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.errors import PlanError
+
+GIB = 2**30
+MIB = 2**20
+DRIVER_RESERVED_BYTES = int(0.47 * GIB)  # H100: nvidia-smi 81559 MiB, CUDA total 79.18 GiB
+
+
+@dataclass(frozen=True)
+class GpuType:
+    name: str
+    memory_bytes: int  # CUDA-visible device total
+    nvlink: bool  # SXM parts with NVLink/NVSwitch in their usual 8-GPU boards
+    aliases: tuple[str, ...] = ()
+
+
+def _g(gib: float) -> int:
+    return int(round(gib * GIB))
+
+
+def _smi(mib: int) -> int:
+    return mib * MIB - DRIVER_RESERVED_BYTES
+
+
+GPU_TYPES: dict[str, GpuType] = {
+    t.name: t
+    for t in (
+        GpuType("H100-80GB", _g(79.18), True, ("h100", "h100-sxm", "h100-80g", "nvidia h100 80gb hbm3")),
+        GpuType("H100-94GB", _smi(95830), True, ("h100-nvl", "h100 nvl")),
+        GpuType("H200-141GB", _smi(143771), True, ("h200", "nvidia h200")),
+        GpuType("B200-180GB", _smi(183359), True, ("b200", "nvidia b200")),
+        GpuType("A100-80GB", _g(79.15), True, ("a100-80g", "nvidia a100-sxm4-80gb", "a100-sxm4-80gb")),
+        GpuType("A100-40GB", _g(39.39), True, ("a100", "a100-40g", "nvidia a100-sxm4-40gb", "a100-sxm4-40gb")),
+        GpuType("L40S-48GB", _smi(46068), False, ("l40s", "nvidia l40s")),
+        GpuType("L4-24GB", _smi(23034), False, ("l4", "nvidia l4")),
+        GpuType("A10G-24GB", _g(22.06), False, ("a10g", "nvidia a10g")),
+        GpuType("RTX3090-24GB", _g(23.58), False, ("rtx3090", "nvidia geforce rtx 3090")),
+        GpuType("RTX4090-24GB", _smi(24564), False, ("rtx4090", "nvidia geforce rtx 4090")),
+    )
+}
+CPU = "cpu"
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    """What one plan is sized against. ``gpu_memory_bytes`` is None on a CPU cluster (vLLM's CPU
+    backend takes its KV cache size from VLLM_CPU_KVCACHE_SPACE, not from a device total).
+    ``nvlink`` None means unknown: the GPU type's usual board decides."""
+
+    gpus_per_node: int
+    nodes: int
+    gpu_memory_bytes: int | None
+    gpu_type: str
+    nvlink: bool | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.gpu_type == CPU
+
+    @property
+    def has_nvlink(self) -> bool:
+        if self.nvlink is not None:
+            return self.nvlink
+        known = GPU_TYPES.get(self.gpu_type)
+        return known.nvlink if known else False
+
+    @property
+    def gpu_memory_gib(self) -> float | None:
+        return None if self.gpu_memory_bytes is None else self.gpu_memory_bytes / GIB
+
+    def describe(self) -> str:
+        if self.is_cpu:
+            return f"{self.nodes} CPU node{'s' if self.nodes != 1 else ''}"
+        link = "NVLink" if self.has_nvlink else "no NVLink"
+        return f"{self.nodes} x {self.gpus_per_node} {self.gpu_type} ({self.gpu_memory_gib:.2f} GiB each, {link})"
+
+
+def gpu_type(name: str) -> GpuType:
+    """A known GPU type by name or alias (case-insensitive); PlanError with the closest name."""
+    key = name.strip().lower()
+    for t in GPU_TYPES.values():
+        if key == t.name.lower() or key in t.aliases:
+            return t
+    names = list(GPU_TYPES)
+    guess = difflib.get_close_matches(name, names, n=1, cutoff=0.4)
+    did_you_mean = f"; did you mean '{guess[0]}'?" if guess else ""
+    raise PlanError(
+        f"unknown GPU type '{name}'{did_you_mean} (known: {', '.join(names)}, {CPU})",
+        hint="or give the memory per GPU yourself with --gpu-memory-gib",
+    )
+
+
+def make_shape(
+    *,
+    gpu_type_name: str | None,
+    gpus_per_node: int,
+    nodes: int,
+    gpu_memory_gib: float | None = None,
+    nvlink: bool | None = None,
+    notes: tuple[str, ...] = (),
+) -> ClusterShape:
+    """A shape from flags: a known GPU type and/or an explicit memory size."""
+    if nodes < 1:
+        raise PlanError(f"nodes must be at least 1, got {nodes}")
+    if gpu_type_name and gpu_type_name.lower() == CPU:
+        return ClusterShape(1, nodes, None, CPU, False, notes)
+    if gpus_per_node < 1:
+        raise PlanError(f"gpus per node must be at least 1, got {gpus_per_node}")
+    if gpu_memory_gib is not None:
+        if gpu_memory_gib <= 0:
+            raise PlanError(f"GPU memory must be positive, got {gpu_memory_gib} GiB")
+        name = gpu_type(gpu_type_name).name if gpu_type_name else f"{gpu_memory_gib:g}GiB-GPU"
+        return ClusterShape(gpus_per_node, nodes, int(gpu_memory_gib * GIB), name, nvlink, notes)
+    if not gpu_type_name:
+        raise PlanError("no GPU type or memory size given", hint="pass --gpu-type (e.g. H100-80GB) or --gpu-memory-gib, or --cluster cluster.yaml")
+    known = gpu_type(gpu_type_name)
+    return ClusterShape(gpus_per_node, nodes, known.memory_bytes, known.name, nvlink, notes)
+
+
+def shape_from_manifest(manifest: Any) -> ClusterShape:
+    """The shape cluster.yaml declares. Mixed nodes: the smallest GPU count and memory decide
+    (a replica must fit on any of them), and a note says so."""
+    nodes = list(manifest.nodes)
+    if manifest.accelerator == CPU:
+        return ClusterShape(1, len(nodes), None, CPU, False)
+    notes: list[str] = []
+    counts = {n.name: n.gpus for n in nodes}
+    missing = [n.name for n in nodes if not n.gpu_type]
+    if missing:
+        raise PlanError(
+            f"node(s) {', '.join(missing)} in the manifest have no gpu_type, so the memory per GPU is unknown",
+            hint="set gpu_type (e.g. H100-80GB) on every node, or pass --gpu-type / --gpu-memory-gib",
+        )
+    types = {n.name: gpu_type(n.gpu_type) for n in nodes}
+    smallest = min(types.values(), key=lambda t: t.memory_bytes)
+    if len({t.name for t in types.values()}) > 1:
+        notes.append(f"mixed GPU types; sized for the smallest, {smallest.name}")
+    gpn = min(counts.values())
+    if len(set(counts.values())) > 1:
+        notes.append(f"nodes have {sorted(set(counts.values()))} GPUs; sized for {gpn} per node")
+    nvlink = all(t.nvlink for t in types.values())
+    return ClusterShape(gpn, len(nodes), smallest.memory_bytes, smallest.name, nvlink, tuple(notes))
+
+
+def shape_from_facts(manifest: Any, facts: Mapping[str, Any]) -> ClusterShape:
+    """The shape nvidia-smi reported (``NodeFacts`` per node name); falls back to the manifest for
+    nodes without facts. Memory: the known type's CUDA total when the GPU name matches one, else
+    nvidia-smi's total less the driver's share. NVLink: the probed topology where there is one."""
+    declared = shape_from_manifest(manifest)
+    if declared.is_cpu:
+        return declared
+    gpn, mem, nvlink, names = declared.gpus_per_node, declared.gpu_memory_bytes, declared.has_nvlink, declared.gpu_type
+    probed = [f for f in (facts.get(n.name) for n in manifest.nodes) if f is not None and f.gpus]
+    if probed:
+        gpn = min(len(f.gpus) for f in probed)
+        sizes = []
+        for f in probed:
+            for g in f.gpus:
+                try:
+                    sizes.append((gpu_type(g.name).memory_bytes, gpu_type(g.name).name))
+                except PlanError:
+                    if g.memory_total_mib:
+                        sizes.append((_smi(g.memory_total_mib), g.name))
+        if sizes:
+            mem, names = min(sizes)
+        links = [f.topology.nvlink for f in probed if getattr(f, "topology", None) is not None and f.topology.nvlink is not None]
+        if links:
+            nvlink = all(links)
+    return ClusterShape(gpn, declared.nodes, mem, names, nvlink, declared.notes)
