@@ -78,14 +78,17 @@ def check_manifest_text(text: str, label: str, context: dict[str, Any]) -> Manif
         problems.append(Problem(1, (), "the file is empty; a manifest needs at least 'name:' and 'nodes:'"))
     elif data is not None and not isinstance(data, dict):
         problems.append(Problem(doc.line_of(()), (), f"the top level must be a mapping ('name: ...', 'nodes: ...'), got {_shown(data)}"))
-    if problems or not isinstance(data, dict):
+    if not isinstance(data, dict):
         raise manifest_error(label, problems)
+    # a value YAML could not build is None in the data: its type error would only repeat that
+    lost = {p.path for p in doc.problems if not p.message.startswith("duplicate key")}
     if "source_path" in data:
         problems.append(Problem(doc.line_of(("source_path",)), ("source_path",), "set by orch when it reads the file; remove it"))
         data = {k: v for k, v in data.items() if k != "source_path"}
     manifest, error = validate_sections(data, context)
     if error is not None:
-        problems += [_from_pydantic(err, data, doc) for err in error.errors(include_url=False)]
+        converted = (_from_pydantic(err, data, doc) for err in error.errors(include_url=False))
+        problems += [p for p in converted if p.path not in lost]
     problems += [Problem(doc.line_of(path), path, msg) for path, msg in cross_field_problems(data, context)]
     if problems or manifest is None:
         raise manifest_error(label, problems)
@@ -278,13 +281,29 @@ def cross_field_problems(data: dict[str, Any], context: dict[str, Any]) -> list[
     if serve is not None and serve.http_port in RAY_WORKER_PORTS:
         out.append((("serve", "http_port"), f"{serve.http_port} is inside Ray's worker port range 10002-19999 (used on every node); pick another, e.g. 8000"))
     if ray is not None and serve is not None:
-        out += _port_collisions(valid, ssh, ray, serve)
+        out += _port_collisions(valid, ssh, ray, serve, written=lambda path: _written(data, path))
     return list(dict.fromkeys(out))
 
 
-def _port_collisions(nodes: list[tuple[int, NodeSpec]], ssh: SshDefaults | None, ray: RaySettings, serve: ServeSettings) -> list[tuple[PathKey, str]]:
+def _written(data: Any, path: PathKey) -> bool:
+    """Whether ``path`` is given in the file (rather than left to its default)."""
+    for part in path:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return False
+    return True
+
+
+def _port_collisions(
+    nodes: list[tuple[int, NodeSpec]], ssh: SshDefaults | None, ray: RaySettings, serve: ServeSettings,
+    written: typing.Callable[[PathKey], bool],
+) -> list[tuple[PathKey, str]]:
     """Ports one node would bind twice. A port's path is None when Ray fixes it (not settable in
-    the manifest); a clash is reported at the settable field involved, once."""
+    the manifest); a clash is reported once, at a settable field involved, preferably one that
+    the file sets (a default has no line of its own)."""
     everywhere: list[tuple[int, PathKey | None, str]] = [
         (RAY_DASHBOARD_AGENT_PORT, None, "the Ray dashboard agent (every node)"),
         (serve.http_port, ("serve", "http_port"), "serve.http_port (Ray Serve HTTP proxy, every node)"),
@@ -295,18 +314,21 @@ def _port_collisions(nodes: list[tuple[int, NodeSpec]], ssh: SshDefaults | None,
         (RAY_CLIENT_SERVER_PORT, None, "the Ray client server"),
     ] + everywhere
     out: list[tuple[PathKey, str]] = []
-    _clashes(on_head, "on the head node", out)
+    _clashes(on_head, "on the head node", out, written)
     for i, node in nodes:
         if node.transport != "ssh" or (node.port is None and ssh is None):
             continue
         port = node.port if node.port is not None else ssh.port  # type: ignore[union-attr]
         path = ("nodes", i, "port") if node.port is not None else ("ssh", "port")
         sshd = [(port, path, f"sshd on node '{node.name}'")]
-        _clashes(sshd + (on_head if node.role == "head" else everywhere), f"on node '{node.name}'", out, only_first=True)
+        _clashes(sshd + (on_head if node.role == "head" else everywhere), f"on node '{node.name}'", out, written, only_first=True)
     return out
 
 
-def _clashes(bound: list[tuple[int, PathKey | None, str]], where: str, out: list[tuple[PathKey, str]], only_first: bool = False) -> None:
+def _clashes(
+    bound: list[tuple[int, PathKey | None, str]], where: str, out: list[tuple[PathKey, str]],
+    written: typing.Callable[[PathKey], bool], only_first: bool = False,
+) -> None:
     """Append a problem for each pair of equal ports in ``bound`` (with ``only_first``: each
     entry against the first one only)."""
     for later in range(1, len(bound)):
@@ -315,7 +337,8 @@ def _clashes(bound: list[tuple[int, PathKey | None, str]], where: str, out: list
             port_b, path_b, what_b = bound[later]
             if port != port_b or (path_a is None and path_b is None):
                 continue
-            at, other = (path_b, what_a) if path_b is not None else (path_a, what_b)
+            sides = [(p, w) for p, w in ((path_b, what_a), (path_a, what_b)) if p is not None]
+            at, other = next(((p, w) for p, w in sides if written(p)), sides[0])
             problem = (at, f"port {port} is also used by {other}" + ("" if "node '" in other else f" {where}"))
             if problem not in out:
                 out.append(problem)

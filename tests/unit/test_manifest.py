@@ -1,0 +1,765 @@
+"""cluster.yaml models and loader: every rule, with the exact field path, line and message.
+
+Invalid cases mark the line the error must point at with a trailing ``# !`` comment, so each
+case states its expected line next to the text it comes from.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from orchestrator.errors import ManifestError
+from orchestrator.manifest import Manifest, load_manifest, load_manifest_file, parse_size
+
+REPO = Path(__file__).resolve().parents[2]
+
+TWO_GPU_NODES = """\
+name: llama
+nodes:
+  - name: a
+    host: 10.0.0.1
+    role: head
+    gpus: 8
+  - name: b
+    host: 10.0.0.2
+    gpus: 8
+"""
+
+
+def load(text: str, path: str | Path = "cluster.yaml") -> Manifest:
+    return load_manifest(textwrap.dedent(text), Path(path))
+
+
+def problems_of(text: str) -> list[str]:
+    with pytest.raises(ManifestError) as info:
+        load(text)
+    assert info.value.exit_code == 2
+    return info.value.problems
+
+
+def marked_line(text: str) -> int:
+    marked = [n for n, line in enumerate(textwrap.dedent(text).splitlines(), 1) if line.rstrip().endswith("# !")]
+    assert len(marked) == 1, "each case marks exactly one line with '# !'"
+    return marked[0]
+
+
+# (id, manifest text, field path, message fragment); the expected line carries '# !'.
+INVALID = [
+    ("typo-top-key", """\
+        name: x
+        nodse:  # !
+          - {name: a, host: h, role: head, gpus: 1}
+        """, "nodse", "unknown key 'nodse' (did you mean 'nodes'?)"),
+    ("typo-node-key", """\
+        name: x
+        nodes:
+          - name: a
+            host: h
+            role: head
+            gpu: 8  # !
+        """, "nodes[0].gpu", "unknown key 'gpu' (did you mean 'gpus'?)"),
+    ("typo-ray-key", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        ray:
+          dashbord_port: 8265  # !
+        """, "ray.dashbord_port", "did you mean 'dashboard_port'?"),
+    ("typo-ssh-key", """\
+        name: x
+        ssh:
+          identity: ~/.ssh/id  # !
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        """, "ssh.identity", "did you mean 'identity_file'?"),
+    ("typo-serve-key", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        serve:
+          port: 8000  # !
+        """, "serve.port", "did you mean 'http_port'?"),
+    ("unknown-key-no-match", """\
+        name: x
+        colour: blue  # !
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        """, "colour", "unknown key 'colour'; valid keys: name, accelerator"),
+    ("missing-name", """\
+        # a comment first
+        nodes: [{name: a, host: h, role: head, gpus: 1}]  # !
+        """, "name", "required key missing"),
+    ("missing-nodes", """\
+        name: x  # !
+        """, "nodes", "required key missing"),
+    ("empty-nodes", """\
+        name: x
+        nodes: []  # !
+        """, "nodes", "must list at least one node"),
+    ("nodes-is-mapping", """\
+        name: x
+        nodes:  # !
+          a: {host: h}
+        """, "nodes", "must be a list"),
+    ("node-is-scalar", """\
+        name: x
+        nodes:
+          - {name: a, host: h, role: head, gpus: 1}
+          - 5  # !
+        """, "nodes[1]", "must be a mapping of keys (got 5)"),
+    ("node-missing-host", """\
+        name: x
+        nodes:
+          - name: a  # !
+            role: head
+            gpus: 1
+        """, "nodes[0].host", "required key missing"),
+    ("no-head", """\
+        name: x
+        nodes:  # !
+          - {name: a, host: h1, gpus: 1}
+          - {name: b, host: h2, gpus: 1}
+        """, "nodes", "no node has 'role: head'"),
+    ("two-heads", """\
+        name: x
+        nodes:
+          - {name: a, host: h1, role: head, gpus: 1}
+          - name: b
+            host: h2
+            role: head  # !
+            gpus: 1
+        """, "nodes[1].role", "a second head; nodes[0] is already the head"),
+    ("duplicate-node-name", """\
+        name: x
+        nodes:
+          - {name: a, host: h1, role: head, gpus: 1}
+          - name: a  # !
+            host: h2
+            gpus: 1
+        """, "nodes[1].name", "duplicate node name 'a' (also nodes[0])"),
+    ("duplicate-host-port", """\
+        name: x
+        ssh: {port: 2222}
+        nodes:
+          - {name: a, host: 10.0.0.1, port: 2222, role: head, gpus: 1}
+          - name: b
+            host: 10.0.0.1  # !
+            gpus: 1
+        """, "nodes[1].host", "'10.0.0.1' port 2222 is already nodes[0]"),
+    ("gpus-zero-on-gpu", """\
+        name: x
+        nodes:
+          - {name: a, host: h1, role: head, gpus: 8}
+          - name: b
+            host: h2
+            gpus: 0  # !
+        """, "nodes[1].gpus", "must be at least 1 on a gpu cluster (got 0)"),
+    ("gpus-missing-on-gpu", """\
+        name: x
+        nodes:
+          - name: a  # !
+            host: h1
+            role: head
+        """, "nodes[0].gpus", "required on a gpu cluster"),
+    ("gpus-negative", """\
+        name: x
+        accelerator: cpu
+        nodes:
+          - name: a
+            host: h1
+            role: head
+            gpus: -1  # !
+        """, "nodes[0].gpus", "must be at least 0 (got -1)"),
+    ("gpus-string", """\
+        name: x
+        nodes:
+          - name: a
+            host: h1
+            role: head
+            gpus: "8"  # !
+        """, "nodes[0].gpus", "must be a whole number (got '8')"),
+    ("gpus-on-cpu-cluster", """\
+        name: x
+        accelerator: cpu
+        nodes:
+          - name: a
+            host: h1
+            role: head
+            gpus: 2  # !
+        """, "nodes[0].gpus", "must be 0 on a cpu cluster (got 2)"),
+    ("role-typo", """\
+        name: x
+        nodes:
+          - {name: a, host: h1, role: head, gpus: 1}
+          - name: b
+            host: h2
+            role: wroker  # !
+            gpus: 1
+        """, "nodes[1].role", "must be 'head' or 'worker' (got 'wroker'); did you mean 'worker'?"),
+    ("accelerator-unknown", """\
+        name: x
+        accelerator: tpu  # !
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        """, "accelerator", "must be 'gpu' or 'cpu' (got 'tpu')"),
+    ("transport-unknown", """\
+        name: x
+        nodes:
+          - name: a
+            host: h
+            role: head
+            gpus: 1
+            transport: docker  # !
+        """, "nodes[0].transport", "must be 'ssh' or 'local' (got 'docker')"),
+    ("ssh-port-too-big", """\
+        name: x
+        ssh:
+          port: 70000  # !
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        """, "ssh.port", "must be at most 65535 (got 70000)"),
+    ("node-port-zero", """\
+        name: x
+        nodes:
+          - name: a
+            host: h
+            port: 0  # !
+            role: head
+            gpus: 1
+        """, "nodes[0].port", "must be at least 1 (got 0)"),
+    ("http-port-equals-ray-port", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        ray: {port: 8000}
+        serve:
+          http_port: 8000  # !
+        """, "serve.http_port", "port 8000 is also used by ray.port (Ray GCS) on the head node"),
+    ("dashboard-equals-ray-port", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        ray:
+          port: 6379
+          dashboard_port: 6379  # !
+        """, "ray.dashboard_port", "port 6379 is also used by ray.port"),
+    ("ray-port-is-client-server", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        ray:
+          port: 10001  # !
+        """, "ray.port", "also used by the Ray client server"),
+    ("ray-port-in-worker-range", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        ray:
+          port: 12000  # !
+        """, "ray.port", "inside Ray's worker port range 10002-19999"),
+    ("http-port-is-dashboard-agent", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        serve:
+          http_port: 52365  # !
+        """, "serve.http_port", "also used by the Ray dashboard agent"),
+    ("sshd-port-is-ray-port", """\
+        name: x
+        nodes:
+          - {name: a, host: h, port: 6379, role: head, gpus: 1}
+        ray:
+          port: 6379  # !
+        """, "ray.port", "port 6379 is also used by sshd on node 'a'"),
+    ("interface-too-long", """\
+        name: x
+        nodes:
+          - name: a
+            host: h
+            role: head
+            gpus: 1
+            interface: enp129s0f0np0xyz  # !
+        """, "nodes[0].interface", "is 16 bytes; Linux interface names have at most 15"),
+    ("interface-slash", """\
+        name: x
+        nodes:
+          - name: a
+            host: h
+            role: head
+            gpus: 1
+            interface: ib/0  # !
+        """, "nodes[0].interface", "'ib/0' is not a valid interface name"),
+    ("interface-alias-colon", """\
+        name: x
+        nodes:
+          - name: a
+            host: h
+            role: head
+            gpus: 1
+            interface: "eth0:1"  # !
+        """, "nodes[0].interface", "'eth0:1' is not a valid interface name"),
+    ("interface-list", """\
+        name: x
+        nodes:
+          - name: a
+            host: h
+            role: head
+            gpus: 1
+            interface: ib0,ib1  # !
+        """, "nodes[0].interface", "names several interfaces"),
+    ("two-local-nodes", """\
+        name: x
+        accelerator: cpu
+        nodes:
+          - {name: a, host: 127.0.0.1, role: head, transport: local}
+          - name: b
+            host: 127.0.0.2
+            transport: local  # !
+        """, "nodes[1].transport", "only one node can be the machine orch runs on"),
+    ("env-bad-name", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        env:
+          1FOO: bar  # !
+        """, "env['1FOO']", "'1FOO' is not a valid environment variable name"),
+    ("node-env-bool-value", """\
+        name: x
+        nodes:
+          - name: a
+            host: h
+            role: head
+            gpus: 1
+            env:
+              VLLM_USE_V1: yes  # !
+        """, "nodes[0].env.VLLM_USE_V1", "must be a string; quote it (\"true\")"),
+    ("object-store-bad-unit", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        ray:
+          object_store_memory: 8G  # !
+        """, "ray.object_store_memory", "unknown unit 'G' in '8G'"),
+    ("object-store-too-small", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        ray:
+          object_store_memory: 10MB  # !
+        """, "ray.object_store_memory", "below Ray's minimum object store of 75 MiB"),
+    ("object-store-not-a-size", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        ray:
+          object_store_memory: lots  # !
+        """, "ray.object_store_memory", "'lots' is not a size"),
+    ("temp-dir-too-long", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        ray:
+          temp_dir: /scratch/a/rather/deep/folder/for/ray/sessions  # !
+        """, "ray.temp_dir", "107-byte AF_UNIX limit"),
+    ("token-auth-string", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        ray:
+          token_auth: "yes"  # !
+        """, "ray.token_auth", "must be true or false (got 'yes')"),
+    ("connect-timeout-zero", """\
+        name: x
+        ssh:
+          connect_timeout: 0  # !
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        """, "ssh.connect_timeout", "must be greater than 0 (got 0)"),
+    ("error-rate-above-one", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        targets:
+          max_error_rate: 1.5  # !
+        """, "targets.max_error_rate", "must be at most 1 (got 1.5)"),
+    ("ttft-negative", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        targets:
+          ttft_p95_ms: -5  # !
+        """, "targets.ttft_p95_ms", "must be greater than 0 (got -5)"),
+    ("host-with-user", """\
+        name: x
+        nodes:
+          - name: a
+            host: root@10.0.0.1  # !
+            role: head
+            gpus: 1
+        """, "nodes[0].host", "put the user in 'user'"),
+    ("host-with-port", """\
+        name: x
+        nodes:
+          - name: a
+            host: 10.0.0.1:2222  # !
+            role: head
+            gpus: 1
+        """, "nodes[0].host", "put the SSH port in 'port'"),
+    ("host-invalid", """\
+        name: x
+        nodes:
+          - name: a
+            host: gpu_box!  # !
+            role: head
+            gpus: 1
+        """, "nodes[0].host", "'gpu_box!' is not a valid host name or IP address"),
+    ("cluster-name-with-space", """\
+        name: my cluster  # !
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        """, "name", "'my cluster' is not a valid name"),
+    ("node-name-number", """\
+        name: x
+        nodes:
+          - name: 7  # !
+            host: h
+            role: head
+            gpus: 1
+        """, "nodes[0].name", "must be a string (got 7); quote it"),
+    ("duplicate-yaml-key", """\
+        name: x
+        nodes:
+          - name: a
+            host: h
+            role: head
+            gpus: 1
+            gpus: 2  # !
+        """, "nodes[0].gpus", "duplicate key 'gpus' (first given at line 6)"),
+    ("python-with-arguments", """\
+        name: x
+        python: uv run python  # !
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        """, "python", "must be one interpreter"),
+    ("identity-file-empty", """\
+        name: x
+        ssh:
+          identity_file: ""  # !
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        """, "ssh.identity_file", "must not be empty"),
+    ("source-path-in-file", """\
+        name: x
+        source_path: /etc/passwd  # !
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        """, "source_path", "set by orch when it reads the file"),
+    ("cpus-zero", """\
+        name: x
+        nodes:
+          - name: a
+            host: h
+            role: head
+            gpus: 1
+            cpus: 0  # !
+        """, "nodes[0].cpus", "must be at least 1 (got 0)"),
+    ("api-key-env-invalid", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        serve:
+          api_key_env: my-key  # !
+        """, "serve.api_key_env", "'my-key' is not a valid environment variable name"),
+    ("ray-section-is-list", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        ray:  # !
+          - port: 6379
+        """, "ray", "must be a mapping of keys (got a list)"),
+    ("http-port-in-worker-range", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        serve:
+          http_port: 15000  # !
+        """, "serve.http_port", "inside Ray's worker port range"),
+    ("gpu-type-empty", """\
+        name: x
+        nodes:
+          - name: a
+            host: h
+            role: head
+            gpus: 1
+            gpu_type: ""  # !
+        """, "nodes[0].gpu_type", "must not be empty"),
+    ("unknown-yaml-tag", """\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        env:
+          A: !!python/object:os.system x  # !
+        """, "env.A", "could not determine a constructor for the tag"),
+]
+
+
+@pytest.mark.parametrize("text,path,fragment", [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_manifest_names_line_path_and_problem(text, path, fragment):
+    problems = problems_of(text)
+    prefix = f"cluster.yaml:{marked_line(text)}: {path}: "
+    matching = [p for p in problems if p.startswith(prefix)]
+    assert matching, f"no problem starts with {prefix!r}: {problems}"
+    assert any(fragment in p for p in matching), f"{fragment!r} not in {matching}"
+
+
+def test_there_are_at_least_thirty_invalid_cases():
+    assert len({c[0] for c in INVALID}) == len(INVALID) >= 30
+
+
+@pytest.mark.parametrize(
+    "text,line,fragment",
+    [
+        ("", 1, "the file is empty"),
+        ("# only a comment\n\n", 1, "the file is empty"),
+        ("# x\n- name: a\n- name: b\n", 2, "the top level must be a mapping ('name: ...', 'nodes: ...'), got a list"),
+        ("just words\n", 1, "the top level must be a mapping"),
+        ("name: x\nnodes: [\n", 3, "invalid YAML"),
+        ("name: x\nnodes:\n\t- a\n", 3, "YAML indents with spaces, not tabs"),
+        ("name: x\nray: {port: 1\n", 3, "invalid YAML"),
+        ("name: a: b\n", 1, "mapping values are not allowed here"),
+        ("name: x\n---\nname: y\n", 2, "expected a single document"),
+        ("name: x\nnodes: *nowhere\n", 2, "found undefined alias 'nowhere'"),
+        ("name: x\x00\n", 1, "unacceptable character #x0000"),
+    ],
+    ids=["empty", "comments-only", "list-top", "scalar-top", "unclosed-flow", "tab", "unclosed-map",
+         "nested-colon", "two-documents", "undefined-alias", "nul-char"],
+)
+def test_text_that_is_not_a_manifest_mapping(text, line, fragment):
+    problems = problems_of(text)
+    assert len(problems) == 1
+    assert problems[0].startswith(f"cluster.yaml:{line}: ")
+    assert fragment in problems[0]
+
+
+def test_every_problem_is_reported_at_once_sorted_by_line():
+    text = """\
+        name: x
+        acelerator: gpu
+        nodes:
+          - {name: a, host: h1, role: head, gpus: 0}
+          - {name: a, host: h2, role: head, gpus: 1, gpu: 1}
+        ray: {port: 8000}
+        """
+    with pytest.raises(ManifestError) as info:
+        load(text)
+    problems = info.value.problems
+    assert problems == [
+        "cluster.yaml:2: acelerator: unknown key 'acelerator' (did you mean 'accelerator'?)",
+        "cluster.yaml:4: nodes[0].gpus: must be at least 1 on a gpu cluster (got 0)",
+        "cluster.yaml:5: nodes[1].gpu: unknown key 'gpu' (did you mean 'gpus'?)",
+        "cluster.yaml:5: nodes[1].name: duplicate node name 'a' (also nodes[0])",
+        "cluster.yaml:5: nodes[1].role: a second head; nodes[0] is already the head and a cluster has exactly one",
+        "cluster.yaml:6: ray.port: port 8000 is also used by serve.http_port (Ray Serve HTTP proxy, every node) on the head node",
+    ]
+    assert info.value.message == "cluster.yaml: 6 problems"
+    assert "cluster-templates/" in info.value.hint and "orch validate" in info.value.hint
+
+
+def test_a_single_problem_is_the_message():
+    with pytest.raises(ManifestError) as info:
+        load("name: x\nnodes: [{name: a, host: h, role: head, gpus: 1, gpu: 1}]\n")
+    assert info.value.message == info.value.problems[0]
+    assert info.value.message.startswith("cluster.yaml:2: nodes[0].gpu: unknown key 'gpu'")
+
+
+# ---- valid manifests ----
+
+
+def test_defaults_of_a_minimal_manifest():
+    m = load(TWO_GPU_NODES)
+    assert (m.name, m.accelerator, m.python) == ("llama", "gpu", "python3")
+    assert (m.ssh.user, m.ssh.port, m.ssh.identity_file, m.ssh.known_hosts, m.ssh.connect_timeout) == ("root", 22, None, None, 10.0)
+    assert (m.ray.port, m.ray.dashboard_port, m.ray.temp_dir, m.ray.object_store_memory) == (6379, 8265, "/tmp/ray", None)
+    assert m.ray.token_auth is True and m.ray.num_cpus is None
+    assert (m.serve.http_port, m.serve.api_key_env) == (8000, "ORCH_API_KEY")
+    assert m.model_store is None and m.targets is None and m.env == {}
+    assert m.head.name == "a" and [w.name for w in m.workers] == ["b"]
+    b = m.node("b")
+    assert (b.role, b.transport, b.port, b.user, b.interface, b.cpus) == ("worker", "ssh", None, None, None, None)
+    assert m.total_gpus == 16
+
+
+def test_node_helpers_fall_back_to_cluster_defaults():
+    m = load("""\
+        name: x
+        python: /opt/venv/bin/python
+        ssh: {user: ubuntu, port: 2200}
+        ray: {num_cpus: 16}
+        env: {A: "1", B: "2"}
+        nodes:
+          - {name: a, host: h1, role: head, gpus: 1, port: 22, user: admin, python: python3.11, cpus: 4, env: {B: "3"}}
+          - {name: b, host: h2, gpus: 1}
+        """)
+    a, b = m.nodes
+    assert (a.ssh_port(m), a.ssh_user(m), a.python_bin(m), a.ray_cpus(m)) == (22, "admin", "python3.11", 4)
+    assert (b.ssh_port(m), b.ssh_user(m), b.python_bin(m), b.ray_cpus(m)) == (2200, "ubuntu", "/opt/venv/bin/python", 16)
+    assert a.merged_env(m) == {"A": "1", "B": "3"} and b.merged_env(m) == {"A": "1", "B": "2"}
+
+
+def test_relative_paths_resolve_against_the_manifest_folder(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/op")
+    m = load("""\
+        name: x
+        python: ../venv/bin/python
+        ssh:
+          identity_file: keys/id_ed25519
+          known_hosts: ~/known_hosts
+        model_store: ./models/../weights
+        ray: {temp_dir: ray}
+        nodes:
+          - {name: a, host: h, role: head, gpus: 1, python: python3}
+          - {name: b, host: h2, gpus: 1, python: ~/py/bin/python}
+        """, path="/srv/clusters/prod.yaml")
+    assert m.ssh.identity_file == Path("/srv/clusters/keys/id_ed25519")
+    assert m.ssh.known_hosts == Path("/home/op/known_hosts")
+    assert m.model_store == Path("/srv/clusters/weights")
+    assert m.ray.temp_dir == "/srv/clusters/ray"
+    assert m.python == "/srv/venv/bin/python"
+    assert m.nodes[0].python == "python3"  # a bare name is looked up on the node's PATH
+    assert m.nodes[1].python == "/home/op/py/bin/python"
+    assert m.source_path == Path("/srv/clusters/prod.yaml")
+
+
+def test_absolute_paths_are_kept():
+    m = load("name: x\nmodel_store: /mnt/models\nssh: {identity_file: /k/id}\nnodes: [{name: a, host: h, role: head, gpus: 1}]\n", path="/elsewhere/c.yaml")
+    assert m.model_store == Path("/mnt/models") and m.ssh.identity_file == Path("/k/id")
+
+
+@pytest.mark.parametrize(
+    "value,expected",
+    [("8GiB", 8 * 2**30), ("500MB", 500_000_000), ("1.5 GiB", 3 * 2**29), ("100MiB", 100 * 2**20),
+     ("2TB", 2 * 10**12), ("104857600", 104857600), (104857600, 104857600), ("80mib", 80 * 2**20)],
+)
+def test_object_store_sizes(value, expected):
+    quoted = f'"{value}"' if isinstance(value, str) else value
+    m = load(f"name: x\nnodes: [{{name: a, host: h, role: head, gpus: 1}}]\nray: {{object_store_memory: {quoted}}}\n")
+    assert m.ray.object_store_memory == expected
+    assert parse_size(value) == expected
+
+
+def test_env_numbers_become_strings():
+    m = load("name: x\nnodes: [{name: a, host: h, role: head, gpus: 1}]\nenv: {NCCL_IB_DISABLE: 0, RATIO: 0.5, S: text}\n")
+    assert m.env == {"NCCL_IB_DISABLE": "0", "RATIO": "0.5", "S": "text"}
+
+
+def test_empty_sections_mean_defaults():
+    m = load("name: x\nssh:\nray:\nserve:\nenv:\nnodes: [{name: a, host: h, role: head, gpus: 1, env: }]\n")
+    assert m.ray.port == 6379 and m.ssh.user == "root" and m.serve.http_port == 8000 and m.env == {}
+
+
+def test_cpu_cluster_defaults_to_zero_gpus_and_same_host_other_port_is_fine():
+    m = load("""\
+        name: x
+        accelerator: cpu
+        nodes:
+          - {name: a, host: 127.0.0.1, role: head, transport: local, cpus: 8}
+          - {name: b, host: 10.0.0.5, port: 2201}
+          - {name: c, host: 10.0.0.5, port: 2202}
+        """)
+    assert [n.gpus for n in m.nodes] == [0, 0, 0]
+    assert m.summary() == "cluster 'x' - 3 nodes (1 head, 2 workers), CPU only, ray :6379"
+
+
+def test_yaml_anchors_and_merge_keys_are_allowed():
+    # an anchor on the first node, merged into the second, which overrides gpus
+    m = load("""\
+        name: x
+        nodes:
+          - &gpu {name: a, host: h1, role: head, gpus: 8, gpu_type: H100-80GB, interface: ib0}
+          - {<<: *gpu, name: b, host: h2, role: worker, gpus: 4}
+        """)
+    assert (m.nodes[1].gpus, m.nodes[1].gpu_type, m.nodes[1].interface, m.nodes[1].role) == (4, "H100-80GB", "ib0", "worker")
+
+
+def test_manifest_is_frozen():
+    m = load(TWO_GPU_NODES)
+    with pytest.raises(pydantic.ValidationError):
+        m.name = "other"  # type: ignore[misc]
+    with pytest.raises(pydantic.ValidationError):
+        m.nodes[0].gpus = 1  # type: ignore[misc]
+
+
+def test_summary_of_a_gpu_cluster():
+    m = load(TWO_GPU_NODES.replace("gpus: 8\n  - name: b", "gpus: 8\n    gpu_type: H100-80GB\n  - name: b"))
+    assert m.summary() == "cluster 'llama' - 2 nodes (1 head, 1 worker), 16 GPUs (H100-80GB), ray :6379"
+
+
+# ---- fingerprint ----
+
+
+def test_fingerprint_ignores_comments_layout_order_and_explicit_defaults():
+    reordered = """\
+        # production cluster
+        nodes:
+          - {host: 10.0.0.1, name: a, gpus: 8, role: head}   # the head
+
+          - name: b
+            gpus: 8
+            host: 10.0.0.2
+            role: worker
+        ray:
+          port: 6379        # the default, written out
+        name: llama
+        """
+    first = load(TWO_GPU_NODES).fingerprint()
+    assert load(reordered).fingerprint() == first
+    assert len(first) == 64 and int(first, 16) >= 0
+
+
+def test_fingerprint_changes_with_any_value():
+    base = load(TWO_GPU_NODES).fingerprint()
+    assert load(TWO_GPU_NODES.replace("gpus: 8\n", "gpus: 4\n", 1)).fingerprint() != base
+    assert load(TWO_GPU_NODES + "env: {NCCL_DEBUG: INFO}\n").fingerprint() != base
+    assert load(TWO_GPU_NODES.replace("10.0.0.2", "10.0.0.3")).fingerprint() != base
+
+
+def test_fingerprint_does_not_depend_on_where_the_file_is():
+    assert load(TWO_GPU_NODES, "/a/one.yaml").fingerprint() == load(TWO_GPU_NODES, "/b/two.yaml").fingerprint()
+
+
+# ---- files ----
+
+
+def test_load_manifest_file_reads_and_resolves(tmp_path):
+    (tmp_path / "c.yaml").write_text("name: x\nssh: {identity_file: id}\nnodes: [{name: a, host: h, role: head, gpus: 1}]\n")
+    m = load_manifest_file(tmp_path / "c.yaml")
+    assert m.ssh.identity_file == tmp_path / "id" and m.source_path == tmp_path / "c.yaml"
+
+
+def test_utf8_bom_is_accepted(tmp_path):
+    (tmp_path / "c.yaml").write_bytes(b"\xef\xbb\xbfname: x\nnodes: [{name: a, host: h, role: head, gpus: 1}]\n")
+    assert load_manifest_file(tmp_path / "c.yaml").name == "x"
+
+
+@pytest.mark.parametrize(
+    "make,fragment",
+    [
+        (lambda d: d / "missing.yaml", "missing.yaml: no such file"),
+        (lambda d: d, ": is a directory, not a manifest file"),
+        (lambda d: _write(d / "bin.yaml", b"name: x\n\x89PNG\r\n\x1a\n\xff\xfe"), "bin.yaml:2: not UTF-8 text (byte 0x89"),
+        (lambda d: _write(d / "big.yaml", b"# " + b"x" * (1024 * 1024) + b"\n"), "big.yaml: larger than 1024 KiB"),
+        (lambda d: _write(d / "latin1.yaml", "name: caf\u00e9\n".encode("latin-1")), "latin1.yaml:1: not UTF-8 text (byte 0xe9"),
+    ],
+    ids=["missing", "directory", "binary", "too-large", "latin1"],
+)
+def test_unreadable_files_raise_one_manifest_error(tmp_path, make, fragment):
+    target = make(tmp_path)
+    with pytest.raises(ManifestError) as info:
+        load_manifest_file(target)
+    assert len(info.value.problems) == 1 and fragment in info.value.problems[0]
+    assert str(target) in info.value.problems[0]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_permission(tmp_path):
+    target = _write(tmp_path / "c.yaml", b"name: x\n")
+    target.chmod(0)
+    with pytest.raises(ManifestError, match="permission denied"):
+        load_manifest_file(target)
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("name", ["local.yaml", "1x8-h100.yaml", "2x8-h100-405b.yaml"])
+def test_templates_are_valid(name):
+    m = load_manifest_file(REPO / "cluster-templates" / name)
+    assert m.head.role == "head"
+
+
+def test_template_shapes():
+    local = load_manifest_file(REPO / "cluster-templates" / "local.yaml")
+    assert local.accelerator == "cpu" and len(local.nodes) == 1 and local.head.transport == "local"
+    assert local.head.ray_cpus(local) >= 8  # stack notes: Serve LLM needs more logical CPUs than cores
+    big = load_manifest_file(REPO / "cluster-templates" / "2x8-h100-405b.yaml")
+    assert [n.role for n in big.nodes] == ["head", "worker"] and {n.interface for n in big.nodes} == {"ib0"}
+    assert big.total_gpus == 16 and big.targets is not None and big.targets.ttft_p95_ms
