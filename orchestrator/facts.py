@@ -218,6 +218,12 @@ class NodeFacts(_Jsonable):
                 return n
         return None
 
+    def address_of(self, interface: str) -> str | None:
+        """First usable address (IPv4 first) of ``interface``, None when absent or bare."""
+        nic = self.nic(interface)
+        addrs = nic.global_addresses() if nic else []
+        return addrs[0].address if addrs else None
+
 
 @dataclass(frozen=True)
 class UnreachableNode(_Jsonable):
