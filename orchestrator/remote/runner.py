@@ -52,6 +52,16 @@ class Runner(Protocol):
         transport failures (unreachable, auth, host key, timeout); a non-zero exit is a result."""
         ...
 
+    def put_file(self, path: str, content: bytes, mode: int = 0o600) -> None:
+        """Write ``content`` to ``path`` on the node atomically, with ``mode`` set before any
+        byte is written (the Ray token is written this way)."""
+        ...
+
+    def forward(self, remote_host: str, remote_port: int) -> int:
+        """A local port whose connections reach remote_host:remote_port as seen from the node
+        (an SSH tunnel; a local runner returns the port itself). Closed by ``close()``."""
+        ...
+
     def close(self) -> None: ...
 
 

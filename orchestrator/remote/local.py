@@ -1,0 +1,98 @@
+"""The local adapter of the runner seam: runs argv on this machine (``transport: local`` nodes).
+
+Does I/O: subprocesses (no shell), files. Same contract as ``SshRunner``: a non-zero exit is a
+result; a timeout kills the command's whole process group and raises CommandTimeoutError; a
+command that does not exist gives exit 127, as a shell on a remote node would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from orchestrator.errors import CommandFailedError, CommandTimeoutError
+from orchestrator.remote.runner import CommandResult
+
+
+class LocalRunner:
+    """Runs commands on this machine under the node name ``node``."""
+
+    def __init__(self, node: str, base_env: dict[str, str] | None = None) -> None:
+        self.node = node
+        self.base_env = dict(os.environ if base_env is None else base_env)
+
+    def __repr__(self) -> str:
+        return f"LocalRunner({self.node!r})"
+
+    def run(self, argv: Sequence[str], timeout: float = 60.0, env: dict[str, str] | None = None) -> CommandResult:
+        argv = list(argv)
+        if not argv:
+            raise ValueError("empty argv")
+        merged = {**self.base_env, **(env or {})}
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=merged,
+                start_new_session=True,  # its own process group: a timeout kills its children too
+            )
+        except FileNotFoundError:
+            return CommandResult(tuple(argv), 127, "", f"{argv[0]}: command not found\n", time.monotonic() - start)
+        except PermissionError as exc:
+            return CommandResult(tuple(argv), 126, "", f"{argv[0]}: {exc.strerror}\n", time.monotonic() - start)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+            raise CommandTimeoutError(
+                f"{self.node}: `{' '.join(argv)}` did not finish within {timeout:g}s; it was killed",
+                hint="the machine may be overloaded or the command hung",
+                node=self.node,
+            ) from exc
+        return CommandResult(
+            argv=tuple(argv),
+            exit_code=proc.returncode,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            seconds=time.monotonic() - start,
+        )
+
+    def put_file(self, path: str, content: bytes, mode: int = 0o600) -> None:
+        """Write ``content`` to ``path`` atomically, with ``mode`` set before any byte is written."""
+        target = Path(path)
+        tmp = target.with_name(f"{target.name}.orch-{uuid.uuid4().hex[:8]}")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), mode)  # the umask may have narrowed it; make it exact
+                f.write(content)
+            os.replace(tmp, target)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise CommandFailedError(f"{self.node}: could not write {path}: {exc.strerror}", node=self.node) from exc
+
+    def forward(self, remote_host: str, remote_port: int) -> int:
+        """Already local: the port itself (``remote_host`` is this machine's loopback)."""
+        return remote_port
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> LocalRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

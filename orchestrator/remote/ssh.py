@@ -1,0 +1,380 @@
+"""The SSH adapter of the runner seam (paramiko): ``SshRunner.run(argv, timeout, env)``.
+
+Does I/O: TCP connections, SSH sessions, SFTP, a local TCP listener per port forward, threads.
+The argv is quoted once here with ``shlex.join``; environment variables travel as an
+``env K=V ...`` prefix (sshd refuses most ``setenv`` requests) and the command runs under
+``timeout`` on the node so that a command orch gave up on does not run on forever. Host keys
+are checked by ``known_hosts.KnownHostsPolicy`` against orch's own known_hosts file. Every
+paramiko/socket failure leaves as a typed ``RemoteError`` naming the node (``raise ... from``).
+One SSH connection per runner, opened on first use and reused by every command.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import re
+import select
+import shlex
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+
+import paramiko
+
+from orchestrator.errors import (
+    AuthenticationError,
+    CommandFailedError,
+    CommandTimeoutError,
+    HostKeyChangedError,
+    HostKeyUnknownError,
+    RemoteError,
+    UnreachableError,
+)
+from orchestrator.remote import known_hosts as kh
+from orchestrator.remote.runner import CommandResult
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Grace between orch giving up on a command and the node's `timeout` killing it (TERM, then KILL).
+REMOTE_GRACE_S = 2
+REMOTE_KILL_AFTER_S = 5
+
+
+def remote_command(argv: Sequence[str], timeout: float, env: dict[str, str] | None) -> str:
+    """The one string sent to the node's shell: ``timeout ... env K=V ... argv``, quoted once."""
+    if not argv:
+        raise ValueError("empty argv")
+    for name in env or {}:
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"invalid environment variable name {name!r}")
+    full = ["timeout", f"--kill-after={REMOTE_KILL_AFTER_S}", f"{math.ceil(timeout) + REMOTE_GRACE_S}"]
+    if env:
+        full += ["env", *(f"{k}={v}" for k, v in env.items())]
+    return shlex.join(full + list(argv))
+
+
+class SshRunner:
+    """Runs commands on one node over SSH. Thread-safe; ``close()`` ends the connection."""
+
+    def __init__(
+        self,
+        node: str,
+        host: str,
+        *,
+        known_hosts: Path,
+        port: int = 22,
+        user: str = "root",
+        identity_file: Path | None = None,
+        allow_agent: bool = True,
+        accept_new_host_keys: bool = False,
+        hash_known_hosts: bool = False,
+        connect_timeout: float = 10.0,
+        keepalive_s: int = 30,
+    ) -> None:
+        self.node, self.host, self.port, self.user = node, host, port, user
+        self.known_hosts = Path(known_hosts)
+        self.identity_file = Path(identity_file) if identity_file else None
+        self.allow_agent = allow_agent
+        self.accept_new_host_keys = accept_new_host_keys
+        self.hash_known_hosts = hash_known_hosts
+        self.connect_timeout = connect_timeout
+        self.keepalive_s = keepalive_s
+        self.accepted_new_key: str | None = None  # fingerprint recorded on first contact, if any
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.Lock()
+        self._forwards: list[_Forward] = []
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SshRunner({self.node!r}, {self.user}@{self.host}:{self.port})"
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # --- connection --------------------------------------------------------------------
+    def _transport(self) -> paramiko.Transport:
+        with self._lock:
+            if self._closed:
+                raise RemoteError(f"{self.node}: runner already closed", node=self.node)
+            if self._client is not None:
+                t = self._client.get_transport()
+                if t is not None and t.is_active():
+                    return t
+                self._client.close()  # the connection dropped since the last command: reconnect
+                self._client = None
+            self._client = self._connect()
+            return self._client.get_transport()  # type: ignore[return-value]
+
+    def _connect(self) -> paramiko.SSHClient:
+        if self.identity_file is not None and not self.identity_file.is_file():
+            raise AuthenticationError(
+                f"{self.node}: identity file {self.identity_file} does not exist",
+                hint="fix ssh.identity_file in cluster.yaml",
+                node=self.node,
+            )
+        policy = kh.KnownHostsPolicy(
+            self.node, self.host, self.port, self.known_hosts, self.accept_new_host_keys, self.hash_known_hosts
+        )
+        preferred = kh.recorded_key_types(self.known_hosts, self.host, self.port)
+
+        def transport_factory(sock, disabled_algorithms=None):
+            t = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)
+            if preferred:
+                # Ask for the key type we have on record first, as OpenSSH does; otherwise a host
+                # with several host keys could offer another type and look "changed".
+                opts = t.get_security_options()
+                want = [k for k in opts.key_types if k in preferred or (k.startswith("rsa-sha2") and "ssh-rsa" in preferred)]
+                opts.key_types = want + [k for k in opts.key_types if k not in want]
+            return t
+
+        client = paramiko.SSHClient()
+        client.set_missing_host_key_policy(policy)  # no keys loaded: paramiko asks the policy every time
+        try:
+            client.connect(
+                self.host,
+                port=self.port,
+                username=self.user,
+                key_filename=str(self.identity_file) if self.identity_file else None,
+                allow_agent=self.allow_agent,
+                look_for_keys=self.identity_file is None,
+                timeout=self.connect_timeout,
+                banner_timeout=self.connect_timeout,
+                auth_timeout=self.connect_timeout,
+                channel_timeout=self.connect_timeout,
+                transport_factory=transport_factory,
+            )
+        except (HostKeyChangedError, HostKeyUnknownError):
+            client.close()
+            raise
+        except BaseException as exc:
+            client.close()
+            raise self._connect_error(exc) from exc
+        self.accepted_new_key = policy.accepted_new_key
+        t = client.get_transport()
+        if t is not None and self.keepalive_s:
+            t.set_keepalive(self.keepalive_s)
+        return client
+
+    def _connect_error(self, exc: BaseException) -> BaseException:
+        where, t = self.where, self.connect_timeout
+        unreachable_hint = (
+            f"check that {self.host} is up, that sshd listens on port {self.port} and that no firewall "
+            "drops the traffic (runbooks/NODE_UNREACHABLE.md); the wait is ssh.connect_timeout in cluster.yaml"
+        )
+        if isinstance(exc, paramiko.PasswordRequiredException):
+            return AuthenticationError(
+                f"{self.node}: the key {self.identity_file} is encrypted and no passphrase is available",
+                hint="load the key into ssh-agent (ssh-add) or use an unencrypted deploy key",
+                node=self.node,
+            )
+        if isinstance(exc, paramiko.AuthenticationException):
+            how = f"key {self.identity_file}" if self.identity_file else "the agent's and default keys"
+            return AuthenticationError(
+                f"{self.node}: {self.user}@{where} refused authentication with {how}: {exc}",
+                hint=f"make sure the public key is in ~{self.user}/.ssh/authorized_keys on {self.host} "
+                "(ssh-copy-id), or set ssh.identity_file / ssh.user in cluster.yaml",
+                node=self.node,
+            )
+        if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+            codes = {e.errno for e in exc.errors.values()}
+            why = "connection refused" if errno.ECONNREFUSED in codes else "no route to host"
+            return UnreachableError(f"{self.node}: cannot reach {where}: {why}", hint=unreachable_hint, node=self.node)
+        if isinstance(exc, socket.gaierror):
+            return UnreachableError(
+                f"{self.node}: cannot resolve host name {self.host!r}: {exc.strerror}",
+                hint="fix nodes[].host in cluster.yaml or the machine's DNS / /etc/hosts",
+                node=self.node,
+            )
+        if isinstance(exc, (socket.timeout, TimeoutError)):
+            return UnreachableError(
+                f"{self.node}: cannot reach {where}: no answer within {t:g}s (connect timeout)",
+                hint=unreachable_hint,
+                node=self.node,
+            )
+        if isinstance(exc, OSError):
+            return UnreachableError(
+                f"{self.node}: cannot reach {where}: {exc.strerror or exc}", hint=unreachable_hint, node=self.node
+            )
+        if isinstance(exc, (paramiko.SSHException, EOFError)):
+            return UnreachableError(
+                f"{self.node}: SSH handshake with {where} failed within {t:g}s: {exc or type(exc).__name__}",
+                hint=unreachable_hint,
+                node=self.node,
+            )
+        return exc  # not a transport failure: a bug, let it surface
+
+    # --- commands ----------------------------------------------------------------------
+    def run(self, argv: Sequence[str], timeout: float = 60.0, env: dict[str, str] | None = None) -> CommandResult:
+        shown = shlex.join(list(argv))
+        command = remote_command(argv, timeout, env)
+        transport = self._transport()
+        start = time.monotonic()
+        try:
+            chan = transport.open_session(timeout=self.connect_timeout)
+            chan.exec_command(command)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise UnreachableError(
+                f"{self.node}: lost the SSH connection to {self.where} before `{shown}` started: {exc}",
+                hint="the node or its sshd went away; re-run the command",
+                node=self.node,
+            ) from exc
+        out: list[bytes] = []
+        err: list[bytes] = []
+        # Read both streams at once: a command that fills stderr while we wait on stdout would
+        # otherwise block forever on a full SSH window.
+        readers = [
+            threading.Thread(target=_drain, args=(chan.recv, out), daemon=True, name=f"ssh-out-{self.node}"),
+            threading.Thread(target=_drain, args=(chan.recv_stderr, err), daemon=True, name=f"ssh-err-{self.node}"),
+        ]
+        for r in readers:
+            r.start()
+        deadline = start + timeout
+        for r in readers:
+            r.join(max(0.0, deadline - time.monotonic()))
+        if any(r.is_alive() for r in readers) or not _wait_exit(chan, deadline):
+            chan.close()  # the node's `timeout` ends the process; we stop waiting now
+            raise CommandTimeoutError(
+                f"{self.node}: `{shown}` did not finish within {timeout:g}s on {self.where}; it was stopped",
+                hint="the node may be overloaded or the command hung; raise the timeout only if it is known to be slow",
+                node=self.node,
+            )
+        code = chan.recv_exit_status()
+        chan.close()
+        return CommandResult(
+            argv=tuple(argv),
+            exit_code=code,
+            stdout=b"".join(out).decode("utf-8", "replace"),
+            stderr=b"".join(err).decode("utf-8", "replace"),
+            seconds=time.monotonic() - start,
+        )
+
+    def put_file(self, path: str, content: bytes, mode: int = 0o600) -> None:
+        """Write ``content`` to ``path`` on the node atomically; the file has ``mode`` before
+        any byte is written (secrets such as the Ray token are never readable by others)."""
+        parent = str(PurePosixPath(path).parent)
+        self.run(["mkdir", "-p", parent], timeout=30).check(self.node)
+        tmp = f"{path}.orch-{uuid.uuid4().hex[:8]}"
+        try:
+            sftp = paramiko.SFTPClient.from_transport(self._transport())
+            if sftp is None:
+                raise paramiko.SSHException("sftp subsystem unavailable")
+            with sftp:
+                with sftp.open(tmp, "wb") as f:
+                    sftp.chmod(tmp, mode)
+                    f.write(content)
+                sftp.posix_rename(tmp, path)
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise CommandFailedError(
+                f"{self.node}: could not write {path} on {self.where}: {exc}",
+                hint="check free space and permissions on the node",
+                node=self.node,
+            ) from exc
+
+    # --- port forwarding ---------------------------------------------------------------
+    def forward(self, remote_host: str, remote_port: int) -> int:
+        """Listen on 127.0.0.1:<free port> here and tunnel each connection to
+        remote_host:remote_port as seen from the node. Returns the local port."""
+        fwd = _Forward(self, remote_host, remote_port)
+        with self._lock:
+            self._forwards.append(fwd)
+        return fwd.port
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            forwards, self._forwards = self._forwards, []
+            client, self._client = self._client, None
+        for fwd in forwards:
+            fwd.close()
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> SshRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _drain(recv, sink: list[bytes]) -> None:
+    try:
+        while True:
+            data = recv(65536)
+            if not data:
+                return
+            sink.append(data)
+    except (OSError, EOFError, paramiko.SSHException):
+        return
+
+
+def _wait_exit(chan: paramiko.Channel, deadline: float) -> bool:
+    # After EOF on both streams the exit status follows at once; wait for it within the deadline.
+    while not chan.exit_status_ready():
+        if time.monotonic() >= deadline or chan.closed:
+            return chan.exit_status_ready()
+        time.sleep(0.005)
+    return True
+
+
+class _Forward:
+    """One local listener whose connections are tunnelled through the runner's SSH transport."""
+
+    def __init__(self, runner: SshRunner, remote_host: str, remote_port: int) -> None:
+        self.runner, self.remote = runner, (remote_host, remote_port)
+        self.transport = runner._transport()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.closed = threading.Event()
+        self.pumps: list[tuple[socket.socket, paramiko.Channel]] = []
+        threading.Thread(target=self._accept_loop, daemon=True, name=f"ssh-fwd-{runner.node}-{self.port}").start()
+
+    def _accept_loop(self) -> None:
+        while not self.closed.is_set():
+            try:
+                ready, _, _ = select.select([self.sock], [], [], 0.2)
+                if not ready:
+                    continue
+                conn, peer = self.sock.accept()
+            except OSError:
+                return
+            try:
+                chan = self.transport.open_channel("direct-tcpip", self.remote, peer, timeout=self.runner.connect_timeout)
+            except (paramiko.SSHException, OSError, EOFError):
+                conn.close()  # the client sees the connection close, as with ssh -L
+                continue
+            self.pumps.append((conn, chan))
+            threading.Thread(target=self._pump, args=(conn, chan), daemon=True).start()
+
+    def _pump(self, conn: socket.socket, chan: paramiko.Channel) -> None:
+        try:
+            while not self.closed.is_set():
+                ready, _, _ = select.select([conn, chan], [], [], 0.5)
+                if conn in ready:
+                    data = conn.recv(65536)
+                    if not data:
+                        break
+                    chan.sendall(data)
+                if chan in ready:
+                    data = chan.recv(65536)
+                    if not data:
+                        break
+                    conn.sendall(data)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+        finally:
+            chan.close()
+            conn.close()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.sock.close()
+        for conn, chan in self.pumps:
+            chan.close()
+            conn.close()

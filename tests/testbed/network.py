@@ -1,0 +1,202 @@
+"""Network plumbing of the test bed: subnets, bridges, network namespaces, veth pairs, nft rules.
+
+Does I/O: runs ``ip`` and ``nft`` (needs root). Names are derived from the run id so that
+several test beds (other test sessions on the same machine) never touch each other's objects:
+bridge ``orchtb<run>`` (and ``orchtb<run>i`` for the ``ib0`` network), namespaces
+``orchtb-<run>-<i>``, root-side veth ends ``otb<run><i>e`` / ``otb<run><i>i``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import random
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+PREFIX = "orchtb"
+CLAIMS_DIR = Path("/run/orchtb-claims")
+
+
+class NetError(RuntimeError):
+    """An ``ip``/``nft`` command failed; the message carries its argv and stderr."""
+
+
+def sh(argv: Sequence[str], check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, input=input)
+    if check and proc.returncode != 0:
+        raise NetError(f"`{' '.join(argv)}` exited {proc.returncode}: {proc.stderr.strip()}")
+    return proc
+
+
+@dataclass(frozen=True)
+class Subnets:
+    """Two /24 networks for one run: ``eth`` (the ssh/Ray network) and ``ib`` (the ib0 network)."""
+
+    eth: ipaddress.IPv4Network
+    ib: ipaddress.IPv4Network
+
+    def gateway(self) -> str:
+        return str(self.eth.network_address + 1)
+
+    def host_address(self, index: int) -> str:
+        return str(self.eth.network_address + 10 + index)
+
+    def ib_gateway(self) -> str:
+        return str(self.ib.network_address + 1)
+
+    def ib_address(self, index: int) -> str:
+        return str(self.ib.network_address + 10 + index)
+
+
+def _used_networks() -> list[ipaddress.IPv4Network]:
+    used = []
+    out = sh(["ip", "-j", "-4", "route", "show", "table", "all"], check=False).stdout or "[]"
+    for route in json.loads(out):
+        dst = route.get("dst", "")
+        if dst and dst != "default" and "." in dst:
+            try:
+                used.append(ipaddress.ip_network(dst if "/" in dst else dst + "/32", strict=False))
+            except ValueError:
+                pass
+    return used
+
+
+def claim_subnets(run_id: str, rng: random.Random | None = None) -> Subnets:
+    """Pick a free pair of 10.X.Y.0/24 networks and claim it (a file per claim, created with
+    O_EXCL so two test beds starting at the same moment cannot pick the same one)."""
+    rng = rng or random.Random()
+    CLAIMS_DIR.mkdir(parents=True, exist_ok=True)
+    used = _used_networks()
+    for _ in range(200):
+        x, y = rng.randint(64, 250), rng.randrange(0, 254, 2)
+        eth = ipaddress.ip_network(f"10.{x}.{y}.0/24")
+        ib = ipaddress.ip_network(f"10.{x}.{y + 1}.0/24")
+        if any(eth.overlaps(u) or ib.overlaps(u) for u in used):
+            continue
+        claim = CLAIMS_DIR / f"10.{x}.{y}"
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(run_id + "\n")
+        return Subnets(eth, ib)
+    raise NetError("no free 10.x.y.0/24 pair found for the test bed")
+
+
+def release_subnets(run_id: str) -> None:
+    if not CLAIMS_DIR.is_dir():
+        return
+    for claim in CLAIMS_DIR.iterdir():
+        try:
+            if claim.read_text().strip() == run_id:
+                claim.unlink()
+        except OSError:
+            pass
+
+
+def bridge_name(run_id: str, ib: bool = False) -> str:
+    return f"{PREFIX}{run_id}" + ("i" if ib else "")
+
+
+def netns_name(run_id: str, index: int) -> str:
+    return f"{PREFIX}-{run_id}-{index}"
+
+
+def veth_name(run_id: str, index: int, ib: bool = False) -> str:
+    return f"otb{run_id}{index}" + ("i" if ib else "e")
+
+
+def create_bridge(run_id: str, subnets: Subnets, ib: bool = False) -> None:
+    br = bridge_name(run_id, ib)
+    net = subnets.ib if ib else subnets.eth
+    gw = subnets.ib_gateway() if ib else subnets.gateway()
+    sh(["ip", "link", "add", br, "type", "bridge"])
+    sh(["ip", "addr", "add", f"{gw}/{net.prefixlen}", "dev", br])
+    sh(["ip", "link", "set", br, "up"])
+
+
+def create_host_netns(run_id: str, index: int, subnets: Subnets, with_ib: bool) -> str:
+    """Create the namespace of host ``index`` with ``lo`` up, ``eth0`` on the run's bridge and,
+    when asked, ``ib0`` on the run's second bridge. Returns the namespace name."""
+    ns = netns_name(run_id, index)
+    sh(["ip", "netns", "add", ns])
+    sh(["ip", "-n", ns, "link", "set", "lo", "up"])
+    nics = [("eth0", False)] + ([("ib0", True)] if with_ib else [])
+    for inner, ib in nics:
+        outer = veth_name(run_id, index, ib)
+        net = subnets.ib if ib else subnets.eth
+        addr = subnets.ib_address(index) if ib else subnets.host_address(index)
+        sh(["ip", "link", "add", outer, "type", "veth", "peer", "name", inner, "netns", ns])
+        sh(["ip", "link", "set", outer, "master", bridge_name(run_id, ib), "up"])
+        sh(["ip", "-n", ns, "addr", "add", f"{addr}/{net.prefixlen}", "dev", inner])
+        sh(["ip", "-n", ns, "link", "set", inner, "up"])
+    return ns
+
+
+def delete_netns(ns: str) -> None:
+    sh(["ip", "netns", "del", ns], check=False)
+    etc = Path("/etc/netns") / ns
+    if etc.is_dir():
+        for p in sorted(etc.rglob("*"), reverse=True):
+            p.unlink() if not p.is_dir() else p.rmdir()
+        etc.rmdir()
+
+
+def delete_link(name: str) -> None:
+    sh(["ip", "link", "del", name], check=False)
+
+
+def list_netns(prefix: str) -> list[str]:
+    out = sh(["ip", "-j", "netns", "list"], check=False).stdout.strip() or "[]"
+    return [n["name"] for n in json.loads(out) if n.get("name", "").startswith(prefix)]
+
+
+def list_links(prefix: str) -> list[str]:
+    out = sh(["ip", "-j", "link", "show"], check=False).stdout.strip() or "[]"
+    return [n["ifname"] for n in json.loads(out) if n.get("ifname", "").startswith(prefix)]
+
+
+# --- faults (nft inside a host's namespace; stack notes: tc netem is not available) ---------
+
+_TABLE = "orchtb"
+
+
+def _nft(ns: str, *args: str, input: str | None = None) -> None:
+    sh(["ip", "netns", "exec", ns, "nft", *args], input=input)
+
+
+def _ensure_table(ns: str) -> None:
+    _nft(
+        ns,
+        "-f",
+        "-",
+        input=(
+            f"table inet {_TABLE} {{\n"
+            "  chain out { type filter hook output priority 0; }\n"
+            "  chain in { type filter hook input priority 0; }\n"
+            "}\n"
+        ),
+    )
+
+
+def block_port(ns: str, dst_addr: str, port: int) -> None:
+    """Drop the host's outgoing TCP packets to ``dst_addr:port`` (a connect then times out)."""
+    _ensure_table(ns)
+    _nft(ns, "add", "rule", "inet", _TABLE, "out", "ip", "daddr", dst_addr, "tcp", "dport", str(port), "drop")
+
+
+def drop_all(ns: str) -> None:
+    """Drop every packet into and out of the host's eth0/ib0 (loopback keeps working): the host
+    is as if unplugged; a connect to it times out."""
+    _ensure_table(ns)
+    for chain, direction in (("in", "iifname"), ("out", "oifname")):
+        _nft(ns, "add", "rule", "inet", _TABLE, chain, direction, "!=", "lo", "drop")
+
+
+def clear_faults(ns: str) -> None:
+    sh(["ip", "netns", "exec", ns, "nft", "delete", "table", "inet", _TABLE], check=False)
