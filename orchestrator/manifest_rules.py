@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -151,7 +152,7 @@ def _unwrap(annotation: Any, list_item: bool) -> Any:
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         if origin is typing.Annotated:
             annotation = args[0]
-        elif origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+        elif origin in (typing.Union, types.UnionType) and len(args) == 1:
             annotation = args[0]
         elif origin is list and list_item:
             return args[0]
@@ -214,25 +215,38 @@ def _from_pydantic(err: dict[str, Any], data: dict[str, Any], doc: LocatedDocume
 # ---- cross-field rules ----
 
 
-def _try(model: type[BaseModel], raw: Any, context: dict[str, Any]) -> Any:
+def _salvage(model: type[BaseModel], raw: Any, context: dict[str, Any]) -> tuple[Any, frozenset[str]]:
+    """The section validated on its own; if some keys are invalid, validated again without them
+    (they take their defaults) and named in the returned set, so that rules skip them."""
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        return None, frozenset()
     try:
-        return model.model_validate({} if raw is None else raw, context=context)
+        return model.model_validate(raw, context=context), frozenset()
+    except ValidationError as exc:
+        bad = frozenset(str(e["loc"][0]) for e in exc.errors() if e["loc"])
+    try:
+        return model.model_validate({k: v for k, v in raw.items() if k not in bad}, context=context), bad
     except ValidationError:
-        return None
+        return None, bad
 
 
 def cross_field_problems(data: dict[str, Any], context: dict[str, Any]) -> list[tuple[PathKey, str]]:
-    """Rules that relate fields, each checked on the sections that are valid on their own."""
+    """Rules that relate fields. Each runs on the values that are valid by themselves; a value
+    that is invalid (already reported) is left out of the rules that involve it."""
     out: list[tuple[PathKey, str]] = []
     raw_nodes = data.get("nodes")
     if not isinstance(raw_nodes, list):
         return out
     accelerator = data.get("accelerator", "gpu")
-    ssh: SshDefaults | None = _try(SshDefaults, data.get("ssh"), context)
-    ray: RaySettings | None = _try(RaySettings, data.get("ray"), context)
-    serve: ServeSettings | None = _try(ServeSettings, data.get("serve"), context)
-    nodes = [(i, _try(NodeSpec, raw, context)) for i, raw in enumerate(raw_nodes)]
-    valid = [(i, n) for i, n in nodes if n is not None]
+    ssh, ssh_bad = _salvage(SshDefaults, data.get("ssh"), context)
+    ray, ray_bad = _salvage(RaySettings, data.get("ray"), context)
+    serve, serve_bad = _salvage(ServeSettings, data.get("serve"), context)
+    valid: list[tuple[int, NodeSpec, frozenset[str]]] = []
+    for i, raw in enumerate(raw_nodes):
+        node, bad = _salvage(NodeSpec, raw, context)
+        if node is not None:
+            valid.append((i, node, bad))
 
     # exactly one head, judged on the raw roles so that a broken node still counts
     roles = [(i, raw.get("role", "worker")) for i, raw in enumerate(raw_nodes) if isinstance(raw, dict)]
@@ -251,13 +265,15 @@ def cross_field_problems(data: dict[str, Any], context: dict[str, Any]) -> list[
             else:
                 names[name] = i
 
-    locals_ = [(i, n) for i, n in valid if n.transport == "local"]
-    for i, _ in locals_[1:]:
-        out.append((("nodes", i, "transport"), f"only one node can be the machine orch runs on; nodes[{locals_[0][0]}] already has 'transport: local'"))
+    locals_ = [i for i, n, _ in valid if n.transport == "local"]
+    for i in locals_[1:]:
+        out.append((("nodes", i, "transport"), f"only one node can be the machine orch runs on; nodes[{locals_[0]}] already has 'transport: local'"))
 
     if accelerator in ("gpu", "cpu"):
-        for i, node in valid:
-            given = isinstance(raw_nodes[i], dict) and "gpus" in raw_nodes[i]
+        for i, node, bad in valid:
+            given = "gpus" in raw_nodes[i]
+            if "gpus" in bad:
+                continue
             if accelerator == "gpu" and node.gpus < 1:
                 out.append((("nodes", i, "gpus"),
                             f"must be at least 1 on a gpu cluster (got {node.gpus})" if given
@@ -265,14 +281,25 @@ def cross_field_problems(data: dict[str, Any], context: dict[str, Any]) -> list[
             elif accelerator == "cpu" and node.gpus > 0:
                 out.append((("nodes", i, "gpus"), f"must be 0 on a cpu cluster (got {node.gpus}); set 'accelerator: gpu' to use GPUs"))
 
-    if ssh is not None:
-        seen: dict[tuple[str, int], int] = {}
-        for i, node in valid:
-            key = (node.host.lower().rstrip("."), node.port if node.port is not None else ssh.port)
-            if key in seen:
-                out.append((("nodes", i, "host"), f"'{node.host}' port {key[1]} is already nodes[{seen[key]}]; each node needs its own host or SSH port"))
-            else:
-                seen[key] = i
+    # each node's effective SSH port, where it is known
+    ssh_ports: dict[int, tuple[int, PathKey]] = {}
+    for i, node, bad in valid:
+        if {"port", "transport"} & bad:
+            continue
+        if node.port is not None:
+            ssh_ports[i] = (node.port, ("nodes", i, "port"))
+        elif ssh is not None and "port" not in ssh_bad:
+            ssh_ports[i] = (ssh.port, ("ssh", "port"))
+
+    seen: dict[tuple[str, int], int] = {}
+    for i, node, bad in valid:
+        if "host" in bad or i not in ssh_ports:
+            continue
+        key = (node.host.lower().rstrip("."), ssh_ports[i][0])
+        if key in seen:
+            out.append((("nodes", i, "host"), f"'{node.host}' port {key[1]} is already nodes[{seen[key]}]; each node needs its own host or SSH port"))
+        else:
+            seen[key] = i
 
     if ray is not None:
         for field, port in (("port", ray.port), ("dashboard_port", ray.dashboard_port)):
@@ -281,7 +308,9 @@ def cross_field_problems(data: dict[str, Any], context: dict[str, Any]) -> list[
     if serve is not None and serve.http_port in RAY_WORKER_PORTS:
         out.append((("serve", "http_port"), f"{serve.http_port} is inside Ray's worker port range 10002-19999 (used on every node); pick another, e.g. 8000"))
     if ray is not None and serve is not None:
-        out += _port_collisions(valid, ssh, ray, serve, written=lambda path: _written(data, path))
+        untrusted = {("ray", f) for f in ray_bad} | {("serve", f) for f in serve_bad}
+        sshd = [(i, node, ssh_ports[i]) for i, node, bad in valid if i in ssh_ports and node.transport == "ssh" and "role" not in bad]
+        out += _port_collisions(sshd, ray, serve, untrusted, written=lambda path: _written(data, path))
     return list(dict.fromkeys(out))
 
 
@@ -298,12 +327,13 @@ def _written(data: Any, path: PathKey) -> bool:
 
 
 def _port_collisions(
-    nodes: list[tuple[int, NodeSpec]], ssh: SshDefaults | None, ray: RaySettings, serve: ServeSettings,
-    written: typing.Callable[[PathKey], bool],
+    sshd_nodes: list[tuple[int, NodeSpec, tuple[int, PathKey]]], ray: RaySettings, serve: ServeSettings,
+    untrusted: set[PathKey], written: typing.Callable[[PathKey], bool],
 ) -> list[tuple[PathKey, str]]:
     """Ports one node would bind twice. A port's path is None when Ray fixes it (not settable in
     the manifest); a clash is reported once, at a settable field involved, preferably one that
-    the file sets (a default has no line of its own)."""
+    the file sets (a default has no line of its own). ``untrusted`` fields (invalid, already
+    reported) take part in no clash."""
     everywhere: list[tuple[int, PathKey | None, str]] = [
         (RAY_DASHBOARD_AGENT_PORT, None, "the Ray dashboard agent (every node)"),
         (serve.http_port, ("serve", "http_port"), "serve.http_port (Ray Serve HTTP proxy, every node)"),
@@ -313,14 +343,12 @@ def _port_collisions(
         (ray.dashboard_port, ("ray", "dashboard_port"), "ray.dashboard_port (Ray dashboard)"),
         (RAY_CLIENT_SERVER_PORT, None, "the Ray client server"),
     ] + everywhere
+    on_head = [entry for entry in on_head if entry[1] not in untrusted]
+    everywhere = [entry for entry in everywhere if entry[1] not in untrusted]
     out: list[tuple[PathKey, str]] = []
     _clashes(on_head, "on the head node", out, written)
-    for i, node in nodes:
-        if node.transport != "ssh" or (node.port is None and ssh is None):
-            continue
-        port = node.port if node.port is not None else ssh.port  # type: ignore[union-attr]
-        path = ("nodes", i, "port") if node.port is not None else ("ssh", "port")
-        sshd = [(port, path, f"sshd on node '{node.name}'")]
+    for _, node, (port, path) in sshd_nodes:
+        sshd: list[tuple[int, PathKey | None, str]] = [(port, path, f"sshd on node '{node.name}'")]
         _clashes(sshd + (on_head if node.role == "head" else everywhere), f"on node '{node.name}'", out, written, only_first=True)
     return out
 

@@ -6,7 +6,6 @@ case states its expected line next to the text it comes from.
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 
@@ -768,3 +767,39 @@ def test_template_shapes():
     big = load_manifest_file(REPO / "cluster-templates" / "2x8-h100-405b.yaml")
     assert [n.role for n in big.nodes] == ["head", "worker"] and {n.interface for n in big.nodes} == {"ib0"}
     assert big.total_gpus == 16 and big.targets is not None and big.targets.ttft_p95_ms
+
+
+def test_rules_still_run_beside_an_invalid_value_in_the_same_section():
+    problems = problems_of("""\
+        name: x
+        nodes:
+          - {name: a, host: h, role: head, gpus: 1}
+          - {name: b, host: h2, gpu: 8}
+        ray:
+          object_store_memory: 64G
+        serve:
+          http_port: 6379
+        """)
+    assert problems == [
+        "cluster.yaml:4: nodes[1].gpu: unknown key 'gpu' (did you mean 'gpus'?)",
+        "cluster.yaml:4: nodes[1].gpus: required on a gpu cluster: how many GPUs this node has (e.g. 8)",
+        "cluster.yaml:6: ray.object_store_memory: unknown unit 'G' in '64G' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)",
+        "cluster.yaml:8: serve.http_port: port 6379 is also used by ray.port (Ray GCS) on the head node",
+    ]
+
+
+def test_an_invalid_value_is_reported_once_not_again_by_rules_on_its_default():
+    problems = problems_of("""\
+        name: x
+        ssh: {port: 2200}
+        nodes:
+          - {name: a, host: h, role: head, gpus: "8", port: 22}
+          - {name: b, host: h, gpus: 1, port: twenty-two}
+        ray: {port: "8000"}
+        serve: {http_port: 6379}
+        """)
+    assert problems == [
+        "cluster.yaml:4: nodes[0].gpus: must be a whole number (got '8')",
+        "cluster.yaml:5: nodes[1].port: must be a whole number (got 'twenty-two')",
+        "cluster.yaml:6: ray.port: must be a whole number (got '8000')",
+    ]
