@@ -151,7 +151,8 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -
         weights.add_row(d, f"{DTYPE_BYTES[d]:g}", f"{total:.1f} GiB", f"{total / (p.tp * p.pp):.1f} GiB")
     out.print(weights)
 
-    kv = Table(title=f"KV cache  2 * N_layer * H_kv * d * s = {seed['kv_bytes_per_token'] / KIB:,.1f} KiB per token", title_justify="left")
+    out.print(f"KV cache: {seed['kv_bytes_per_token'] / KIB:,.1f} KiB per token = 2 * N_layer * H_kv * d * s (MLA: latent per layer)")
+    kv = Table(title="KV cache  M_KV = per token * L * B", title_justify="left")
     for col in ("L", "B", "whole model", f"per GPU at TP={p.tp} PP={p.pp}"):
         kv.add_column(col, justify="right")
     for row in seed["kv_cache_gib"]:

@@ -1,0 +1,102 @@
+"""`orch plan`: the JSON contract other tools script against, the tables, and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+CONTRACT_KEYS = (
+    "model", "params", "weights_gib_per_gpu", "kv_bytes_per_token_per_gpu", "kv_cache_gib_per_gpu",
+    "kv_cache_tokens", "max_concurrency", "tp", "pp", "replicas", "fits", "reasons",
+)  # fmt: skip
+
+
+def run_json(capsys, *args: str) -> dict:
+    rc = main(["plan", *args, "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    return json.loads(out.out)
+
+
+def test_json_has_the_contract_keys_and_seed_tables(capsys):
+    data = run_json(capsys, "--model", "llama3-8b", "--gpu-type", "H100-80GB", "--gpus-per-node", "8")
+    for key in CONTRACT_KEYS:
+        assert key in data, key
+    assert (data["tp"], data["pp"], data["replicas"], data["fits"]) == (1, 1, 8, True)
+    assert data["kv_bytes_per_token_per_gpu"] == 131072
+    assert data["seed"]["weights_gib"]["bf16"] == pytest.approx(14.96, abs=0.01)
+    assert [row["gib"] for row in data["seed"]["kv_cache_gib"][:3]] == [1.0, 16.0, 64.0]
+    assert data["kv_cache_tokens"] % 16 == 0
+
+
+def test_405b_on_the_two_node_template_is_tp8_pp2(capsys):
+    data = run_json(capsys, "--model", "llama3-405b", "--cluster", str(REPO / "cluster-templates" / "2x8-h100-405b.yaml"))
+    assert (data["tp"], data["pp"], data["replicas"], data["fits"]) == (8, 2, 1, True)
+    assert data["stage_layers"] == [63, 63]
+    assert data["engine_kwargs"]["pipeline_parallel_size"] == 2
+
+
+def test_flags_override_the_manifest_shape(capsys):
+    data = run_json(capsys, "--model", "llama3-405b", "--cluster", str(REPO / "cluster-templates" / "2x8-h100-405b.yaml"), "--nodes", "1")
+    assert data["fits"] is False and data["nodes"] == 1
+    assert any("2 nodes of 8" in s for s in data["suggestions"])
+
+
+def test_tiny_model_folder_on_cpu(capsys, tiny_model_dir):
+    data = run_json(capsys, "--model", str(tiny_model_dir), "--gpu-type", "cpu", "--max-model-len", "1024", "--kv-cache-gib", "1")
+    assert (data["tp"], data["pp"], data["fits"]) == (1, 1, True)
+    assert data["kv_cache_tokens"] == 2**30 // data["kv_bytes_per_token_per_gpu"]
+
+
+def test_forced_kv_cache_and_memory(capsys):
+    data = run_json(capsys, "--model", "llama3-8b", "--gpu-memory-gib", "40", "--gpus-per-node", "1", "--kv-cache-gib", "8")
+    assert data["kv_cache_gib_per_gpu"] == 8 and data["kv_cache_gib_fixed"] is True
+    assert data["gpu_memory_gib"] == 40
+
+
+def test_rich_output_shows_the_seed_tables_and_reasons(capsys):
+    assert main(["plan", "--model", "llama3-70b", "--gpu-type", "H100-80GB"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("Weights", "131.4 GiB", "65.7 GiB", "32.9 GiB", "KV cache", "320.0 KiB per token", "B_max", "Why", "tensor parallel"):
+        assert needle in out, needle
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--model", "llama3_8b"], "did you mean 'llama3-8b'"),
+        (["--model", "llama3-70b", "--tp", "3"], "does not divide the 64 attention heads"),
+        (["--model", "llama3-70b", "--tp", "1", "--pp", "1"], "does not fit"),
+        (["--model", "llama3-8b", "--gpu-type", "H1000"], "unknown GPU type"),
+        (["--model", "llama3-8b", "--max-model-len", "999999"], "exceeds the model's"),
+        (["--model", "llama3-8b", "--gpu-type", "cpu", "--tp", "2"], "do not apply"),
+        (["--model", "llama3-8b", "--cluster", "/nonexistent/cluster.yaml"], ""),
+    ],
+)
+def test_bad_requests_exit_2_with_a_clear_error(capsys, args, needle):
+    assert main(["plan", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and needle in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model", "llama3-8b", "--tp", "0"],
+        ["--model", "llama3-8b", "--gpu-memory-utilization", "1.5"],
+        ["--model", "llama3-8b", "--dtype", "fp4"],
+        ["--model", "llama3-8b", "--kv-cache-dtype", "int8"],
+        ["--model", "llama3-8b", "--nodes", "zero"],
+        ["--gpu-type", "H100-80GB"],
+    ],
+)
+def test_bad_flags_exit_2(capsys, args):
+    assert main(["plan", *args]) == 2
+    err = capsys.readouterr().err
+    assert "Error" in err or "error" in err

@@ -1,0 +1,364 @@
+"""The planner: seed 000's worked numbers, vLLM's layer split and capacity, the TP/PP choice."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.capacity import PlanOptions, stage_capacities
+from orchestrator.catalog import CATALOG, ModelSpec, spec_from_config
+from orchestrator.cluster_shape import GIB, ClusterShape, make_shape
+from orchestrator.errors import PlanError
+from orchestrator.memory import (
+    KIB,
+    b_max,
+    count_params,
+    kv_bytes,
+    kv_bytes_per_token,
+    pp_layer_split,
+    stage_layer_ranges,
+    stage_weight_bytes,
+    weight_bytes,
+)
+from orchestrator.planner import evaluate, plan_model, replicas_for
+
+# ---- seed 000, exactly as its code cell counts (vocab 128000, no norms, Wq/Wo = D x D) ----
+
+SEED_V = 128_000
+SEED_CFG = {
+    "8B": dict(layers=32, dim=4096, ffn=14336, heads=32, kv=8),
+    "70B": dict(layers=80, dim=8192, ffn=28672, heads=64, kv=8),
+}
+
+
+def seed_n_params(c: dict) -> int:
+    """The seed's own n_params, transcribed, to check orch counts the same way."""
+    dh = c["dim"] // c["heads"]
+    attn = 2 * c["dim"] ** 2 + 2 * c["dim"] * c["kv"] * dh
+    ffn = 3 * c["dim"] * c["ffn"]
+    return c["layers"] * (attn + ffn) + 2 * SEED_V * c["dim"]
+
+
+def seed_spec(size: str) -> ModelSpec:
+    c = SEED_CFG[size]
+    return ModelSpec(f"seed-{size}", c["layers"], c["dim"], c["ffn"], c["heads"], c["kv"], c["dim"] // c["heads"], SEED_V)
+
+
+@pytest.mark.parametrize(("size", "billions"), [("8B", "8.03"), ("70B", "70.55")])
+def test_seed_parameter_counts(size, billions):
+    seed = count_params(seed_spec(size), include_norms=False).total
+    assert seed == seed_n_params(SEED_CFG[size])
+    assert f"{seed / 1e9:.2f}" == billions
+    # The real Llama 3.1 configs (vocab 128256, norms counted) round to the same figures.
+    real = count_params(CATALOG[f"llama3-{size.lower()}"]).total
+    assert real > seed and f"{real / 1e9:.2f}" == billions
+
+
+@pytest.mark.parametrize(("size", "gib"), [("8B", ("15.0", "7.5", "3.7")), ("70B", ("131.4", "65.7", "32.9"))])
+def test_seed_weight_memory_bf16_int8_int4(size, gib):
+    for spec in (seed_spec(size), CATALOG[f"llama3-{size.lower()}"]):
+        params = count_params(spec, include_norms=spec.name.startswith("llama")).total
+        assert tuple(f"{weight_bytes(params, d) / GIB:.1f}" for d in ("bf16", "int8", "int4")) == gib
+
+
+@pytest.mark.parametrize(
+    ("size", "kib", "kv_gib"), [("8B", 128, ("1.0", "16.0", "64.0")), ("70B", 320, ("2.5", "40.0", "160.0"))]
+)
+def test_seed_kv_cache(size, kib, kv_gib):
+    spec = CATALOG[f"llama3-{size.lower()}"]
+    assert kv_bytes_per_token(spec) == kib * KIB
+    got = tuple(f"{kv_bytes(spec, L, B) / GIB:.1f}" for L, B in [(8192, 1), (8192, 16), (32768, 16)])
+    assert got == kv_gib
+
+
+def test_seed_gqa_what_if_32_kv_heads():
+    mha = replace(CATALOG["llama3-8b"], kv_heads=32)
+    assert f"{kv_bytes(mha, 8192, 1) / GIB:.1f}" == "4.0"
+    assert kv_bytes(mha, 8192, 1) == 4 * kv_bytes(CATALOG["llama3-8b"], 8192, 1)
+
+
+def test_seed_b_max_59_for_8b_on_80_gb():
+    spec = seed_spec("8B")
+    weights = weight_bytes(count_params(spec, include_norms=False).total, "bf16")
+    assert b_max(80e9, weights, kv_bytes(spec, 8192, 1)) == 59
+    assert b_max(10e9, weights, kv_bytes(spec, 8192, 1)) == 0  # weights alone do not fit
+
+
+def test_published_parameter_counts_of_moe_and_mla_models():
+    assert f"{count_params(CATALOG['mixtral-8x7b']).total / 1e9:.1f}" == "46.7"
+    assert f"{count_params(CATALOG['deepseek-v3']).total / 1e9:.0f}" == "671"
+    assert f"{count_params(CATALOG['qwen2.5-72b']).total / 1e9:.1f}" == "72.7"
+
+
+def test_mla_caches_one_latent_per_layer_on_every_tp_rank():
+    ds = CATALOG["deepseek-v3"]
+    per_token = 61 * (512 + 64) * 2
+    assert kv_bytes_per_token(ds) == per_token
+    assert kv_bytes_per_token(ds, tp=8) == per_token
+
+
+def test_kv_heads_split_over_tp_and_replicated_beyond():
+    spec = CATALOG["llama3-70b"]
+    assert kv_bytes_per_token(spec, tp=4) == kv_bytes_per_token(spec) / 4
+    assert kv_bytes_per_token(spec, tp=16) == kv_bytes_per_token(spec, tp=8) == kv_bytes_per_token(spec) / 8
+
+
+# ---- vLLM's layer split (vllm/distributed/utils.py get_pp_indices) ----
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "split"),
+    [(126, 2, (63, 63)), (80, 3, (27, 27, 26)), (61, 4, (15, 15, 16, 15)), (62, 4, (15, 16, 16, 15)), (7, 4, (2, 2, 2, 1))],
+)
+def test_pp_split_matches_vllm(layers, pp, split):
+    assert pp_layer_split(layers, pp) == split
+
+
+@given(layers=st.integers(1, 200), pp=st.integers(1, 32))
+def test_pp_split_covers_every_layer_and_stays_balanced(layers, pp):
+    if pp > layers:
+        with pytest.raises(ValueError):
+            pp_layer_split(layers, pp)
+        return
+    split = pp_layer_split(layers, pp)
+    assert sum(split) == layers and max(split) - min(split) <= 1
+    assert split[-1] == min(split)  # the last stage (final norm + head) never gets an extra layer
+    ranges = stage_layer_ranges(layers, pp)
+    assert ranges[0][0] == 0 and ranges[-1][1] == layers
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3", "tiny"])
+@pytest.mark.parametrize("pp", [1, 2, 3])
+def test_stage_weights_add_up_to_the_model_and_place_embeddings_and_head(name, pp):
+    spec = CATALOG[name]
+    dtype = "bf16"
+    ranges = stage_layer_ranges(spec.layers, pp)
+    stages = [stage_weight_bytes(spec, a, b, tp=1, first=i == 0, last=i == pp - 1, dtype=dtype) for i, (a, b) in enumerate(ranges)]
+    assert sum(stages) == pytest.approx(weight_bytes(count_params(spec).total, dtype))
+    if pp > 1:
+        no_ends = stage_weight_bytes(spec, *ranges[0], tp=1, first=False, last=False, dtype=dtype)
+        assert stages[0] - no_ends == pytest.approx(spec.vocab * spec.hidden * 2)
+
+
+def test_quantized_weights_keep_embeddings_and_head_16_bit():
+    # vLLM logged 33.88 GiB per GPU for Llama-3.3-70B FP8 at TP=2 (llm-d-benchmark, below).
+    spec = CATALOG["llama3-70b"]
+    fp8 = stage_weight_bytes(spec, 0, 80, tp=2, first=True, last=True, dtype="fp8") / GIB
+    assert fp8 == pytest.approx(33.88, rel=0.01)
+    assert fp8 > weight_bytes(count_params(spec).total, "fp8") / 2 / GIB
+
+
+# ---- capacity against vLLM's own logs (each within 5% of the KV figure vLLM printed) ----
+
+LLM_D = "https://github.com/llm-d/llm-d-benchmark/blob/main/config_explorer/empirical-vllm-memory-results.md"
+VLLM_10517 = "https://github.com/vllm-project/vllm/issues/10517"
+VLLM_GCE = "https://github.com/ilseokoh/vllm-gce/blob/main/README.md"
+QWEN3_32B = spec_from_config(
+    {"hidden_size": 5120, "intermediate_size": 25600, "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
+     "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False, "max_position_embeddings": 40960, "torch_dtype": "bfloat16"},
+    "Qwen/Qwen3-32B config.json", name="qwen3-32b",
+)  # fmt: skip
+
+# (source, spec, GPU total GiB as vLLM saw it, tp, vLLM options, logged KV GiB or None, logged tokens or None)
+VLLM_LOGS = [
+    # vLLM 0.11.0, H100, --gpu-memory-utilization 0.9 --max-model-len 16000 --block-size 128; API-server
+    # defaults on H100: 8192 batched tokens, 1024 sequences. 0.11 did not subtract CUDA graph memory.
+    (LLM_D, CATALOG["llama3-8b"], 79.18, 1, dict(gpu_memory_utilization=0.9, max_model_len=16000, block_size=128, max_num_batched_tokens=8192, max_num_seqs=1024, cuda_graph_gib=0), 51.38, None),
+    (LLM_D, CATALOG["llama3-70b"].with_dtype("fp8"), 79.18, 2, dict(gpu_memory_utilization=0.9, max_model_len=16000, block_size=128, max_num_batched_tokens=8192, max_num_seqs=1024, cuda_graph_gib=0), 32.00, None),
+    (LLM_D, QWEN3_32B, 79.18, 1, dict(gpu_memory_utilization=0.9, max_model_len=16000, block_size=128, max_num_batched_tokens=8192, max_num_seqs=1024, cuda_graph_gib=0), 4.45, None),
+    (LLM_D, QWEN3_32B, 79.18, 2, dict(gpu_memory_utilization=0.9, max_model_len=16000, block_size=128, max_num_batched_tokens=8192, max_num_seqs=1024, cuda_graph_gib=0), 34.49, None),
+    # vLLM 0.15.1, GCE a2-highgpu-1g (A100 40GB), LLM(...) defaults + enforce_eager: 8192 batched tokens
+    # (logged), 256 sequences, max_model_len 131072.
+    (VLLM_GCE, CATALOG["llama3-8b"], 39.39, 1, dict(gpu_memory_utilization=0.9, max_num_batched_tokens=8192, max_num_seqs=256, enforce_eager=True), 19.28, 157_936),
+    # vLLM V0 (0.6), RTX 3090 (total_gpu_memory=23.58GiB logged), util 0.90, no chunked prefill:
+    # the profile batch is max_model_len tokens. "# GPU blocks: 1952" and "(23648)" tokens.
+    (VLLM_10517, CATALOG["llama3-8b"], 23.58, 1, dict(gpu_memory_utilization=0.9, max_model_len=20000, max_num_batched_tokens=20000, max_num_seqs=256, cuda_graph_gib=0, min_concurrency=0), 3.81, 1952 * 16),
+    (VLLM_10517, CATALOG["llama3-8b"], 23.58, 1, dict(gpu_memory_utilization=0.9, max_model_len=29000, max_num_batched_tokens=29000, max_num_seqs=256, cuda_graph_gib=0, min_concurrency=0), 2.89, 23_648),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("source", "spec", "total_gib", "tp", "opts", "kv_gib", "tokens"), VLLM_LOGS)
+def test_kv_capacity_within_5_percent_of_vllm_logs(source, spec, total_gib, tp, opts, kv_gib, tokens):
+    assert source.startswith("https://github.com/")
+    shape = ClusterShape(tp, 1, int(total_gib * GIB), "logged-gpu")
+    options = PlanOptions(**opts)
+    stage = stage_capacities(spec, shape, options, tp=tp, pp=1)[0]
+    if tokens is None:  # the source logged the KV memory; vLLM's token count follows from it
+        block = options.block_size
+        tokens = math.floor(kv_gib * GIB / (stage.kv_bytes_per_token * block)) * block
+    assert stage.kv_tokens == pytest.approx(tokens, rel=0.05), (stage.kv_tokens, tokens)
+    assert stage.kv_bytes / GIB == pytest.approx(kv_gib, rel=0.05)
+
+
+def test_fixed_kv_cache_replaces_the_estimate():
+    shape = make_shape(gpu_type_name="H100-80GB", gpus_per_node=1, nodes=1)
+    plan = plan_model(CATALOG["llama3-8b"], shape, PlanOptions(kv_cache_gib=10))
+    assert plan.kv_cache_gib_per_gpu == 10 and plan.kv_cache_gib_fixed
+    assert plan.kv_cache_tokens == 10 * GIB // (128 * KIB) // 16 * 16
+    assert plan.engine_kwargs()["kv_cache_memory_bytes"] == 10 * GIB
+    too_big = plan_model(CATALOG["llama3-8b"], shape, PlanOptions(kv_cache_gib=70))
+    assert not too_big.fits
+
+
+# ---- properties ----
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(["llama3-8b", "llama3-70b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v3"]),
+    gib=st.floats(20, 200),
+    extra=st.floats(0.01, 100),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 3]),
+)
+def test_more_memory_never_lowers_capacity(name, gib, extra, tp, pp):
+    spec = CATALOG[name]
+    small = ClusterShape(8, 3, int(gib * GIB), "x")
+    big = replace(small, gpu_memory_bytes=int((gib + extra) * GIB))
+    options = PlanOptions(max_model_len=4096)
+    a, b = evaluate(spec, small, options, tp, pp), evaluate(spec, big, options, tp, pp)
+    assert b.kv_tokens >= a.kv_tokens
+    assert b.fits or not a.fits
+    assert plan_model(spec, big, options).fits or not plan_model(spec, small, options).fits
+
+
+@given(
+    name=st.sampled_from(sorted(CATALOG)),
+    length=st.integers(1, 200_000),
+    batch=st.integers(1, 512),
+    k=st.integers(1, 16),
+)
+def test_kv_cache_is_linear_in_length_and_batch(name, length, batch, k):
+    spec = CATALOG[name]
+    assert kv_bytes(spec, length * k, batch) == k * kv_bytes(spec, length, batch)
+    assert kv_bytes(spec, length, batch * k) == k * kv_bytes(spec, length, batch)
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(sorted(CATALOG)), gib=st.floats(8, 200), util=st.floats(0.5, 1.0), block=st.sampled_from([16, 32, 128]))
+def test_kv_tokens_are_whole_blocks(name, gib, util, block):
+    shape = ClusterShape(8, 2, int(gib * GIB), "x")
+    plan = plan_model(CATALOG[name], shape, PlanOptions(gpu_memory_utilization=util, block_size=block, max_model_len=1024))
+    assert plan.kv_cache_tokens % block == 0
+    assert all(s.kv_tokens % block == 0 for s in plan.stages)
+    assert plan.kv_cache_tokens == min(s.kv_tokens for s in plan.stages)
+
+
+# ---- the choice ----
+
+H100 = "H100-80GB"
+
+
+def shape(nodes: int = 1, gpn: int = 8, gpu: str = H100, **kw) -> ClusterShape:
+    return make_shape(gpu_type_name=gpu, gpus_per_node=gpn, nodes=nodes, **kw)
+
+
+def test_8b_fits_one_gpu_and_replicates():
+    plan = plan_model(CATALOG["llama3-8b"], shape())
+    assert (plan.tp, plan.pp, plan.replicas, plan.fits) == (1, 1, 8, True)
+    assert "fits one GPU" in plan.reasons[-2]
+    assert plan.max_concurrency == plan.kv_cache_tokens / plan.max_model_len
+
+
+def test_70b_on_one_node_of_8_takes_tp4_the_smallest_tp_that_fits():
+    plan = plan_model(CATALOG["llama3-70b"], shape())
+    assert (plan.tp, plan.pp, plan.replicas, plan.fits) == (4, 1, 2, True)
+    why = " | ".join(plan.reasons)
+    assert "TP=2 PP=1" in why and "not enough" in why  # TP=2 leaves too little KV cache
+    assert "smallest TP that divides the 64 attention heads" in why
+
+
+def test_405b_bf16_on_two_nodes_of_8_h100_is_tp8_pp2():
+    plan = plan_model(CATALOG["llama3-405b"], shape(nodes=2))
+    assert (plan.tp, plan.pp, plan.replicas, plan.fits) == (8, 2, 1, True)
+    assert plan.stage_layers == (63, 63)
+    assert any("does not fit one node" in r and "PP=2" in r for r in plan.reasons)
+
+
+def test_405b_on_one_node_says_by_how_much_and_what_would_fit():
+    plan = plan_model(CATALOG["llama3-405b"], shape(nodes=1))
+    assert not plan.fits and plan.replicas == 0
+    text = " | ".join(plan.suggestions)
+    assert "short by" in text and "GiB per GPU" in text
+    assert "2 nodes of 8" in text
+    assert "--dtype fp8" in text
+
+
+def test_too_long_max_model_len_suggests_a_shorter_one():
+    plan = plan_model(CATALOG["llama3-70b"], shape(gpn=2))
+    assert not plan.fits
+    assert any("--max-model-len" in s for s in plan.suggestions)
+
+
+def test_no_nvlink_prefers_pipeline_parallelism():
+    plan = plan_model(CATALOG["llama3-70b"], shape(gpu="L40S-48GB"))
+    assert plan.fits and plan.tp == 1 and plan.pp > 1
+    assert any("no NVLink" in r for r in plan.reasons)
+    nvlinked = plan_model(CATALOG["llama3-70b"], shape(gpu="L40S-48GB", nvlink=True))
+    assert nvlinked.tp > 1 and nvlinked.pp == 1
+
+
+def test_tp_must_divide_heads_and_fit_kv_heads():
+    # Qwen2.5-7B: 28 heads, 4 KV heads. On 8-GPU nodes TP 8 is impossible; 2 and 4 are fine.
+    qwen = CATALOG["qwen2.5-7b"]
+    small = make_shape(gpu_type_name=None, gpu_memory_gib=12, gpus_per_node=8, nodes=1, nvlink=True)
+    plan = plan_model(qwen, small, PlanOptions(max_model_len=32768))
+    assert (plan.tp, plan.pp, plan.fits) == (2, 1, True)
+    assert any("TP sizes 8 skipped" in r and "28 attention heads" in r for r in plan.reasons)
+    tiny_gpus = replace(small, gpu_memory_bytes=7 * GIB)
+    assert plan_model(qwen, tiny_gpus, PlanOptions(max_model_len=32768)).tp == 4
+    with pytest.raises(PlanError, match="does not divide the 28 attention heads"):
+        plan_model(qwen, small, PlanOptions(tp=8))
+
+
+def test_replicas_count_whole_groups():
+    s = shape(nodes=2)
+    assert replicas_for(s, 1, 1) == 16
+    assert replicas_for(s, 4, 1) == 4
+    assert replicas_for(s, 1, 3) == 4  # 8 // 3 per node
+    assert replicas_for(s, 8, 2) == 1
+    assert replicas_for(shape(nodes=5), 8, 2) == 2
+
+
+@pytest.mark.parametrize(
+    ("opts", "needle"),
+    [
+        (dict(tp=3), "does not divide the 64 attention heads"),
+        (dict(tp=16), "exceeds the 8 GPUs per node"),
+        (dict(tp=8, pp=2), "cluster has 8"),
+        (dict(tp=1, pp=1), "does not fit"),
+        (dict(max_model_len=200_000), "exceeds the model's 131,072 positions"),
+        (dict(gpu_memory_utilization=1.5), "gpu_memory_utilization"),
+        (dict(pp=81), "exceeds the model's 80 layers"),
+    ],
+)
+def test_forced_or_invalid_choices_are_plan_errors(opts, needle):
+    with pytest.raises(PlanError, match=needle) as err:
+        plan_model(CATALOG["llama3-70b"], shape(), PlanOptions(**opts))
+    assert err.value.exit_code == 2
+
+
+def test_forced_tp_picks_the_smallest_pp_that_fits():
+    plan = plan_model(CATALOG["llama3-70b"], shape(), PlanOptions(tp=2))
+    assert (plan.tp, plan.fits) == (2, True) and plan.pp >= 2
+    assert plan.reasons[-2].startswith("forced TP=2")
+
+
+def test_cpu_cluster_plans_one_replica_per_node_from_the_fixed_kv_size():
+    cpu = make_shape(gpu_type_name="cpu", gpus_per_node=0, nodes=2)
+    plan = plan_model(CATALOG["tiny"], cpu, PlanOptions(max_model_len=1024))
+    assert (plan.tp, plan.pp, plan.replicas, plan.fits) == (1, 1, 2, True)
+    assert plan.kv_cache_tokens == GIB // kv_bytes_per_token(CATALOG["tiny"])
+    assert "kv_cache_memory_bytes" not in plan.engine_kwargs()
+
+
+def test_plan_json_has_the_contract_keys():
+    data = plan_model(CATALOG["llama3-8b"], shape()).to_json()
+    for key in ("model", "params", "weights_gib_per_gpu", "kv_bytes_per_token_per_gpu", "kv_cache_gib_per_gpu",
+                "kv_cache_tokens", "max_concurrency", "tp", "pp", "replicas", "fits", "reasons"):  # fmt: skip
+        assert key in data
+    assert data["engine_kwargs"]["tensor_parallel_size"] == 1
