@@ -47,23 +47,6 @@ SERVE_ENV_DEFAULTS: dict[str, str] = {
 # bracket keeps the pattern from matching a shell that carries it in its own command line.
 VLLM_PROCESS_PATTERNS = ("^VLLM::", r"[v]llm\.entrypoints")
 
-# Token file on a node: written by a tiny python program that reads the token from its
-# environment (never from argv, which `ps` shows) and prints the absolute path as JSON.
-TOKEN_ENV = "ORCH_RAY_TOKEN"
-TOKEN_WRITE_SCRIPT = r"""
-import json, os, sys
-path = os.path.expanduser(sys.argv[1])
-os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-tmp = "%s.%d.tmp" % (path, os.getpid())
-fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-os.fchmod(fd, 0o600)
-os.write(fd, (os.environ["ORCH_RAY_TOKEN"].strip() + "\n").encode())
-os.close(fd)
-os.replace(tmp, path)
-print(json.dumps({"path": path, "mode": oct(os.stat(path).st_mode & 0o777)}))
-"""
-
-
 def node_resource(name: str) -> str:
     """The custom Ray resource that names an orch node (``orch_node_<name>``)."""
     return f"{NODE_RESOURCE_PREFIX}{name}"
@@ -80,26 +63,11 @@ def node_name_from_resources(resources: Mapping[str, float]) -> str | None:
     return None
 
 
-def node_token_path(cluster: str) -> str:
-    """Where the Ray token lives on a node (``~`` expanded there by the writer script)."""
-    return f"~/.orch/clusters/{cluster}/ray-token"
-
-
-def token_write_argv(python: str, cluster: str) -> list[str]:
-    """argv that writes the token (passed in env ``TOKEN_ENV``) 0600 on a node."""
-    return [python, "-c", TOKEN_WRITE_SCRIPT, node_token_path(cluster)]
-
-
-def parse_token_write(text: str) -> str:
-    """The absolute token path on the node, from the writer script's JSON line."""
-    for line in reversed(text.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            data = json.loads(line)
-            if data.get("mode") != "0o600":
-                raise ValueError(f"token file {data.get('path')} has mode {data.get('mode')}, not 0o600")
-            return str(data["path"])
-    raise ValueError("the token writer printed no JSON")
+def node_token_path(cluster: str, home: str) -> str:
+    """Where the cluster's Ray token lives on a node: under the SSH user's home (``home`` as the
+    node reports it), written 0600 with the runner's ``put_file`` (never through argv or env,
+    which other users of the node could read in `ps`)."""
+    return f"{home.rstrip('/')}/.orch/clusters/{cluster}/ray-token"
 
 
 def node_address(node: NodeSpec, facts: NodeFacts | None) -> str:

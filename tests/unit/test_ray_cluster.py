@@ -4,10 +4,6 @@ a head + a worker with a placement group holding 3 GPUs, then the worker's rayle
 from __future__ import annotations
 
 import json
-import os
-import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +13,6 @@ from orchestrator.manifest import load_manifest
 from orchestrator.ray_cluster import (
     NODE_RESOURCE_AMOUNT,
     SERVE_ENV_DEFAULTS,
-    TOKEN_ENV,
     DashboardFormatError,
     current_by_name,
     head_start_argv,
@@ -27,11 +22,10 @@ from orchestrator.ray_cluster import (
     node_problems,
     node_resource,
     parse_nodes,
-    parse_token_write,
     parse_usage,
     ray_process_env,
     stop_argv,
-    token_write_argv,
+    node_token_path,
     vllm_kill_argvs,
     with_usage,
     worker_start_argv,
@@ -153,18 +147,8 @@ def test_stop_and_vllm_kill_argv(manifest):
     assert not matches("ray::ServeReplica:app:LLMServer")
 
 
-def test_token_writer_script_writes_0600_and_reports_path(tmp_path):
-    argv = token_write_argv(sys.executable, "tb")
-    argv[-1] = str(tmp_path / "sub" / "ray-token")
-    out = subprocess.run(argv, env={**os.environ, TOKEN_ENV: "abc123"}, capture_output=True, text=True, check=True)
-    path = parse_token_write(out.stdout)
-    assert path == str(tmp_path / "sub" / "ray-token")
-    assert Path(path).read_text() == "abc123\n"
-    assert stat.S_IMODE(Path(path).stat().st_mode) == 0o600
-    assert "abc123" not in " ".join(argv)
-    assert token_write_argv("python3", "tb")[-1] == "~/.orch/clusters/tb/ray-token"
-    with pytest.raises(ValueError, match="mode"):
-        parse_token_write('{"path": "/p", "mode": "0o644"}')
+def test_node_token_path_is_under_home():
+    assert node_token_path("tb", "/home/ops/") == "/home/ops/.orch/clusters/tb/ray-token"
 
 
 def test_parse_nodes_two_alive():

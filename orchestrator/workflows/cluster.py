@@ -1,0 +1,396 @@
+"""`orch up`, `orch down` and the nodes part of `orch status`, over injected dependencies.
+
+I/O only through what ``ClusterDeps`` provides: runners (SSH/local/fake) opened per command, the
+state store, a dashboard opener (an SSH tunnel to the head's 127.0.0.1 in real use), a clock, a
+sleep and a progress callback. Decisions are made by the pure ``cluster_plan.plan_up`` and
+``preflight``; argv and environments come from ``ray_cluster``.
+
+up: probe every node (in parallel) -> preflight (failures stop; warnings stop without force)
+-> compare with the recorded state (nothing / heal the sick workers / restart all / start)
+-> token once (0600, local and on every node started) -> `ray stop` where needed -> head, wait
+for its dashboard -> workers in parallel -> wait until every node is ALIVE with its GPUs ->
+record. down: `ray stop --force` and leftover vLLM processes on every node in parallel;
+unreachable nodes are reported, not fatal.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator import inventory, preflight, probes
+from orchestrator.cluster_plan import UpPlan, plan_up
+from orchestrator.errors import ClusterError, CommandFailedError, PreflightFailed, RemoteError
+from orchestrator.facts import NodeFacts, Versions
+from orchestrator.manifest import Manifest, NodeSpec
+from orchestrator.preflight import Finding
+from orchestrator.ray_cluster import (
+    NodeState,
+    current_by_name,
+    head_start_argv,
+    node_gpus,
+    node_token_path,
+    ray_process_env,
+    stop_argv,
+    vllm_kill_argvs,
+    worker_start_argv,
+)
+from orchestrator.ray_dashboard import open_dashboard, wait_for_nodes
+from orchestrator.remote.runner import Runner, fan_out
+from orchestrator.state import StateStore
+from orchestrator.status import StatusReport, build_nodes_section
+
+Progress = Callable[[str], None]
+RunnerOpener = Callable[[Manifest], AbstractContextManager[Mapping[str, Runner]]]
+DashboardOpener = Callable[[Runner, int, "str | None"], AbstractContextManager[Any]]
+
+RAY_START_TIMEOUT_S = 180.0
+RAY_STOP_TIMEOUT_S = 120.0
+RUNBOOK_START = "runbooks/RAY_START_FAILED.md"
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+@dataclass
+class ClusterDeps:
+    """What the cluster workflows need from the outside world."""
+
+    state: StateStore
+    open_runners: RunnerOpener
+    gather: Callable[[Mapping[str, Runner], Manifest], dict[str, Any]] = inventory.gather_all
+    check: Callable[[Manifest, dict[str, Any]], list[Finding]] = preflight.run_checks
+    open_dashboard: DashboardOpener = open_dashboard
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    token_factory: Callable[[], str] = lambda: secrets.token_hex(32)  # noqa: E731
+    progress: Progress = _quiet
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    check_only: bool = False
+    force: bool = False
+    dry_run: bool = False
+    timeout: float = 300.0  # for every node to be ALIVE after the starts
+    serve_env: Mapping[str, str] | None = None  # replaces ray_cluster.SERVE_ENV_DEFAULTS
+
+
+class PreflightStopped(PreflightFailed):
+    """Preflight blocked `orch up`; nothing was started. Carries every finding and the facts."""
+
+    def __init__(self, message: str, hint: str | None, findings: list[Finding], facts: dict[str, Any]) -> None:
+        super().__init__(message, hint)
+        self.findings = findings
+        self.facts = facts
+
+
+@dataclass(frozen=True)
+class UpResult:
+    cluster: str
+    action: str  # "checked" | "nothing" | "start" | "restart" | "heal"
+    message: str
+    dry_run: bool = False
+    plan: UpPlan | None = None
+    findings: list[Finding] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    nodes: list[NodeState] = field(default_factory=list)
+    head_address: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def started(self) -> list[str]:
+        return [] if self.dry_run or self.plan is None else list(self.plan.start)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "action": self.action,
+            "message": self.message,
+            "dry_run": self.dry_run,
+            "plan": self.plan.to_dict() if self.plan else None,
+            "started": self.started,
+            "head_address": self.head_address,
+            "findings": [f.to_dict() for f in self.findings],
+            "nodes": [s.to_dict() for s in sorted(current_by_name(self.nodes).values(), key=lambda s: s.name or "")],
+            "seconds": round(self.seconds, 2),
+        }
+
+
+# ------------------------------------------------------------------------------ node actions
+
+
+def install_token(runner: Runner, manifest: Manifest, token: str) -> str:
+    """Write the token 0600 under the node user's home; return its absolute path there."""
+    home = runner.run(["printenv", "HOME"], timeout=30).check(runner.node).stdout.strip()
+    if not home.startswith("/"):
+        raise CommandFailedError(f"{runner.node}: HOME is not an absolute path ({home!r})", node=runner.node)
+    path = node_token_path(manifest.name, home)
+    runner.put_file(path, (token + "\n").encode(), 0o600)  # type: ignore[attr-defined]
+    return path
+
+
+def stop_node(runner: Runner, manifest: Manifest, node: NodeSpec, kill_vllm: bool = True) -> str:
+    """`ray stop --force` (every Ray process of the node) and, with ``kill_vllm``, vLLM engine
+    processes left behind. Returns a short account of what was done."""
+    runner.run(stop_argv(manifest, node), timeout=RAY_STOP_TIMEOUT_S).check(node.name)
+    killed = []
+    if kill_vllm:
+        for argv in vllm_kill_argvs():
+            res = runner.run(argv, timeout=30)
+            if res.exit_code == 0:
+                killed.append(argv[-1])
+            elif res.exit_code != 1:  # pkill: 1 = no process matched
+                res.check(node.name)
+    return "ray stopped" + (f"; killed vLLM processes matching {', '.join(killed)}" if killed else "")
+
+
+def _start(runner: Runner, argv: list[str], env: dict[str, str], node: str) -> None:
+    res = runner.run(argv, timeout=RAY_START_TIMEOUT_S, env=env)
+    if not res.ok:
+        tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-3:])
+        raise ClusterError(
+            f"`ray start` failed on {node} (exit {res.exit_code}): {tail}",
+            hint=f"see {node}'s Ray logs (TEMP_DIR/session_latest/logs); {RUNBOOK_START}",
+        )
+
+
+def _raise_outcome_errors(outcomes: list, what: str) -> None:
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        detail = "; ".join(f"{o.node}: {o.error.message}" for o in failed)
+        raise ClusterError(f"{what} failed on {', '.join(o.node for o in failed)}: {detail}", hint=failed[0].error.hint)
+
+
+# ------------------------------------------------------------------------------ up
+
+
+def _preflight(manifest: Manifest, runners: Mapping[str, Runner], deps: ClusterDeps, options: UpOptions):
+    deps.progress(f"probing {len(manifest.nodes)} nodes")
+    facts = deps.gather(runners, manifest)
+    findings = deps.check(manifest, facts)
+    blocking = preflight.blocking(findings, options.force)
+    if blocking:
+        fails = preflight.failures(findings)
+        nodes = sorted({f.node or "cluster" for f in blocking})
+        if fails:
+            msg = f"preflight found {len(fails)} failure(s) on {', '.join(nodes)}: " + ", ".join(
+                sorted({f"{f.code}@{f.node or 'cluster'}" for f in fails})
+            )
+            hint = "nothing was started; fix them (each hint names its runbook) and re-run `orch up`"
+        else:
+            msg = f"preflight found {len(blocking)} warning(s) on {', '.join(nodes)}: " + ", ".join(
+                sorted({f"{f.code}@{f.node or 'cluster'}" for f in blocking})
+            )
+            hint = "nothing was started; fix them, or accept them with `orch up --force`"
+        raise PreflightStopped(msg, hint, findings, facts)
+    return facts, findings
+
+
+def _read_states(runner: Runner, manifest: Manifest, token: str | None, deps: ClusterDeps) -> list[NodeState]:
+    with deps.open_dashboard(runner, manifest.ray.dashboard_port, token) as dash:
+        return dash.nodes_with_usage()
+
+
+def up(manifest: Manifest, deps: ClusterDeps, options: UpOptions = UpOptions()) -> UpResult:
+    """Bring the cluster to the manifest (see the module doc). Raises PreflightStopped,
+    ClusterError or RemoteError; returns what it did (or would do, with ``dry_run``)."""
+    t0 = deps.clock()
+    name, head = manifest.name, manifest.head
+    with deps.open_runners(manifest) as runners:
+        facts, findings = _preflight(manifest, runners, deps, options)
+        good = {n: f for n, f in facts.items() if isinstance(f, NodeFacts)}
+        head_address = inventory.head_address(manifest, good.get(head.name))
+        if options.check_only:
+            return UpResult(name, "checked", "preflight passed; nothing was started (--check-only)",
+                            findings=findings, facts=facts, head_address=head_address, seconds=deps.clock() - t0)  # fmt: skip
+        expected = {n.name: node_gpus(manifest, n, good.get(n.name)) for n in manifest.nodes}
+
+        record = deps.state.get_cluster(name)
+        states: list[NodeState] | None = None
+        dashboard_error = None
+        if record is not None and record.state == "up" and record.fingerprint == manifest.fingerprint():
+            deps.progress("reading the Ray cluster's state on the head")
+            try:
+                states = _read_states(runners[head.name], manifest, deps.state.read_token(name), deps)
+            except (ClusterError, RemoteError) as exc:
+                dashboard_error = exc.message
+        plan = plan_up(manifest, record, expected, states, dashboard_error)
+        common = dict(plan=plan, findings=findings, facts=facts, head_address=head_address)
+        if not plan.changes_anything:
+            return UpResult(name, "nothing", f"nothing to do: {plan.reason}", nodes=states or [],
+                            seconds=deps.clock() - t0, **common)  # fmt: skip
+        if options.dry_run:
+            return UpResult(name, plan.action, f"would {plan.action}: {plan.reason}", dry_run=True,
+                            nodes=states or [], seconds=deps.clock() - t0, **common)  # fmt: skip
+
+        deps.progress(plan.reason)
+        if plan.removed and record is not None and record.manifest_json:
+            _stop_removed(Manifest.model_validate_json(record.manifest_json), plan.removed, deps)
+        final = _carry_out(manifest, plan, runners, good, expected, head_address, deps, options)
+        by_name = current_by_name(final)
+        deps.state.record_cluster(
+            name,
+            manifest.fingerprint(),
+            head_address,
+            manifest.ray.dashboard_port,
+            {n: s.node_id for n, s in by_name.items() if n in expected},
+            manifest_json=manifest.model_dump_json(exclude={"source_path"}),
+            manifest_path=str(manifest.source_path) if manifest.source_path else None,
+            ray_version=(good[head.name].versions.ray if head.name in good and good[head.name].versions else None),
+        )
+        verb = {"start": "started", "restart": "restarted", "heal": "restarted"}[plan.action]
+        message = f"{verb} {', '.join(plan.start)}: {len(expected)} nodes ALIVE, {sum(expected.values())} GPUs"
+        return UpResult(name, plan.action, message, nodes=final, seconds=deps.clock() - t0, **common)
+
+
+def _carry_out(
+    manifest: Manifest,
+    plan: UpPlan,
+    runners: Mapping[str, Runner],
+    facts: Mapping[str, NodeFacts],
+    expected: Mapping[str, int],
+    head_address: str,
+    deps: ClusterDeps,
+    options: UpOptions,
+) -> list[NodeState]:
+    head = manifest.head
+    token = deps.state.ensure_token(manifest.name, deps.token_factory) if manifest.ray.token_auth else None
+
+    if plan.stop:
+        deps.progress(f"stopping Ray on {', '.join(plan.stop)}")
+        outcomes = fan_out([runners[n] for n in plan.stop], lambda r: stop_node(r, manifest, manifest.node(r.node)))
+        _raise_outcome_errors(outcomes, "`ray stop`")
+
+    token_paths: dict[str, str | None] = {n: None for n in plan.start}
+    if token is not None:
+        outcomes = fan_out([runners[n] for n in plan.start], lambda r: install_token(r, manifest, token))
+        _raise_outcome_errors(outcomes, "writing the Ray token")
+        token_paths = {o.node: o.value for o in outcomes}
+
+    def env_of(node: NodeSpec) -> dict[str, str]:
+        return ray_process_env(manifest, node, facts.get(node.name), token_paths[node.name], options.serve_env)
+
+    with deps.open_dashboard(runners[head.name], manifest.ray.dashboard_port, token) as dash:
+
+        def wait(names: Mapping[str, int]) -> list[NodeState]:
+            return wait_for_nodes(dash.nodes_with_usage, names, options.timeout, clock=deps.clock, sleep=deps.sleep,
+                                  progress=deps.progress)  # fmt: skip
+
+        if head.name in plan.start:
+            deps.progress(f"starting the Ray head on {head.name} ({head_address}:{manifest.ray.port})")
+            _start(runners[head.name], head_start_argv(manifest, head, facts.get(head.name)), env_of(head), head.name)
+            wait({head.name: expected[head.name]})
+        workers = [manifest.node(n) for n in plan.start if n != head.name]
+        if workers:
+            deps.progress(f"starting Ray on {', '.join(w.name for w in workers)}")
+
+            def start_worker(r: Runner) -> None:
+                node = manifest.node(r.node)
+                _start(r, worker_start_argv(manifest, node, facts.get(node.name), head_address), env_of(node), node.name)
+
+            outcomes = fan_out([runners[w.name] for w in workers], start_worker)
+            _raise_outcome_errors(outcomes, "`ray start`")
+        return wait(expected)
+
+
+def _stop_removed(old: Manifest, removed: tuple[str, ...], deps: ClusterDeps) -> None:
+    """Best effort: stop Ray on nodes that left the manifest (reported, never fatal)."""
+    deps.progress(f"stopping Ray on removed nodes {', '.join(removed)}")
+    with deps.open_runners(old) as runners:
+        for o in fan_out([runners[n] for n in removed if n in runners], lambda r: stop_node(r, old, old.node(r.node))):
+            if not o.ok:
+                deps.progress(f"could not stop Ray on removed node {o.node}: {o.error.message}")
+
+
+# ------------------------------------------------------------------------------ down
+
+
+@dataclass(frozen=True)
+class NodeDown:
+    node: str
+    ok: bool
+    detail: str
+    unreachable: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "ok": self.ok, "unreachable": self.unreachable, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class DownResult:
+    cluster: str
+    nodes: list[NodeDown]
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(n.ok for n in self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "ok": self.ok, "nodes": [n.to_dict() for n in self.nodes], "seconds": round(self.seconds, 2)}
+
+
+def down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
+    """Stop Ray and leftover vLLM on every node in parallel. A node that cannot be reached is
+    reported (``unreachable``), not fatal; the recorded cluster is marked down."""
+    t0 = deps.clock()
+    deps.progress(f"stopping Ray and vLLM on {len(manifest.nodes)} nodes")
+    with deps.open_runners(manifest) as runners:
+        outcomes = fan_out(list(runners.values()), lambda r: stop_node(r, manifest, manifest.node(r.node)))
+    nodes = []
+    for o in outcomes:
+        if o.ok:
+            nodes.append(NodeDown(o.node, True, o.value))
+        else:
+            unreachable = not isinstance(o.error, CommandFailedError)
+            nodes.append(NodeDown(o.node, False, o.error.message, unreachable=unreachable))
+    if deps.state.get_cluster(manifest.name) is not None:
+        deps.state.set_cluster_state(manifest.name, "down")
+    return DownResult(manifest.name, nodes, seconds=deps.clock() - t0)
+
+
+# ------------------------------------------------------------------------------ status
+
+
+def probe_versions(runner: Runner, manifest: Manifest) -> Versions:
+    """Reachability and software versions of one node in one short command."""
+    node = manifest.node(runner.node)
+    res = runner.run(probes.versions_argv(node.python_bin(manifest)), timeout=60).check(node.name)
+    return probes.parse_versions(res.stdout)
+
+
+def status_nodes(manifest: Manifest, deps: ClusterDeps) -> StatusReport:
+    """The nodes part of `orch status`: every node probed over SSH (in parallel) while the head's
+    dashboard is read through the tunnel. Dead or unreachable nodes are shown as such."""
+    name, head = manifest.name, manifest.head
+    record = deps.state.get_cluster(name)
+    token = deps.state.read_token(name)
+    with deps.open_runners(manifest) as runners:
+        dash: dict[str, Any] = {}
+
+        def read_head(r: Runner) -> Versions:
+            versions = probe_versions(r, manifest)
+            try:
+                with deps.open_dashboard(r, manifest.ray.dashboard_port, token) as client:
+                    dash["states"] = client.nodes_with_usage()
+                    dash["ray_version"] = client.ray_version()
+            except (ClusterError, RemoteError) as exc:
+                dash["error"] = exc.message
+            return versions
+
+        outcomes = fan_out(
+            list(runners.values()), lambda r: read_head(r) if r.node == head.name else probe_versions(r, manifest)
+        )
+    reach: dict[str, Versions | str] = {}
+    for o in outcomes:
+        reach[o.node] = o.value if o.ok else o.error.message
+    if head.name in reach and isinstance(reach[head.name], str) and "error" not in dash and "states" not in dash:
+        dash["error"] = f"the head is unreachable: {reach[head.name]}"
+    section = build_nodes_section(manifest, dash.get("states"), reach, dash.get("error"), dash.get("ray_version"))
+    return StatusReport(name, section, recorded=record.to_dict() if record else None)

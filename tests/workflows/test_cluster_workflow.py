@@ -1,0 +1,360 @@
+"""The cluster workflows (up/down/status) against FakeRunners over a simulated Ray world.
+
+``World`` plays the nodes: `ray start` makes a node ALIVE in the fake dashboard (the worker only
+if the head runs), `ray stop` removes it, ``kill_raylet`` leaves a DEAD record as Ray does.
+The clock is fake: waits never sleep for real.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ClusterError, UnreachableError
+from orchestrator.facts import NicAddress, NicInfo, NodeFacts, Versions
+from orchestrator.manifest import load_manifest
+from orchestrator.preflight import finding
+from orchestrator.ray_cluster import NodeState, node_resource
+from orchestrator.ray_dashboard import DashboardUnavailable
+from orchestrator.remote.fake import FakeRunner, result
+from orchestrator.state import StateStore
+from orchestrator.workflows.cluster import ClusterDeps, PreflightStopped, UpOptions, down, status_nodes, up
+
+PY = "/opt/venv/bin/python"
+YAML = f"""
+name: tb
+python: {PY}
+nodes:
+  - {{name: head, host: 10.0.0.1, role: head, gpus: 8, interface: eth1}}
+  - {{name: w1, host: 10.0.0.2, gpus: 8, interface: eth1}}
+  - {{name: w2, host: 10.0.0.3, gpus: 8, interface: eth1}}
+ray: {{port: 26379, dashboard_port: 28265, temp_dir: /tmp/orch-tb}}
+"""
+
+
+def manifest_of(text: str = YAML):
+    return load_manifest(text, Path("/x/tb.yaml"))
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, s):
+        self.now += max(s, 0.01)
+
+
+class World:
+    """The simulated nodes and the head's view of the Ray cluster."""
+
+    def __init__(self, manifest, unreachable=(), never_joins=(), start_fails=()):
+        self.manifest = manifest
+        self.running: dict[str, NodeState] = {}
+        self.dead: list[NodeState] = []
+        self.unreachable = set(unreachable)
+        self.never_joins = set(never_joins)
+        self.start_fails = set(start_fails)
+        self.serial = 0
+        self.runners = {n.name: self._runner(n.name) for n in manifest.nodes}
+        self.dashboard_opens: list[tuple[str, int, str | None]] = []
+
+    def _runner(self, name: str) -> FakeRunner:
+        world = self
+
+        def respond(argv, env):
+            if name in world.unreachable:
+                raise UnreachableError(f"{name}: connection refused", node=name)
+            if argv == ("printenv", "HOME"):
+                return result("/home/ops\n")
+            if argv[:3] == (PY, "-m", "ray.scripts.scripts"):
+                return world.ray(name, argv[3:], env)
+            if argv[0] == "pkill":
+                return result(exit_code=1)
+            if argv[:2] == (PY, "-c"):  # the versions probe
+                return result(json.dumps({"python": "3.11.2", "ray": "2.60.0", "vllm": "0.32.0", "torch": "2.13.0"}))
+            raise AssertionError(f"unexpected {argv}")
+
+        return FakeRunner(name, default=respond)
+
+    def ray(self, name, args, env):
+        if args[0] == "stop":
+            self.running.pop(name, None)
+            return result("Stopped all 8 Ray processes.")
+        assert args[0] == "start"
+        assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == "/home/ops/.orch/clusters/tb/ray-token"
+        if name in self.start_fails:
+            return result(exit_code=1, stderr="ConnectionError: could not reach GCS at 10.0.0.1:26379")
+        if "--head" not in args and "head" not in self.running:
+            return result(exit_code=1, stderr="ConnectionError: GCS not reachable")
+        if name in self.running:
+            return result(exit_code=1, stderr="Ray is already running")
+        if name not in self.never_joins:
+            self.serial += 1
+            gpus = float(args[args.index("--num-gpus") + 1])
+            self.running[name] = NodeState(
+                node_id=f"id-{name}-{self.serial}", name=name, address=args[args.index("--node-ip-address") + 1],
+                state="ALIVE", is_head="--head" in args, resources_total={"GPU": gpus, "CPU": 4.0, node_resource(name): 1000.0},
+                start_time_ms=self.serial,
+            )  # fmt: skip
+        return result("Ray runtime started.")
+
+    def kill_raylet(self, name):
+        s = self.running.pop(name)
+        from dataclasses import replace
+
+        self.dead.append(replace(s, state="DEAD", state_message="health check failed due to missing too many heartbeats"))
+
+    @contextmanager
+    def open_runners(self, manifest):
+        yield {n.name: self.runners[n.name] for n in manifest.nodes}
+
+    @contextmanager
+    def open_dashboard(self, runner, port, token):
+        self.dashboard_opens.append((runner.node, port, token))
+        world = self
+
+        class Client:
+            def nodes_with_usage(self):
+                if "head" not in world.running:
+                    raise DashboardUnavailable("the Ray dashboard at http://127.0.0.1:18265 did not answer")
+                return world.dead + list(world.running.values())
+
+            def ray_version(self):
+                return "2.60.0"
+
+        yield Client()
+
+    def gather(self, runners, manifest):
+        out = {}
+        for n in manifest.nodes:
+            if n.name in self.unreachable:
+                out[n.name] = UnreachableError(f"{n.name}: connection refused", node=n.name)
+            else:
+                addr = "192.168.7." + n.host.rsplit(".", 1)[1]
+                nic = NicInfo("eth1", "up", 1500, (NicAddress("inet", addr, 24),))
+                out[n.name] = NodeFacts(node=n.name, host=n.host, nics=(nic,), versions=Versions(ray="2.60.0"))
+        return out
+
+    def ray_calls(self, node=None, verb=None):
+        calls = []
+        for name, r in self.runners.items():
+            if node and name != node:
+                continue
+            calls += [c for c in r.ran(PY, "-m", "ray.scripts.scripts") if verb is None or c.argv[3] == verb]
+        return calls
+
+
+@pytest.fixture()
+def env(tmp_path):
+    manifest = manifest_of()
+    world = World(manifest)
+    clock = Clock()
+    store = StateStore(tmp_path / "state", clock=clock)
+    messages: list[str] = []
+    deps = ClusterDeps(
+        state=store, open_runners=world.open_runners, gather=world.gather, check=lambda m, f: [],
+        open_dashboard=world.open_dashboard, clock=clock, sleep=clock.sleep, token_factory=lambda: "t0k3n",
+        progress=messages.append,
+    )  # fmt: skip
+    return manifest, world, deps, messages
+
+
+def test_fresh_up_starts_head_then_workers_and_records(env):
+    manifest, world, deps, messages = env
+    res = up(manifest, deps)
+    assert res.action == "start" and res.started == ["head", "w1", "w2"]
+    assert set(world.running) == {"head", "w1", "w2"}
+    assert sum(s.gpus_total for s in world.running.values()) == 24
+    starts = [c for c in world.ray_calls(verb="start")]
+    assert "--head" in starts[0].argv and starts[0].argv[starts[0].argv.index("--node-ip-address") + 1] == "192.168.7.1"
+    w1 = world.ray_calls("w1", "start")[0].argv
+    assert w1[w1.index("--address") + 1] == "192.168.7.1:26379"
+    assert w1[w1.index("--node-ip-address") + 1] == "192.168.7.2"
+    # every node was stopped first (a leftover Ray cannot make `ray start` fail), then started
+    for name in ("head", "w1", "w2"):
+        assert [c.argv[3] for c in world.ray_calls(name)] == ["stop", "start"]
+        f = world.runners[name].files["/home/ops/.orch/clusters/tb/ray-token"]
+        assert f.content == b"t0k3n\n" and f.mode == 0o600
+    token_file = deps.state.token_path("tb")
+    assert token_file.read_text() == "t0k3n\n" and stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    rec = deps.state.get_cluster("tb")
+    assert rec.state == "up" and rec.fingerprint == manifest.fingerprint() and rec.head_address == "192.168.7.1"
+    assert rec.node_ids == {"head": "id-head-1", "w1": world.running["w1"].node_id, "w2": world.running["w2"].node_id}
+    assert rec.ray_version == "2.60.0" and json.loads(rec.manifest_json)["name"] == "tb"
+    assert any("3/3 nodes ALIVE" in m for m in messages)
+    assert all(t == "t0k3n" for _, _, t in world.dashboard_opens)
+    assert "t0k3n" not in json.dumps(res.to_dict()) and all("t0k3n" not in m for m in messages)
+
+
+def test_second_up_does_nothing_and_says_so(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    before = {n: len(r.calls) for n, r in world.runners.items()}
+    res = up(manifest, deps)
+    assert res.action == "nothing" and res.started == []
+    assert res.message.startswith("nothing to do: all 3 nodes are ALIVE")
+    assert {n: len(r.calls) for n, r in world.runners.items()} == before  # not one command ran
+
+
+def test_dead_worker_is_restarted_alone(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    head_id = world.running["head"].node_id
+    world.kill_raylet("w2")
+    res = up(manifest, deps)
+    assert res.action == "heal" and res.started == ["w2"]
+    assert "w2 (DEAD" in res.plan.reason
+    assert [c.argv[3] for c in world.ray_calls("w2")] == ["stop", "start", "stop", "start"]
+    assert [c.argv[3] for c in world.ray_calls("head")] == ["stop", "start"]
+    assert [c.argv[3] for c in world.ray_calls("w1")] == ["stop", "start"]
+    assert world.running["head"].node_id == head_id
+    assert deps.state.get_cluster("tb").node_ids["w2"] == world.running["w2"].node_id
+
+
+def test_head_down_restarts_everything(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    world.running.clear()
+    res = up(manifest, deps)
+    assert res.action == "restart" and "dashboard does not answer" in res.plan.reason
+    assert set(world.running) == {"head", "w1", "w2"}
+
+
+def test_changed_manifest_dry_run_prints_diff_and_changes_nothing(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    calls = {n: len(r.calls) for n, r in world.runners.items()}
+    changed = manifest_of(YAML.replace("dashboard_port: 28265", "dashboard_port: 28266").replace(
+        "  - {name: w2, host: 10.0.0.3, gpus: 8, interface: eth1}\n", ""))  # fmt: skip
+    res = up(changed, deps, UpOptions(dry_run=True))
+    assert res.dry_run and res.action == "restart" and res.started == []
+    assert "- nodes.w2: removed" in res.plan.diff
+    assert "~ ray.dashboard_port: 28265 -> 28266" in res.plan.diff
+    assert res.plan.removed == ("w2",)
+    assert {n: len(r.calls) for n, r in world.runners.items()} == calls
+    assert deps.state.get_cluster("tb").fingerprint == manifest.fingerprint()
+
+
+def test_changed_manifest_restarts_and_stops_removed_node(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    changed = manifest_of(YAML.replace("  - {name: w2, host: 10.0.0.3, gpus: 8, interface: eth1}\n", ""))
+    res = up(changed, deps)
+    assert res.action == "restart" and res.started == ["head", "w1"]
+    assert set(world.running) == {"head", "w1"}  # w2 was stopped although it left the manifest
+    assert deps.state.get_cluster("tb").fingerprint == changed.fingerprint()
+
+
+def test_preflight_failure_stops_before_anything_starts(env):
+    manifest, world, deps, _ = env
+    fail = finding("fail", "GPU_COUNT_MISMATCH", "w1", "w1 has 4 GPUs, the manifest says 8", "fix gpus")
+    deps.check = lambda m, f: [fail]
+    with pytest.raises(PreflightStopped) as err:
+        up(manifest, deps)
+    assert err.value.findings == [fail] and err.value.exit_code == 3
+    assert "GPU_COUNT_MISMATCH@w1" in err.value.message
+    assert world.ray_calls() == [] and deps.state.get_cluster("tb") is None
+    assert not deps.state.token_path("tb").exists()
+
+
+def test_warnings_need_force(env):
+    manifest, world, deps, _ = env
+    warn = finding("warn", "NO_NVLINK", "w1", "GPUs of w1 are joined by PCIe", "prefer pipeline parallel")
+    deps.check = lambda m, f: [warn]
+    with pytest.raises(PreflightStopped, match="warning"):
+        up(manifest, deps)
+    assert world.ray_calls() == []
+    res = up(manifest, deps, UpOptions(force=True))
+    assert res.action == "start" and res.findings == [warn]
+
+
+def test_check_only_runs_no_ray_command(env):
+    manifest, world, deps, _ = env
+    res = up(manifest, deps, UpOptions(check_only=True))
+    assert res.action == "checked" and world.ray_calls() == [] and deps.state.get_cluster("tb") is None
+
+
+def test_unreachable_node_fails_preflight_with_real_checks(tmp_path):
+    from orchestrator.preflight import run_checks
+
+    manifest = manifest_of()
+    world = World(manifest, unreachable={"w2"})
+    deps = ClusterDeps(state=StateStore(tmp_path / "s"), open_runners=world.open_runners, gather=world.gather,
+                       check=run_checks, open_dashboard=world.open_dashboard)  # fmt: skip
+    with pytest.raises(PreflightStopped) as err:
+        up(manifest, deps)
+    codes = {(f.code, f.node) for f in err.value.findings if f.severity == "fail"}
+    assert ("NODE_UNREACHABLE", "w2") in codes
+    assert world.ray_calls() == []
+
+
+def test_worker_start_failure_names_the_node(tmp_path):
+    manifest = manifest_of()
+    world = World(manifest, start_fails={"w1"})
+    clock = Clock()
+    deps = ClusterDeps(state=StateStore(tmp_path / "s"), open_runners=world.open_runners, gather=world.gather,
+                       check=lambda m, f: [], open_dashboard=world.open_dashboard, clock=clock, sleep=clock.sleep)  # fmt: skip
+    with pytest.raises(ClusterError, match=r"`ray start` failed on w1 .*could not reach GCS"):
+        up(manifest, deps)
+    assert deps.state.get_cluster("tb") is None
+
+
+def test_node_that_never_joins_times_out_naming_it(tmp_path):
+    manifest = manifest_of()
+    world = World(manifest, never_joins={"w2"})
+    clock = Clock()
+    deps = ClusterDeps(state=StateStore(tmp_path / "s"), open_runners=world.open_runners, gather=world.gather,
+                       check=lambda m, f: [], open_dashboard=world.open_dashboard, clock=clock, sleep=clock.sleep)  # fmt: skip
+    with pytest.raises(ClusterError, match=r"waiting for Ray nodes w2 \(w2: not in the Ray cluster\)"):
+        up(manifest, deps, UpOptions(timeout=30))
+    assert 30 <= clock.now - 100.0 < 32
+
+
+def test_down_reports_unreachable_node_and_stops_the_others(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    world.unreachable.add("w1")
+    res = down(manifest, deps)
+    by = {n.node: n for n in res.nodes}
+    assert by["head"].ok and by["w2"].ok and not by["w1"].ok and by["w1"].unreachable
+    assert "connection refused" in by["w1"].detail
+    assert set(world.running) == {"w1"}
+    for name in ("head", "w2"):
+        pk = world.runners[name].ran("pkill")
+        assert [c.argv for c in pk[-2:]] == [("pkill", "-KILL", "-f", "^VLLM::"), ("pkill", "-KILL", "-f", r"[v]llm\.entrypoints")]
+    assert deps.state.get_cluster("tb").state == "down"
+    # after down, up starts everything again
+    world.unreachable.clear()
+    assert up(manifest, deps).action == "start"
+
+
+def test_status_shows_dead_and_unreachable_nodes(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    world.kill_raylet("w2")
+    world.unreachable.add("w2")
+    report = status_nodes(manifest, deps)
+    rows = {r.name: r for r in report.nodes.rows}
+    assert rows["head"].ray_state == "ALIVE" and rows["head"].gpus_total == 8 and rows["head"].versions.ray == "2.60.0"
+    assert rows["w2"].ray_state == "DEAD" and not rows["w2"].reachable
+    assert "unreachable over SSH" in rows["w2"].detail and "heartbeats" in rows["w2"].detail
+    d = report.to_dict()
+    assert d["totals"] == {"nodes": 3, "alive": 2, "gpus_total": 16.0, "gpus_used": 0.0, "gpus_expected": 24}
+    assert d["healthy"] is False and d["serving"] is None and d["recorded"]["head_address"] == "192.168.7.1"
+
+
+def test_status_when_head_unreachable(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    world.unreachable.add("head")
+    report = status_nodes(manifest, deps)
+    assert report.nodes.dashboard_error.startswith("the head is unreachable")
+    assert all(r.ray_state == "UNKNOWN" for r in report.nodes.rows)
+    assert {r.name for r in report.nodes.rows if r.reachable} == {"w1", "w2"}
