@@ -122,6 +122,12 @@ class StateError(OrchError):
     exit_code = 1
 
 
+class DiagnosisFailed(OrchError):
+    """``orch doctor`` found at least one known failure (listed above the error line)."""
+
+    exit_code = 1
+
+
 class AcceptanceFailed(OrchError):
     """At least one acceptance stage failed its target."""
 
