@@ -81,7 +81,10 @@ class LocalRunner:
                 f.write(content)
             os.replace(tmp, target)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink()
+            except OSError:
+                pass  # never created (the folder itself is the problem)
             raise CommandFailedError(f"{self.node}: could not write {path}: {exc.strerror}", node=self.node) from exc
 
     def forward(self, remote_host: str, remote_port: int) -> int:

@@ -342,7 +342,7 @@ class _Forward:
                 if not ready:
                     continue
                 conn, peer = self.sock.accept()
-            except OSError:
+            except (OSError, ValueError):  # ValueError: select on a socket closed meanwhile
                 return
             try:
                 chan = self.transport.open_channel("direct-tcpip", self.remote, peer, timeout=self.runner.connect_timeout)
@@ -366,8 +366,8 @@ class _Forward:
                     if not data:
                         break
                     conn.sendall(data)
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
+        except (OSError, ValueError, EOFError, paramiko.SSHException):
+            pass  # either side closed (or the forward was closed): end this tunnelled connection
         finally:
             chan.close()
             conn.close()

@@ -1,0 +1,102 @@
+"""The pure parts of the SSH adapter: the command string, fingerprints, known_hosts decisions.
+(Against real sshd: tests/integration/test_remote_testbed.py.)"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+import paramiko
+import pytest
+
+from orchestrator.errors import HostKeyChangedError, HostKeyUnknownError
+from orchestrator.remote import known_hosts as kh
+from orchestrator.remote.ssh import remote_command
+
+
+def test_remote_command_quotes_once_and_wraps_timeout_and_env():
+    cmd = remote_command(["python3", "-c", "print('a b'); x=$HOME"], 10, {"RAY_AUTH_MODE": "token", "V": "x y"})
+    assert shlex.split(cmd) == [
+        "timeout", "--kill-after=5", "12",
+        "env", "RAY_AUTH_MODE=token", "V=x y",
+        "python3", "-c", "print('a b'); x=$HOME",
+    ]
+    assert shlex.split(remote_command(["true"], 0.2, None)) == ["timeout", "--kill-after=5", "3", "true"]
+
+
+@pytest.mark.parametrize("bad", ["", "1X", "A-B", "A B", "X=Y"])
+def test_remote_command_rejects_bad_env_names(bad):
+    with pytest.raises(ValueError, match="environment variable"):
+        remote_command(["true"], 5, {bad: "v"})
+
+
+def test_remote_command_rejects_empty_argv():
+    with pytest.raises(ValueError):
+        remote_command([], 5, None)
+
+
+@pytest.fixture(scope="module")
+def keys():
+    return paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+
+
+def test_fingerprint_matches_ssh_keygen(keys, tmp_path):
+    pub = tmp_path / "k.pub"
+    pub.write_text(f"{keys[0].get_name()} {keys[0].get_base64()} test\n")
+    out = subprocess.run(["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True, check=True).stdout
+    assert kh.fingerprint(keys[0]) == out.split()[1]
+    assert kh.fingerprint(keys[0]).startswith("SHA256:") and not kh.fingerprint(keys[0]).endswith("=")
+
+
+def policy(path, accept=False, hashed=False, port=22):
+    return kh.KnownHostsPolicy("gpu3", "10.0.0.3", port, path, accept, hashed)
+
+
+def test_unknown_host_refused_without_flag_and_file_untouched(keys, tmp_path):
+    path = tmp_path / "known_hosts"
+    with pytest.raises(HostKeyUnknownError) as info:
+        policy(path).missing_host_key(None, "10.0.0.3", keys[0])
+    assert info.value.node == "gpu3" and kh.fingerprint(keys[0]) in str(info.value)
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("port,name", [(22, "10.0.0.3"), (2222, "[10.0.0.3]:2222")])
+def test_accepted_key_is_recorded_in_openssh_form(keys, tmp_path, port, name):
+    path = tmp_path / "sub" / "known_hosts"
+    p = policy(path, accept=True, port=port)
+    p.missing_host_key(None, name, keys[0])
+    assert path.read_text() == f"{name} {keys[0].get_name()} {keys[0].get_base64()}\n"
+    assert p.accepted_new_key == kh.fingerprint(keys[0])
+    policy(path, port=port).missing_host_key(None, name, keys[0])  # now known: passes
+    p.missing_host_key(None, name, keys[0])  # recording again does not duplicate
+    assert len(path.read_text().splitlines()) == 1
+
+
+def test_hashed_entry_is_found_again(keys, tmp_path):
+    path = tmp_path / "known_hosts"
+    policy(path, accept=True, hashed=True).missing_host_key(None, "10.0.0.3", keys[0])
+    assert path.read_text().startswith("|1|") and "10.0.0.3" not in path.read_text()
+    policy(path).missing_host_key(None, "10.0.0.3", keys[0])
+
+
+def test_changed_key_refused_even_with_accept_and_names_both_fingerprints(keys, tmp_path):
+    path = tmp_path / "known_hosts"
+    path.write_text("# orch\n10.0.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n")
+    policy(path, accept=True).missing_host_key(None, "10.0.0.3", keys[0])
+    for accept in (False, True):
+        with pytest.raises(HostKeyChangedError) as info:
+            policy(path, accept=accept).missing_host_key(None, "10.0.0.3", keys[1])
+        msg = str(info.value)
+        assert "gpu3" in msg and "10.0.0.3:22" in msg
+        assert kh.fingerprint(keys[0]) in msg and kh.fingerprint(keys[1]) in msg
+        assert "man-in-the-middle" in msg and "ssh-keygen -R '10.0.0.3'" in info.value.hint
+    assert len(path.read_text().splitlines()) == 3  # the comment, 10.0.0.9, 10.0.0.3: nothing added
+
+
+def test_other_key_type_on_record_counts_as_changed(keys, tmp_path):
+    path = tmp_path / "known_hosts"
+    ed = "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+    path.write_text(f"10.0.0.3 ssh-ed25519 {ed}\n")
+    with pytest.raises(HostKeyChangedError, match="ssh-ed25519 SHA256:"):
+        policy(path, accept=True).missing_host_key(None, "10.0.0.3", keys[0])
+    assert kh.recorded_key_types(path, "10.0.0.3", 22) == ["ssh-ed25519"]
