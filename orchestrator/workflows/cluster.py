@@ -24,7 +24,16 @@ from typing import Any
 
 from orchestrator import inventory, preflight, probes
 from orchestrator.cluster_plan import UpPlan, plan_up
-from orchestrator.errors import ClusterError, CommandFailedError, PreflightFailed, RemoteError
+from orchestrator.errors import (
+    AuthenticationError,
+    ClusterError,
+    CommandFailedError,
+    HostKeyChangedError,
+    HostKeyUnknownError,
+    PreflightFailed,
+    RemoteError,
+    UnreachableError,
+)
 from orchestrator.facts import NodeFacts, Versions
 from orchestrator.manifest import Manifest, NodeSpec
 from orchestrator.preflight import Finding
@@ -51,6 +60,8 @@ DashboardOpener = Callable[[Runner, int, "str | None"], AbstractContextManager[A
 RAY_START_TIMEOUT_S = 180.0
 RAY_STOP_TIMEOUT_S = 120.0
 RUNBOOK_START = "runbooks/RAY_START_FAILED.md"
+# Errors that mean "orch could not get onto the node" (as opposed to a command failing there).
+NOT_REACHED = (UnreachableError, AuthenticationError, HostKeyUnknownError, HostKeyChangedError)
 
 
 def _quiet(_message: str) -> None:
@@ -177,7 +188,7 @@ def _preflight(manifest: Manifest, runners: Mapping[str, Runner], deps: ClusterD
     blocking = preflight.blocking(findings, options.force)
     if blocking:
         fails = preflight.failures(findings)
-        nodes = sorted({f.node or "cluster" for f in blocking})
+        nodes = sorted({f.node or "cluster" for f in (fails or blocking)})
         if fails:
             msg = f"preflight found {len(fails)} failure(s) on {', '.join(nodes)}: " + ", ".join(
                 sorted({f"{f.code}@{f.node or 'cluster'}" for f in fails})
@@ -348,7 +359,7 @@ def down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
         if o.ok:
             nodes.append(NodeDown(o.node, True, o.value))
         else:
-            unreachable = not isinstance(o.error, CommandFailedError)
+            unreachable = isinstance(o.error, NOT_REACHED)
             nodes.append(NodeDown(o.node, False, o.error.message, unreachable=unreachable))
     if deps.state.get_cluster(manifest.name) is not None:
         deps.state.set_cluster_state(manifest.name, "down")

@@ -1,155 +1,18 @@
-"""The cluster workflows (up/down/status) against FakeRunners over a simulated Ray world.
-
-``World`` plays the nodes: `ray start` makes a node ALIVE in the fake dashboard (the worker only
-if the head runs), `ray stop` removes it, ``kill_raylet`` leaves a DEAD record as Ray does.
-The clock is fake: waits never sleep for real.
-"""
+"""The cluster workflows (up/down/status) against FakeRunners over a simulated Ray world
+(tests/workflows/cluster_world.py). The clock is fake: waits never sleep for real."""
 
 from __future__ import annotations
 
 import json
 import stat
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ClusterError, UnreachableError
-from orchestrator.facts import NicAddress, NicInfo, NodeFacts, Versions
-from orchestrator.manifest import load_manifest
+from orchestrator.errors import ClusterError
 from orchestrator.preflight import finding
-from orchestrator.ray_cluster import NodeState, node_resource
-from orchestrator.ray_dashboard import DashboardUnavailable
-from orchestrator.remote.fake import FakeRunner, result
 from orchestrator.state import StateStore
+from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
 from orchestrator.workflows.cluster import ClusterDeps, PreflightStopped, UpOptions, down, status_nodes, up
-
-PY = "/opt/venv/bin/python"
-YAML = f"""
-name: tb
-python: {PY}
-nodes:
-  - {{name: head, host: 10.0.0.1, role: head, gpus: 8, interface: eth1}}
-  - {{name: w1, host: 10.0.0.2, gpus: 8, interface: eth1}}
-  - {{name: w2, host: 10.0.0.3, gpus: 8, interface: eth1}}
-ray: {{port: 26379, dashboard_port: 28265, temp_dir: /tmp/orch-tb}}
-"""
-
-
-def manifest_of(text: str = YAML):
-    return load_manifest(text, Path("/x/tb.yaml"))
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, s):
-        self.now += max(s, 0.01)
-
-
-class World:
-    """The simulated nodes and the head's view of the Ray cluster."""
-
-    def __init__(self, manifest, unreachable=(), never_joins=(), start_fails=()):
-        self.manifest = manifest
-        self.running: dict[str, NodeState] = {}
-        self.dead: list[NodeState] = []
-        self.unreachable = set(unreachable)
-        self.never_joins = set(never_joins)
-        self.start_fails = set(start_fails)
-        self.serial = 0
-        self.runners = {n.name: self._runner(n.name) for n in manifest.nodes}
-        self.dashboard_opens: list[tuple[str, int, str | None]] = []
-
-    def _runner(self, name: str) -> FakeRunner:
-        world = self
-
-        def respond(argv, env):
-            if name in world.unreachable:
-                raise UnreachableError(f"{name}: connection refused", node=name)
-            if argv == ("printenv", "HOME"):
-                return result("/home/ops\n")
-            if argv[:3] == (PY, "-m", "ray.scripts.scripts"):
-                return world.ray(name, argv[3:], env)
-            if argv[0] == "pkill":
-                return result(exit_code=1)
-            if argv[:2] == (PY, "-c"):  # the versions probe
-                return result(json.dumps({"python": "3.11.2", "ray": "2.60.0", "vllm": "0.32.0", "torch": "2.13.0"}))
-            raise AssertionError(f"unexpected {argv}")
-
-        return FakeRunner(name, default=respond)
-
-    def ray(self, name, args, env):
-        if args[0] == "stop":
-            self.running.pop(name, None)
-            return result("Stopped all 8 Ray processes.")
-        assert args[0] == "start"
-        assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == "/home/ops/.orch/clusters/tb/ray-token"
-        if name in self.start_fails:
-            return result(exit_code=1, stderr="ConnectionError: could not reach GCS at 10.0.0.1:26379")
-        if "--head" not in args and "head" not in self.running:
-            return result(exit_code=1, stderr="ConnectionError: GCS not reachable")
-        if name in self.running:
-            return result(exit_code=1, stderr="Ray is already running")
-        if name not in self.never_joins:
-            self.serial += 1
-            gpus = float(args[args.index("--num-gpus") + 1])
-            self.running[name] = NodeState(
-                node_id=f"id-{name}-{self.serial}", name=name, address=args[args.index("--node-ip-address") + 1],
-                state="ALIVE", is_head="--head" in args, resources_total={"GPU": gpus, "CPU": 4.0, node_resource(name): 1000.0},
-                start_time_ms=self.serial,
-            )  # fmt: skip
-        return result("Ray runtime started.")
-
-    def kill_raylet(self, name):
-        s = self.running.pop(name)
-        from dataclasses import replace
-
-        self.dead.append(replace(s, state="DEAD", state_message="health check failed due to missing too many heartbeats"))
-
-    @contextmanager
-    def open_runners(self, manifest):
-        yield {n.name: self.runners[n.name] for n in manifest.nodes}
-
-    @contextmanager
-    def open_dashboard(self, runner, port, token):
-        self.dashboard_opens.append((runner.node, port, token))
-        world = self
-
-        class Client:
-            def nodes_with_usage(self):
-                if "head" not in world.running:
-                    raise DashboardUnavailable("the Ray dashboard at http://127.0.0.1:18265 did not answer")
-                return world.dead + list(world.running.values())
-
-            def ray_version(self):
-                return "2.60.0"
-
-        yield Client()
-
-    def gather(self, runners, manifest):
-        out = {}
-        for n in manifest.nodes:
-            if n.name in self.unreachable:
-                out[n.name] = UnreachableError(f"{n.name}: connection refused", node=n.name)
-            else:
-                addr = "192.168.7." + n.host.rsplit(".", 1)[1]
-                nic = NicInfo("eth1", "up", 1500, (NicAddress("inet", addr, 24),))
-                out[n.name] = NodeFacts(node=n.name, host=n.host, nics=(nic,), versions=Versions(ray="2.60.0"))
-        return out
-
-    def ray_calls(self, node=None, verb=None):
-        calls = []
-        for name, r in self.runners.items():
-            if node and name != node:
-                continue
-            calls += [c for c in r.ran(PY, "-m", "ray.scripts.scripts") if verb is None or c.argv[3] == verb]
-        return calls
-
 
 @pytest.fixture()
 def env(tmp_path):

@@ -1,0 +1,200 @@
+"""`orch up` and `orch down`: flags, progress display, tables and JSON. CLI only.
+
+The work is done by ``orchestrator.workflows.cluster``; this module builds its real dependencies
+(state store, SSH runners with orch's known_hosts, the dashboard through an SSH tunnel), shows
+progress on stderr (a spinner on a terminal, plain lines otherwise), and prints results on stdout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orchestrator.cli.output import console, print_json
+
+SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "dim"}
+
+
+def known_hosts_path(manifest: Any, state_dir: Path) -> Path:
+    return Path(manifest.ssh.known_hosts) if manifest.ssh.known_hosts else state_dir / "known_hosts"
+
+
+def make_deps(manifest: Any, state_dir: Path, accept_new_host_keys: bool, progress: Callable[[str], None]):
+    """The real dependencies of the cluster workflows."""
+    from orchestrator.remote import open_runners
+    from orchestrator.state import StateStore
+    from orchestrator.workflows.cluster import ClusterDeps
+
+    known_hosts = known_hosts_path(manifest, state_dir)
+    return ClusterDeps(
+        state=StateStore(state_dir),
+        open_runners=lambda m: open_runners(m, known_hosts, accept_new_host_keys),
+        progress=progress,
+    )
+
+
+@contextmanager
+def progress_display(enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A progress callback: a rich spinner on a terminal, one plain line per step otherwise."""
+    err = console(stderr=True)
+    if not enabled:
+        yield lambda _m: None
+        return
+    if not err.is_terminal:
+        yield lambda m: err.print(f"- {m}", markup=False)
+        return
+    with err.status("starting", spinner="dots") as status:
+
+        def show(message: str) -> None:
+            err.print(f"[dim]-[/dim] {message}", markup=True, highlight=False)
+            status.update(message)
+
+        yield show
+
+
+def findings_table(findings: list) -> Any:
+    """Findings grouped by node (cluster-wide first), one row each."""
+    from rich.table import Table
+
+    from orchestrator.preflight import by_node
+
+    table = Table(title="preflight findings", show_lines=False, title_justify="left")
+    for col in ("node", "severity", "code"):
+        table.add_column(col, no_wrap=True)
+    for col in ("message", "hint"):
+        table.add_column(col, overflow="fold", ratio=1)
+    for node, items in by_node(findings).items():
+        for i, f in enumerate(items):
+            table.add_row(
+                (node or "(cluster)") if i == 0 else "",
+                f"[{SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/]",
+                f.code,
+                f.message,
+                f.hint,
+            )
+        table.add_section()
+    return table
+
+
+def nodes_table(states: list, title: str = "Ray nodes") -> Any:
+    from rich.table import Table
+
+    from orchestrator.ray_cluster import current_by_name
+
+    table = Table(title=title, title_justify="left")
+    for col in ("node", "address", "state", "GPUs", "node id"):
+        table.add_column(col)
+    for name, s in sorted(current_by_name(states).items()):
+        table.add_row(name, s.address, s.state, f"{s.gpus_total:g}", s.node_id[:12])
+    return table
+
+
+@click.command("up")
+@click.argument("cluster_yaml", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--check-only", is_flag=True, help="Run preflight only; start nothing.")
+@click.option("--force", is_flag=True, help="Proceed despite preflight warnings (failures always stop).")
+@click.option("--dry-run", is_flag=True, help="Print what would change (and the manifest diff) without doing it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--accept-new-host-keys", is_flag=True, help="Record the host key of nodes contacted for the first time.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Seconds to wait for every node to be ALIVE after the starts.")  # fmt: skip
+@click.pass_context
+def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dry_run: bool, as_json: bool,
+       accept_new_host_keys: bool, timeout: float) -> None:  # fmt: skip
+    """Preflight every node over SSH, then start Ray and wait for all nodes.
+
+    \b
+    Idempotent: on a healthy cluster with an unchanged manifest it does nothing and says so;
+    dead or missing workers are restarted alone; a changed manifest restarts Ray everywhere
+    (--dry-run shows the diff first). Exit 3 when preflight stops it (nothing was started).
+    """
+    from orchestrator.manifest import load_manifest_file
+    from orchestrator.workflows.cluster import PreflightStopped, UpOptions
+    from orchestrator.workflows.cluster import up as up_workflow
+
+    manifest = load_manifest_file(cluster_yaml)
+    state_dir: Path = ctx.obj["state_dir"]
+    out = console()
+    with progress_display() as progress:
+        deps = make_deps(manifest, state_dir, accept_new_host_keys, progress)
+        options = UpOptions(check_only=check_only, force=force, dry_run=dry_run, timeout=timeout)
+        try:
+            result = up_workflow(manifest, deps, options)
+        except PreflightStopped as exc:
+            _print_findings(exc.findings, exc.facts, as_json, out)
+            raise
+    if check_only:
+        _print_findings(result.findings, result.facts, as_json, out)
+        if not as_json:
+            out.print(result.message)
+        return
+    if as_json:
+        print_json(result.to_dict())
+        return
+    if result.findings:
+        out.print(findings_table(result.findings))
+    if result.plan and result.plan.diff:
+        out.print("manifest changes since the last `orch up`:")
+        for line in result.plan.diff:
+            out.print(f"  {line}", markup=False)
+    if result.nodes and not result.dry_run:
+        out.print(nodes_table(result.nodes))
+    out.print(result.message, markup=False)
+
+
+def _print_findings(findings: list, facts: dict, as_json: bool, out: Any) -> None:
+    if as_json:
+        from orchestrator.preflight import report_json
+
+        click.echo(report_json(findings, facts))
+    elif findings:
+        out.print(findings_table(findings))
+    else:
+        out.print("preflight: no findings")
+
+
+@click.command("down")
+@click.argument("cluster_yaml", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the per-node result as JSON on stdout.")
+@click.option("--accept-new-host-keys", is_flag=True, help="Record the host key of nodes contacted for the first time.")
+@click.pass_context
+def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_keys: bool) -> None:
+    """Stop Ray (and leftover vLLM) on every node.
+
+    \b
+    Nodes are stopped in parallel. An unreachable node is reported and does not fail the
+    command (exit 0); a node where `ray stop` itself failed makes it exit 5.
+    """
+    from rich.table import Table
+
+    from orchestrator.errors import ClusterError
+    from orchestrator.manifest import load_manifest_file
+    from orchestrator.workflows.cluster import down as down_workflow
+
+    manifest = load_manifest_file(cluster_yaml)
+    with progress_display() as progress:
+        result = down_workflow(manifest, make_deps(manifest, ctx.obj["state_dir"], accept_new_host_keys, progress))
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        out = console()
+        table = Table(title=f"orch down {manifest.name}", title_justify="left")
+        for col in ("node", "result", "detail"):
+            table.add_column(col, overflow="fold")
+        for n in result.nodes:
+            verdict = "[green]stopped[/]" if n.ok else ("[yellow]unreachable[/]" if n.unreachable else "[red]failed[/]")
+            table.add_row(n.node, verdict, n.detail)
+        out.print(table)
+    unreachable = [n.node for n in result.nodes if n.unreachable]
+    if unreachable:
+        click.echo(f"warning: not reached: {', '.join(unreachable)} (Ray may still run there)", err=True)
+    failed = [n for n in result.nodes if not n.ok and not n.unreachable]
+    if failed:
+        raise ClusterError(
+            f"`ray stop` failed on {', '.join(n.node for n in failed)}: {failed[0].detail}",
+            hint="re-run `orch down`; if it persists, log in and stop the processes by hand",
+        )

@@ -1,0 +1,142 @@
+"""`orch status [CLUSTER_YAML]`: nodes (and, when its owner adds it, serving). CLI only.
+
+The report is built by ``orchestrator.workflows.cluster.status_nodes`` (a ``StatusReport`` from
+``orchestrator.status``). Rendering is one function per section (``render_nodes``; a serving
+section gets its own ``render_serving``), assembled by ``render_report``; ``collect`` is where
+further sections are added to the report (see the marked place).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orchestrator.cli.output import console, print_json
+
+STATE_STYLE = {"ALIVE": "green", "DEAD": "bold red", "MISSING": "red", "UNKNOWN": "yellow"}
+
+
+def resolve_manifest(cluster_yaml: Path | None, state_dir: Path):
+    """The manifest from the file, or the one recorded by `orch up` when exactly one cluster is
+    recorded (what was brought up, even if the file changed since)."""
+    from orchestrator.errors import StateError, UsageError
+    from orchestrator.manifest import Manifest, load_manifest_file
+    from orchestrator.state import StateStore
+
+    if cluster_yaml is not None:
+        return load_manifest_file(cluster_yaml)
+    records = [r for r in StateStore(state_dir).list_clusters() if r.manifest_json]
+    if not records:
+        raise StateError(f"no cluster is recorded in {state_dir}", hint="pass CLUSTER_YAML, or run `orch up CLUSTER_YAML` first")
+    if len(records) > 1:
+        raise UsageError(
+            f"{len(records)} clusters are recorded ({', '.join(r.name for r in records)}); say which",
+            hint="pass its CLUSTER_YAML: `orch status CLUSTER_YAML`",
+        )
+    return Manifest.model_validate_json(records[0].manifest_json)
+
+
+def collect(manifest: Any, state_dir: Path, accept_new_host_keys: bool = False):
+    from orchestrator.cli.cluster import make_deps
+    from orchestrator.workflows.cluster import status_nodes
+
+    deps = make_deps(manifest, state_dir, accept_new_host_keys, lambda _m: None)
+    report = status_nodes(manifest, deps)
+    # Further sections go here: report = report.with_serving(<serving section of manifest>)
+    return report
+
+
+def render_nodes(section: Any) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="nodes", title_justify="left")
+    for col in ("node", "role", "address", "ray", "ssh", "GPUs used/total", "type", "python", "ray ver", "vllm", "torch"):
+        table.add_column(col, overflow="fold")
+    notes = []
+    for r in section.rows:
+        v = r.versions
+        gpus = "-" if r.gpus_total is None else f"{r.gpus_used or 0:g}/{r.gpus_total:g}"
+        if r.gpus_total is not None and round(r.gpus_total) != r.gpus_expected:
+            gpus += f" (expected {r.gpus_expected})"
+        table.add_row(
+            r.name,
+            r.role,
+            r.address or r.host,
+            f"[{STATE_STYLE.get(r.ray_state, '')}]{r.ray_state}[/]",
+            "[green]ok[/]" if r.reachable else "[red]unreachable[/]",
+            gpus,
+            r.gpu_type or "-",
+            (v.python if v else None) or "-",
+            (v.ray if v else None) or "-",
+            (v.vllm if v else None) or "-",
+            (v.torch if v else None) or "-",
+        )
+        if r.detail:
+            notes.append(Text(f"{r.name}: {r.detail}"))
+    total = Text(
+        f"cluster: {section.alive}/{len(section.rows)} nodes ALIVE, GPUs {section.gpus_used:g} used of {section.gpus_total:g}"
+        f" (expected {sum(r.gpus_expected for r in section.rows)})"
+        + (f", ray {section.ray_version}" if section.ray_version else "")
+        + ("" if section.healthy else "  [not healthy]")
+    )
+    parts: list[Any] = [table, total, *notes]
+    if section.dashboard_error:
+        parts.append(Text(f"dashboard: {section.dashboard_error}", style="yellow"))
+    if section.foreign_nodes:
+        parts.append(Text(f"{section.foreign_nodes} other ALIVE Ray node(s) not started by orch"))
+    return Group(*parts)
+
+
+def render_report(report: Any) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list[Any] = [Text(f"cluster {report.cluster}", style="bold"), render_nodes(report.nodes)]
+    # A serving section renders itself here once its owner provides render_serving(report.serving).
+    return Group(*parts)
+
+
+@click.command("status")
+@click.argument("cluster_yaml", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option("--watch", is_flag=True, help="Refresh until interrupted (Ctrl-C).")
+@click.option("--interval", type=click.FloatRange(min=0.5), default=5.0, show_default=True, help="Seconds between refreshes with --watch.")
+@click.option("--accept-new-host-keys", is_flag=True, help="Record the host key of nodes contacted for the first time.")
+@click.pass_context
+def status(ctx: click.Context, cluster_yaml: Path | None, as_json: bool, watch: bool, interval: float,
+           accept_new_host_keys: bool) -> None:  # fmt: skip
+    """Nodes, GPUs, the Serve application, revision, KV cache, latency.
+
+    \b
+    Reads Ray's state from the head's dashboard through an SSH tunnel (with the cluster's
+    token) and probes every node over SSH; dead and unreachable nodes are shown as such.
+    Without CLUSTER_YAML, the one cluster recorded by `orch up` is shown. Exit 0 whenever a
+    report could be made (see "healthy" in --json).
+    """
+    state_dir: Path = ctx.obj["state_dir"]
+    manifest = resolve_manifest(cluster_yaml, state_dir)
+    if not watch:
+        report = collect(manifest, state_dir, accept_new_host_keys)
+        if as_json:
+            print_json(report.to_dict())
+        else:
+            console().print(render_report(report))
+        return
+    try:
+        if as_json:
+            while True:
+                print_json(collect(manifest, state_dir, accept_new_host_keys).to_dict())
+                time.sleep(interval)
+        from rich.live import Live
+
+        with Live(console=console(), auto_refresh=False) as live:
+            while True:
+                live.update(render_report(collect(manifest, state_dir, accept_new_host_keys)), refresh=True)
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        return

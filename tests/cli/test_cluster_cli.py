@@ -1,0 +1,123 @@
+"""`orch up/down/status` through the CLI boundary, with the workflows' dependencies replaced by
+the simulated Ray world (tests/workflows/cluster_world.py): output, JSON and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.preflight import finding
+from orchestrator.state import StateStore
+from orchestrator.workflows.cluster import ClusterDeps
+from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
+
+
+@pytest.fixture()
+def cli_env(tmp_path, monkeypatch):
+    state_dir = tmp_path / "state"
+    monkeypatch.setenv("ORCH_STATE_DIR", str(state_dir))
+    path = tmp_path / "tb.yaml"
+    path.write_text(YAML)
+    world = World(manifest_of())
+    clock = Clock()
+    box = {"check": lambda m, f: []}
+
+    def make_deps(manifest, sd, accept, progress):
+        assert sd == state_dir
+        return ClusterDeps(state=StateStore(sd, clock=clock), open_runners=world.open_runners, gather=world.gather,
+                           check=lambda m, f: box["check"](m, f), open_dashboard=world.open_dashboard, clock=clock,
+                           sleep=clock.sleep, progress=progress)  # fmt: skip
+
+    monkeypatch.setattr("orchestrator.cli.cluster.make_deps", make_deps)
+    return path, world, box, state_dir
+
+
+def test_up_json_then_nothing_to_do(cli_env, capsys):
+    path, world, _, _ = cli_env
+    assert main(["up", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["action"] == "start" and out["started"] == ["head", "w1", "w2"]
+    assert sum(n["gpus_total"] for n in out["nodes"]) == 24
+    assert main(["up", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "nothing to do" in captured.out
+    assert "reading the Ray cluster's state" in captured.err  # progress goes to stderr
+
+
+def test_up_preflight_failure_prints_table_and_exits_3(cli_env, capsys):
+    path, world, box, _ = cli_env
+    box["check"] = lambda m, f: [
+        finding("fail", "GPU_COUNT_MISMATCH", "w1", "w1 has 4 GPUs; the manifest says 8", "fix nodes[1].gpus"),
+        finding("warn", "NO_NVLINK", "w2", "w2's GPUs are joined by PCIe", "prefer pipeline parallel"),
+    ]
+    assert main(["up", str(path)]) == 3
+    captured = capsys.readouterr()
+    assert "GPU_COUNT_MISMATCH" in captured.out and "NO_NVLINK" in captured.out
+    assert "error: preflight found 1 failure(s) on w1" in captured.err
+    assert "hint: nothing was started" in captured.err
+    assert world.ray_calls() == []
+
+
+def test_up_check_only_json(cli_env, capsys):
+    path, world, box, _ = cli_env
+    box["check"] = lambda m, f: [finding("info", "NO_NVLINK", "w2", "PCIe", "ok")]
+    assert main(["up", str(path), "--check-only", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is True and out["findings"][0]["code"] == "NO_NVLINK" and set(out["nodes"]) == {"head", "w1", "w2"}
+    assert world.ray_calls() == []
+
+
+def test_up_dry_run_shows_diff(cli_env, capsys, tmp_path):
+    path, world, _, _ = cli_env
+    assert main(["up", str(path)]) == 0
+    path.write_text(YAML.replace("dashboard_port: 28265", "dashboard_port: 28266"))
+    capsys.readouterr()
+    assert main(["up", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "~ ray.dashboard_port: 28265 -> 28266" in out and "would restart" in out
+
+
+def test_down_with_unreachable_node_exits_0_and_warns(cli_env, capsys):
+    path, world, _, state_dir = cli_env
+    assert main(["up", str(path)]) == 0
+    world.unreachable.add("w2")
+    capsys.readouterr()
+    assert main(["down", str(path), "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    by = {n["node"]: n for n in out["nodes"]}
+    assert by["head"]["ok"] and by["w2"]["unreachable"] and not out["ok"]
+    assert "warning: not reached: w2" in captured.err
+    assert StateStore(state_dir).get_cluster("tb").state == "down"
+
+
+def test_status_finds_the_recorded_cluster(cli_env, capsys):
+    path, world, _, state_dir = cli_env
+    assert main(["up", str(path)]) == 0
+    world.kill_raylet("w1")
+    capsys.readouterr()
+    monkey_collect_deps(cli_env)
+    assert main(["status", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cluster"] == "tb" and out["totals"]["alive"] == 2 and out["healthy"] is False
+    assert {n["name"]: n["ray_state"] for n in out["nodes"]} == {"head": "ALIVE", "w1": "DEAD", "w2": "ALIVE"}
+    assert main(["status", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "DEAD" in text and "2/3 nodes ALIVE" in text and "heartbeats" in text
+
+
+def monkey_collect_deps(cli_env):
+    """status uses the same make_deps as up/down (patched by the fixture)."""
+
+
+def test_status_without_any_cluster_or_with_two(cli_env, capsys):
+    _, _, _, state_dir = cli_env
+    assert main(["status"]) == 1
+    assert "no cluster is recorded" in capsys.readouterr().err
+    store = StateStore(state_dir)
+    for name in ("a", "b"):
+        store.record_cluster(name, "f", "h", 1, manifest_json=manifest_of().model_dump_json())
+    assert main(["status"]) == 2
+    assert "2 clusters are recorded (a, b)" in capsys.readouterr().err
