@@ -51,7 +51,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
 _HOST_LABEL_RE = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
-_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*")
 _SIZE_UNITS = {
     "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
@@ -136,6 +136,8 @@ def _check_executable(value: str) -> str:
 
 def parse_size(value: Any) -> Any:
     """Bytes from an int or a string like ``8GiB``/``500MB``/``1.5 GB`` (B, KB..TB, KiB..TiB)."""
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)  # YAML reads 8.0e9 as a float
     if value is None or isinstance(value, bool) or not isinstance(value, str):
         return value  # int, None, and wrong types are left to the type check
     match = _SIZE_RE.fullmatch(value)
@@ -145,9 +147,12 @@ def parse_size(value: Any) -> Any:
     if unit not in _SIZE_UNITS:
         raise ValueError(f"unknown unit '{match[2]}' in '{value}' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)")
     try:
-        return int(Decimal(match[1]) * _SIZE_UNITS[unit])
+        size = Decimal(match[1]) * _SIZE_UNITS[unit]
     except InvalidOperation:  # pragma: no cover - the regex admits only decimals
         raise ValueError(f"'{value}' is not a size") from None
+    if size != size.to_integral_value():
+        raise ValueError(f"'{value}' is not a whole number of bytes")
+    return int(size)
 
 
 def _check_object_store(value: int | None) -> int | None:

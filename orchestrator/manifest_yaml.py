@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 PathKey = tuple[str | int, ...]
+MAX_DEPTH = 20  # the deepest manifest field is 4 levels down (nodes[0].env.NAME)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,8 @@ def parse_yaml(text: str) -> LocatedDocument:
             raise YamlSyntaxError(line, f"invalid YAML: unacceptable character {shown}: {exc.reason}") from None
         except yaml.YAMLError as exc:  # any other reader/scanner failure without a mark
             raise YamlSyntaxError(1, f"invalid YAML: {exc}") from None
+        except RecursionError:  # PyYAML composes recursively: [[[[...]]]] thousands deep
+            raise YamlSyntaxError(1, "invalid YAML: nested too deeply to be a manifest") from None
         doc = LocatedDocument(data=None)
         if root is None:
             return doc
@@ -111,6 +114,10 @@ class _Builder:
 
     def build(self, node: yaml.Node, path: PathKey, ancestors: frozenset[int]) -> Any:
         line = node.start_mark.line + 1
+        if len(path) > MAX_DEPTH:
+            if len(path) == MAX_DEPTH + 1:
+                self.problem(line, path, f"nested deeper than {MAX_DEPTH} levels; no manifest field is")
+            return None
         if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and id(node) in ancestors:
             self.problem(line, path, "an alias refers to a mapping or list that contains it")
             return None

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pydantic
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from orchestrator.errors import ManifestError
 from orchestrator.manifest import Manifest, load_manifest, load_manifest_file, parse_size
@@ -803,3 +806,36 @@ def test_an_invalid_value_is_reported_once_not_again_by_rules_on_its_default():
         "cluster.yaml:5: nodes[1].port: must be a whole number (got 'twenty-two')",
         "cluster.yaml:6: ray.port: must be a whole number (got '8000')",
     ]
+
+
+# ---- never a traceback: anything that is not a manifest becomes ManifestError ----
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-70000, 70000), st.floats(allow_nan=False),
+                     st.text(max_size=12), st.sampled_from(["head", "worker", "gpu", "cpu", "8GiB", "ib0", "~/x", "../p"]))
+_keys = st.one_of(st.sampled_from(["name", "nodes", "host", "role", "gpus", "port", "ray", "serve", "ssh", "env",
+                                   "interface", "transport", "object_store_memory", "http_port", "targets", "gpu"]),
+                  st.text(max_size=8))
+_documents = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_keys, inner, max_size=6)), max_leaves=30)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_documents)
+def test_any_yaml_document_gives_a_manifest_or_manifest_error(document):
+    text = yaml.safe_dump(document)
+    try:
+        load_manifest(text, Path("/c/cluster.yaml"))
+    except ManifestError as exc:
+        assert exc.problems and all(p.startswith("/c/cluster.yaml") for p in exc.problems)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_any_text_gives_a_manifest_or_manifest_error(text):
+    try:
+        load_manifest(text, Path("c.yaml"))
+    except ManifestError as exc:
+        assert exc.problems and all(p.startswith("c.yaml") for p in exc.problems)
+
+
+def test_deep_nesting_is_an_error_not_a_crash():
+    assert problems_of("[" * 1500 + "]" * 1500) == ["cluster.yaml:1: invalid YAML: nested too deeply to be a manifest"]
