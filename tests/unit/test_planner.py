@@ -362,3 +362,18 @@ def test_plan_json_has_the_contract_keys():
                 "kv_cache_tokens", "max_concurrency", "tp", "pp", "replicas", "fits", "reasons"):  # fmt: skip
         assert key in data
     assert data["engine_kwargs"]["tensor_parallel_size"] == 1
+
+
+def test_cpu_plan_equals_what_vllm_cpu_logged_here():
+    """A real run on this project's machine (tests/data/planner/vllm-0.32-cpu-tiny.log)."""
+    import re
+    from pathlib import Path
+
+    log = (Path(__file__).resolve().parents[1] / "data" / "planner" / "vllm-0.32-cpu-tiny.log").read_text()
+    space = float(re.search(r"Explicitly set \(([\d.]+)/", log).group(1))
+    tokens = int(re.search(r"KV cache size: ([\d,]+) tokens", log).group(1).replace(",", ""))
+    concurrency = float(re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log).group(2))
+    cpu = make_shape(gpu_type_name="cpu", gpus_per_node=0, nodes=1)
+    plan = plan_model(CATALOG["tiny"], cpu, PlanOptions(max_model_len=1024, kv_cache_gib=space))
+    assert plan.kv_cache_tokens == tokens
+    assert round(plan.max_concurrency, 2) == concurrency
