@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from orchestrator.catalog import DTYPE_BYTES, ModelSpec
+from orchestrator.catalog import ModelSpec
 from orchestrator.cluster_shape import ClusterShape
 from orchestrator.memory import GIB, kv_bytes_per_token, kv_dtype_bytes, stage_layer_ranges, stage_weight_bytes
 
@@ -155,7 +155,3 @@ def stage_capacities(spec: ModelSpec, shape: ClusterShape, options: PlanOptions,
         tokens = math.floor(kv / (per_token * block)) * block if kv > 0 and per_token > 0 else 0
         out.append(StageCapacity(i, start, end - start, weights, reserve, kv, per_token, tokens))
     return tuple(out)
-
-
-def weights_dtype_bytes(spec: ModelSpec, options: PlanOptions) -> float:
-    return DTYPE_BYTES[options.dtype or spec.dtype]

@@ -27,11 +27,14 @@ from dataclasses import dataclass, replace
 
 from orchestrator.capacity import PlanOptions, StageCapacity, stage_capacities, vllm_scheduler_defaults
 from orchestrator.catalog import DTYPE_BYTES, ModelSpec
-from orchestrator.cluster_shape import ClusterShape
+from orchestrator.cluster_shape import ClusterShape, make_shape, shape_from_facts, shape_from_manifest
 from orchestrator.errors import PlanError
-from orchestrator.memory import GIB, count_params, kv_dtype_bytes
+from orchestrator.memory import GIB, count_params
 
-__all__ = ["ParallelPlan", "PlanOptions", "plan_model", "evaluate", "Candidate"]
+__all__ = [
+    "Candidate", "ClusterShape", "ParallelPlan", "PlanOptions", "evaluate", "make_shape", "plan_model",
+    "replicas_for", "shape_from_facts", "shape_from_manifest",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -253,9 +256,9 @@ def _choose(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple
     reasons: list[str] = []
     one = ev(1, 1)
     if one.fits:
-        reasons.append(f"fits one GPU, so TP=1 and PP=1: {one.summary()}")
+        reasons.append(f"fits one GPU, so {one.summary()}")
         return one, reasons
-    reasons.append(f"one GPU is not enough: {one.summary()}")
+    reasons.append(f"one GPU is not enough at {one.summary()}")
     gpn, total = shape.gpus_per_node, shape.total_gpus
 
     if not shape.has_nvlink and gpn > 1:
@@ -278,9 +281,9 @@ def _choose(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple
     for t in tps:
         cand = ev(t, 1)
         if cand.fits:
-            reasons.append(f"fits one node with the smallest TP that divides the {spec.heads} attention heads: {cand.summary()}")
+            reasons.append(f"fits one node with the smallest TP that divides the {spec.heads} attention heads, {cand.summary()}")
             return cand, reasons
-        reasons.append(f"not enough: {cand.summary()}")
+        reasons.append(f"not enough at {cand.summary()}")
 
     tp = max(tps) if tps else 1
     if tp < gpn:
@@ -423,10 +426,3 @@ def _forced(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reasons:
     found = _first_fit(cands) or cands[-1]
     reasons.append(f"forced PP={pp}; the smallest TP that fits is {found.tp}: {found.summary()}")
     return found
-
-
-def kv_bytes_per_token_for(spec: ModelSpec, options: PlanOptions) -> float:
-    """Whole-model KV bytes per token at the plan's KV dtype (for the seed's tables)."""
-    from orchestrator.memory import kv_bytes_per_token
-
-    return kv_bytes_per_token(spec, s=kv_dtype_bytes(options.dtype or spec.dtype, options.kv_cache_dtype))
