@@ -28,6 +28,7 @@ from pydantic import (
     Strict,
     ValidationError,
     ValidationInfo,
+    model_validator,
 )
 
 from orchestrator.errors import ManifestError
@@ -41,6 +42,7 @@ RAY_MIN_OBJECT_STORE_BYTES = 75 * 1024 * 1024  # OBJECT_STORE_MINIMUM_MEMORY_BYT
 # paths over 107 bytes (ray/_private/utils.py validate_socket_filepath): 107 - 64 = 43.
 RAY_TEMP_DIR_MAX_BYTES = 43
 MAX_MANIFEST_BYTES = 1024 * 1024
+RULES_CHECKED = "orch.manifest.rules_checked"  # validation context key set by the loader
 
 HINT = (
     "the examples in cluster-templates/ explain every field (reference: docs/manifest.md); "
@@ -299,6 +301,20 @@ class Manifest(_Frozen):
     targets: Targets | None = None
     source_path: Path | None = Field(default=None, exclude=True)  # set by the loader only
 
+    @model_validator(mode="after")
+    def _cross_field_rules(self, info: ValidationInfo) -> Manifest:
+        # The loader runs these rules itself (with file lines, on partially valid input) and
+        # says so in the context; this guards manifests built in code or read back from JSON.
+        if (info.context or {}).get(RULES_CHECKED):
+            return self
+        from orchestrator.manifest_rules import cross_field_problems, format_path
+
+        data = self.model_dump(mode="json", exclude={"source_path"})
+        problems = cross_field_problems(data, dict(info.context or {}))
+        if problems:
+            raise ValueError("; ".join(f"{format_path(path)}: {message}" for path, message in problems))
+        return self
+
     @property
     def head(self) -> NodeSpec:
         return next(node for node in self.nodes if node.role == "head")
@@ -391,6 +407,6 @@ def _file_error(label: str, what: str) -> ManifestError:
 def validate_sections(data: dict[str, Any], context: dict[str, Any]) -> tuple[Manifest | None, ValidationError | None]:
     """Validate the whole mapping; the ValidationError (if any) is returned, not raised."""
     try:
-        return Manifest.model_validate(data, context=context), None
+        return Manifest.model_validate(data, context={**context, RULES_CHECKED: True}), None
     except ValidationError as exc:
         return None, exc

@@ -839,3 +839,19 @@ def test_any_text_gives_a_manifest_or_manifest_error(text):
 
 def test_deep_nesting_is_an_error_not_a_crash():
     assert problems_of("[" * 1500 + "]" * 1500) == ["cluster.yaml:1: invalid YAML: nested too deeply to be a manifest"]
+
+
+def test_json_round_trip_keeps_content_and_fingerprint():
+    for name in ("local.yaml", "1x8-h100.yaml", "2x8-h100-405b.yaml"):
+        m = load_manifest_file(REPO / "cluster-templates" / name)
+        again = Manifest.model_validate_json(m.model_dump_json())
+        assert again == m.model_copy(update={"source_path": None})
+        assert again.fingerprint() == m.fingerprint()
+
+
+def test_manifests_built_in_code_obey_the_cross_field_rules():
+    with pytest.raises(pydantic.ValidationError, match=r"nodes\[1\]\.role: a second head"):
+        Manifest(name="x", nodes=[{"name": "a", "host": "h1", "role": "head", "gpus": 1},
+                                  {"name": "b", "host": "h2", "role": "head", "gpus": 1}])
+    ok = Manifest(name="x", accelerator="cpu", nodes=[{"name": "a", "host": "h1", "role": "head"}])
+    assert ok.head.name == "a"
