@@ -82,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     try:
-        cli.main(args=args, prog_name="orch", standalone_mode=False)
-        return 0
+        # standalone_mode=False hands a command's ctx.exit(n) back as the return value.
+        rc = cli.main(args=args, prog_name="orch", standalone_mode=False)
+        return rc if isinstance(rc, int) else 0
     except OrchError as exc:
         from orchestrator.cli.output import print_error
 

@@ -46,3 +46,18 @@ def test_unexpected_exception_is_one_line_without_debug(capsys, monkeypatch):
     assert main(["plan"]) == 1
     err = capsys.readouterr().err
     assert "internal error: ZeroDivisionError" in err and "Traceback" not in err
+
+
+def test_ctx_exit_code_of_a_command_is_returned(monkeypatch):
+    import click
+
+    import orchestrator.cli as cli_mod
+
+    @click.command()
+    @click.pass_context
+    def failing(ctx):
+        ctx.exit(3)
+
+    monkeypatch.setitem(cli_mod.COMMANDS, "failing-x", ("tests.cli.test_main", "_failing_cmd", "x"))
+    monkeypatch.setattr(__import__("tests.cli.test_main", fromlist=["x"]), "_failing_cmd", failing, raising=False)
+    assert main(["failing-x"]) == 3
