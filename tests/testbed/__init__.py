@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tests.testbed.bed import HostSpec, Testbed, TestHost, check_capabilities, cleanup_stale
+from tests.testbed.bed import (
+    HostSpec,
+    Testbed,
+    TestHost,
+    check_capabilities,
+    cleanup_stale,
+    list_runs,
+    owner_alive,
+    teardown_run,
+)
 from tests.testbed.gpus import GpuProfile, parse_profile
 
 __all__ = [
@@ -21,6 +30,9 @@ __all__ = [
     "TestbedFactory",
     "check_capabilities",
     "cleanup_stale",
+    "list_runs",
+    "owner_alive",
+    "teardown_run",
     "parse_profile",
 ]
 

@@ -120,12 +120,13 @@ class Testbed:
 
     __test__ = False
 
-    def __init__(self, specs: Sequence[HostSpec], name: str | None = None) -> None:
+    def __init__(self, specs: Sequence[HostSpec], name: str | None = None, manual: bool = False) -> None:
         self.run_id = uuid.uuid4().hex[:6]
         self.name = name or f"tb-{self.run_id}"
         self.dir = BASE_DIR / self.run_id
         self.hosts: list[TestHost] = []
         self._closed = False
+        self.manual = manual  # outlives this process (scripts/testbed.py up); torn down by `down`
         self._lock = threading.Lock()
         self._specs = list(specs)
         names = [s.name or f"host{i}" for i, s in enumerate(self._specs)]
@@ -162,7 +163,8 @@ class Testbed:
         self.dir.mkdir(parents=True)
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation dir
         self._write_owner()
-        atexit.register(self.close)
+        if not self.manual:
+            atexit.register(self.close)
         try:
             self.subnets = network.claim_subnets(self.run_id)
             network.create_bridge(self.run_id, self.subnets)
@@ -251,7 +253,14 @@ class Testbed:
         owner = {
             "pid": os.getpid(),
             "start": _proc_start_time(os.getpid()),
+            "manual": self.manual,
+            "name": self.name,
             "unshare_pids": [h._unshare.pid for h in self.hosts if h._unshare],
+            "hosts": [
+                {"name": h.name, "address": h.address, "ssh_port": h.ssh_port, "netns": h.netns,
+                 "init_pid": h.init_pid, "gpus": h.spec.gpus}
+                for h in self.hosts
+            ],
         }
         (self.dir / "owner.json").write_text(json.dumps(owner))
 
@@ -390,36 +399,50 @@ def _remove_network(run_id: str) -> None:
     network.release_subnets(run_id)
 
 
+def list_runs() -> dict[str, dict]:
+    """Run id -> its owner record (``{}`` when unreadable), for every test bed on this machine."""
+    runs: dict[str, dict] = {}
+    names = {p.name for p in BASE_DIR.iterdir() if p.is_dir()} if BASE_DIR.is_dir() else set()
+    names |= {ns.split("-")[1] for ns in network.list_netns(f"{network.PREFIX}-") if ns.count("-") == 2}
+    for run in sorted(names):
+        try:
+            runs[run] = json.loads((BASE_DIR / run / "owner.json").read_text())
+        except (OSError, ValueError):
+            runs[run] = {}
+    return runs
+
+
+def owner_alive(owner: Mapping) -> bool:
+    return bool(owner) and _proc_start_time(owner["pid"]) == owner.get("start")
+
+
+def teardown_run(run: str, owner: Mapping | None = None) -> None:
+    """Tear down one test bed from any process: its hosts' processes, network objects, files."""
+    if owner is None:
+        owner = list_runs().get(run, {})
+    for pid in owner.get("unshare_pids", []):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if run.encode() in cmdline:  # still the process we started, not a reused pid
+            for child in sshd.children(pid):
+                _kill_host(child, None)
+            _kill_host(pid, None)
+    _remove_network(run)
+    shutil.rmtree(BASE_DIR / run, ignore_errors=True)
+
+
 def cleanup_stale() -> list[str]:
     """Tear down test beds whose owning process is gone (a crashed or killed test run).
-    Touches only objects named after the test bed's prefix whose run has no live owner.
+    Touches only objects named after the test bed's prefix, of runs without a live owner;
+    manual beds (``scripts/testbed.py up``) stay until ``scripts/testbed.py down``.
     Returns the run ids cleaned."""
-    live, cleaned = set(), []
-    runs = set()
-    if BASE_DIR.is_dir():
-        runs |= {p.name for p in BASE_DIR.iterdir() if p.is_dir()}
-    runs |= {ns.split("-")[1] for ns in network.list_netns(f"{network.PREFIX}-") if ns.count("-") == 2}
-    for run in sorted(runs):
-        owner_file = BASE_DIR / run / "owner.json"
-        owner = {}
-        try:
-            owner = json.loads(owner_file.read_text())
-        except (OSError, ValueError):
-            pass
-        if owner and _proc_start_time(owner["pid"]) == owner.get("start"):
-            live.add(run)
+    cleaned = []
+    for run, owner in list_runs().items():
+        if owner_alive(owner) or owner.get("manual"):
             continue
-        for pid in owner.get("unshare_pids", []):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if run.encode() in cmdline:  # still the process we started, not a reused pid
-                for child in sshd.children(pid):
-                    _kill_host(child, None)
-                _kill_host(pid, None)
-        _remove_network(run)
-        shutil.rmtree(BASE_DIR / run, ignore_errors=True)
+        teardown_run(run, owner)
         cleaned.append(run)
     return cleaned
 
