@@ -223,14 +223,3 @@ class NodeFacts(_Jsonable):
         nic = self.nic(interface)
         addrs = nic.global_addresses() if nic else []
         return addrs[0].address if addrs else None
-
-
-@dataclass(frozen=True)
-class UnreachableNode(_Jsonable):
-    """A node that could not be probed at all (SSH refused, auth, host key, timeout)."""
-
-    node: str
-    host: str
-    error: str
-    kind: str  # the RemoteError subclass name, e.g. "UnreachableError"
-    hint: str | None = None

@@ -119,7 +119,7 @@ def finding(severity: Severity, code: str, node: str | None, message: str, fix: 
 
 def run_checks(manifest: Any, facts: dict[str, Any]) -> list[Finding]:
     """All findings for a cluster: ``facts`` maps node name to its NodeFacts, or to the
-    RemoteError (or UnreachableNode) that stopped its probing. Sorted by node order of the
+    RemoteError that stopped its probing (a node missing from ``facts`` was not probed). Sorted by node order of the
     manifest (cluster-wide first), then severity, then code."""
     from orchestrator import preflight_checks as checks
 
