@@ -55,14 +55,16 @@ def render_nodes(section: Any) -> Any:
     from rich.text import Text
 
     table = Table(title="nodes", title_justify="left")
-    for col in ("node", "role", "address", "ray", "ssh", "GPUs used/total", "type", "python", "ray ver", "vllm", "torch"):
-        table.add_column(col, overflow="fold")
+    for col in ("node", "role", "address", "ray", "ssh", "GPUs used/total", "type"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("python/ray/vllm/torch", overflow="fold")
     notes = []
     for r in section.rows:
         v = r.versions
         gpus = "-" if r.gpus_total is None else f"{r.gpus_used or 0:g}/{r.gpus_total:g}"
         if r.gpus_total is not None and round(r.gpus_total) != r.gpus_expected:
             gpus += f" (expected {r.gpus_expected})"
+        versions = "/".join(str(x or "-") for x in (v.python, v.ray, v.vllm, v.torch)) if v else "-"
         table.add_row(
             r.name,
             r.role,
@@ -71,10 +73,7 @@ def render_nodes(section: Any) -> Any:
             "[green]ok[/]" if r.reachable else "[red]unreachable[/]",
             gpus,
             r.gpu_type or "-",
-            (v.python if v else None) or "-",
-            (v.ray if v else None) or "-",
-            (v.vllm if v else None) or "-",
-            (v.torch if v else None) or "-",
+            versions,
         )
         if r.detail:
             notes.append(Text(f"{r.name}: {r.detail}"))

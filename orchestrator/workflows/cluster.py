@@ -136,14 +136,23 @@ class UpResult:
 # ------------------------------------------------------------------------------ node actions
 
 
-def install_token(runner: Runner, manifest: Manifest, token: str) -> str:
-    """Write the token 0600 under the node user's home; return its absolute path there."""
+def _token_path_on(runner: Runner, manifest: Manifest) -> str:
     home = runner.run(["printenv", "HOME"], timeout=30).check(runner.node).stdout.strip()
     if not home.startswith("/"):
         raise CommandFailedError(f"{runner.node}: HOME is not an absolute path ({home!r})", node=runner.node)
-    path = node_token_path(manifest.name, home)
+    return node_token_path(manifest.name, home)
+
+
+def install_token(runner: Runner, manifest: Manifest, token: str) -> str:
+    """Write the token 0600 under the node user's home; return its absolute path there."""
+    path = _token_path_on(runner, manifest)
     runner.put_file(path, (token + "\n").encode(), 0o600)  # type: ignore[attr-defined]
     return path
+
+
+def remove_token(runner: Runner, manifest: Manifest) -> None:
+    """Delete the node's copy of the token (a stopped cluster leaves no secret behind)."""
+    runner.run(["rm", "-f", "--", _token_path_on(runner, manifest)], timeout=30).check(runner.node)
 
 
 def stop_node(runner: Runner, manifest: Manifest, node: NodeSpec, kill_vllm: bool = True) -> str:
@@ -348,12 +357,21 @@ class DownResult:
 
 
 def down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
-    """Stop Ray and leftover vLLM on every node in parallel. A node that cannot be reached is
-    reported (``unreachable``), not fatal; the recorded cluster is marked down."""
+    """Stop Ray and leftover vLLM on every node in parallel and remove the node's token copy.
+    A node that cannot be reached is reported (``unreachable``), not fatal; the recorded cluster
+    is marked down (the local token is kept: the next `up` reuses it)."""
     t0 = deps.clock()
     deps.progress(f"stopping Ray and vLLM on {len(manifest.nodes)} nodes")
+
+    def stop_and_forget(r: Runner) -> str:
+        done = stop_node(r, manifest, manifest.node(r.node))
+        if manifest.ray.token_auth:
+            remove_token(r, manifest)
+            done += "; token removed"
+        return done
+
     with deps.open_runners(manifest) as runners:
-        outcomes = fan_out(list(runners.values()), lambda r: stop_node(r, manifest, manifest.node(r.node)))
+        outcomes = fan_out(list(runners.values()), stop_and_forget)
     nodes = []
     for o in outcomes:
         if o.ok:

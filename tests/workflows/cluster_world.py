@@ -72,6 +72,9 @@ class World:
                 return world.ray(name, argv[3:], env)
             if argv[0] == "pkill":
                 return result(exit_code=1)
+            if argv[:3] == ("rm", "-f", "--"):
+                world.runners[name].files.pop(argv[3], None)
+                return result()
             if argv[:2] == (PY, "-c"):  # the versions probe
                 return result(json.dumps({"python": "3.11.2", "ray": "2.60.0", "vllm": "0.32.0", "torch": "2.13.0"}))
             raise AssertionError(f"unexpected {argv}")

@@ -192,6 +192,8 @@ def test_down_reports_unreachable_node_and_stops_the_others(env):
     for name in ("head", "w2"):
         pk = world.runners[name].ran("pkill")
         assert [c.argv for c in pk[-2:]] == [("pkill", "-KILL", "-f", "^VLLM::"), ("pkill", "-KILL", "-f", r"[v]llm\.entrypoints")]
+        assert world.runners[name].files == {}  # the node's token copy is gone
+    assert "/home/ops/.orch/clusters/tb/ray-token" in world.runners["w1"].files
     assert deps.state.get_cluster("tb").state == "down"
     # after down, up starts everything again
     world.unreachable.clear()
