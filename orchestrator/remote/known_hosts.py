@@ -77,6 +77,7 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
         self.node, self.host, self.port = node, host, port
         self.known_hosts, self.accept_new, self.hashed = known_hosts, accept_new, hashed
         self.accepted_new_key: str | None = None  # fingerprint recorded by this connection
+        self.verified = False  # the host key passed: a later failure is in authentication
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         entry = load(self.known_hosts).lookup(host_entry_name(self.host, self.port))
@@ -84,6 +85,7 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
         if entry:
             recorded = entry.get(key.get_name())
             if recorded == key:
+                self.verified = True
                 return
             old = recorded if recorded is not None else next(iter(entry.values()))
             raise HostKeyChangedError(
@@ -109,3 +111,4 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
             )
         append(self.known_hosts, self.host, self.port, key, hashed=self.hashed)
         self.accepted_new_key = fingerprint(key)
+        self.verified = True

@@ -152,14 +152,14 @@ class SshRunner:
             raise
         except BaseException as exc:
             client.close()
-            raise self._connect_error(exc) from exc
+            raise self._connect_error(exc, authenticating=policy.verified) from exc
         self.accepted_new_key = policy.accepted_new_key
         t = client.get_transport()
         if t is not None and self.keepalive_s:
             t.set_keepalive(self.keepalive_s)
         return client
 
-    def _connect_error(self, exc: BaseException) -> BaseException:
+    def _connect_error(self, exc: BaseException, authenticating: bool = False) -> BaseException:
         where, t = self.where, self.connect_timeout
         unreachable_hint = (
             f"check that {self.host} is up, that sshd listens on port {self.port} and that no firewall "
@@ -171,12 +171,23 @@ class SshRunner:
                 hint="load the key into ssh-agent (ssh-add) or use an unencrypted deploy key",
                 node=self.node,
             )
+        how = f"key {self.identity_file}" if self.identity_file else "the agent's and default keys"
+        auth_hint = (
+            f"make sure the public key is in ~{self.user}/.ssh/authorized_keys on {self.host} "
+            "(ssh-copy-id), or set ssh.identity_file / ssh.user in cluster.yaml"
+        )
+        if isinstance(exc, paramiko.SSHException) and authenticating and not isinstance(exc, paramiko.AuthenticationException):
+            # The host key passed, so the handshake is done: paramiko found no key to offer.
+            return AuthenticationError(
+                f"{self.node}: no key to log in to {self.user}@{where} with: no identity file, and neither "
+                f"the agent nor ~/.ssh offered a key ({exc})",
+                hint="set ssh.identity_file in cluster.yaml or add the key to ssh-agent (ssh-add)",
+                node=self.node,
+            )
         if isinstance(exc, paramiko.AuthenticationException):
-            how = f"key {self.identity_file}" if self.identity_file else "the agent's and default keys"
             return AuthenticationError(
                 f"{self.node}: {self.user}@{where} refused authentication with {how}: {exc}",
-                hint=f"make sure the public key is in ~{self.user}/.ssh/authorized_keys on {self.host} "
-                "(ssh-copy-id), or set ssh.identity_file / ssh.user in cluster.yaml",
+                hint=auth_hint,
                 node=self.node,
             )
         if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):

@@ -123,6 +123,26 @@ def test_wrong_key_is_an_authentication_error(bed, tmp_path):
         runner(bed, "h100", identity_file=tmp_path / "missing").run(["true"])
 
 
+def test_agent_authentication(bed, tmp_path, monkeypatch):
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            time.sleep(0.02)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        monkeypatch.setenv("HOME", str(tmp_path))  # no default keys: only the agent can log in
+        with pytest.raises(AuthenticationError):
+            runner(bed, "a100", identity_file=None, allow_agent=True).run(["true"])  # agent still empty
+        subprocess.run(["ssh-add", "-q", str(bed.identity_file)], check=True, env={"SSH_AUTH_SOCK": str(sock)})
+        with runner(bed, "a100", identity_file=None, allow_agent=True) as r:
+            assert r.run(["whoami"]).stdout == "root\n"
+    finally:
+        agent.kill()
+        agent.wait()
+
+
 def test_unknown_host_is_refused_then_accepted_and_recorded(bed, tmp_path):
     kh = tmp_path / "known_hosts"
     host = bed.host("cpu")  # port 2222: recorded as [host]:2222
