@@ -285,3 +285,31 @@ def test_gather_facts_for_real_on_this_machine(tmp_path, tiny_model_dir):
     assert abs(f.clock_offset_s) < 1.0
     # Only a small disk on the machine running the tests could add a (warning) finding.
     assert {x.code for x in run_checks(m, {"head": f})} <= {"DISK_LOW"}
+
+
+@pytest.mark.parametrize(
+    "profile, gpus, expected",
+    [
+        ("4xA100-40GB", 4, {("NO_NVLINK", "warn"), ("GPU_TYPE_MISMATCH", "fail")}),  # PCIe box, manifest says H100
+        ("mig", 1, {("MIG_ENABLED", "fail"), ("GPU_TYPE_MISMATCH", "fail")}),
+        ("none", 8, {("GPU_NOT_FOUND", "fail")}),
+        ("broken", 8, {("GPU_NOT_FOUND", "fail")}),
+        ("8xH100-80GB", 4, {("GPU_COUNT_MISMATCH", "warn")}),
+    ],
+)
+def test_stand_in_gpu_profiles_give_their_findings(tmp_path, profile, gpus, expected):
+    """The test bed's stand-in nvidia-smi for each GPU profile, probed for real on this machine."""
+    tb = pytest.importorskip("tests.testbed.gpus")
+    bin_dir = tmp_path / "bin"
+    tb.install(tb.parse_profile(profile), bin_dir, "probe-test")
+    doc = {
+        "name": "local", "accelerator": "gpu", "python": sys.executable,
+        "nodes": [{"name": "head", "host": "127.0.0.1", "role": "head", "gpus": gpus, "gpu_type": "H100-80GB",
+                   "transport": "local", "interface": "lo"}],
+    }
+    m = load_manifest(yaml.safe_dump(doc), str(tmp_path / "cluster.yaml"))
+    import time
+
+    f = inventory.gather_facts(_PathRunner("head", bin_dir), m.head, m, clock=time.time)
+    found = {(x.code, x.severity) for x in run_checks(m, {"head": f}) if x.code != "DISK_LOW"}
+    assert found == expected, [(x.code, x.message) for x in run_checks(m, {"head": f})]
