@@ -12,7 +12,7 @@ in ``orchestrator.signatures``. ``parse_scan`` turns the JSON into ``NodeScan``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from orchestrator.signatures import LogLine
 

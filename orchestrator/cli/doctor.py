@@ -46,19 +46,21 @@ def _table(report: Any) -> None:
     if not report.findings:
         out.print("[green]no known failure signature found[/green]")
         return
-    table = Table(show_lines=True)
+    table = Table()
     table.add_column("severity")
     table.add_column("code")
     table.add_column("node")
-    table.add_column("evidence (file:line)", overflow="fold")
-    table.add_column("runbook")
+    table.add_column("evidence at (file:line)", overflow="fold")
+    table.add_column("runbook", overflow="fold")
     for f in report.findings:
         sev = "[red]fail[/red]" if f.severity == "fail" else f"[yellow]{f.severity}[/yellow]"
         times = f" (x{f.count})" if f.count > 1 else ""
-        table.add_row(sev, f.code, f.node, f"{f.where}{times}\n{f.evidence}", f"runbooks/{f.code}.md")
+        table.add_row(sev, f.code, f.node, f"{f.where}{times}", f"runbooks/{f.code}.md")
     out.print(table)
     for f in report.findings:
-        out.print(f"hint [{f.code} on {f.node}]: {f.hint}", soft_wrap=True)
+        out.print(f"[bold]{f.code}[/bold] on {f.node} ({f.where}):", soft_wrap=True, markup=True)
+        out.print(f"  {f.evidence}", soft_wrap=True, markup=False, highlight=False)
+        out.print(f"  hint: {f.hint}", soft_wrap=True, markup=False, highlight=False)
 
 
 @click.command("doctor")
