@@ -262,7 +262,9 @@ class Testbed:
                 for h in self.hosts
             ],
         }
-        (self.dir / "owner.json").write_text(json.dumps(owner))
+        tmp = self.dir / "owner.json.tmp"
+        tmp.write_text(json.dumps(owner))
+        tmp.replace(self.dir / "owner.json")  # readers never see half a record
 
     # --- controls used by tests --------------------------------------------------------
     def stop_sshd(self, host: TestHost | str) -> None:
@@ -439,12 +441,30 @@ def cleanup_stale() -> list[str]:
     manual beds (``scripts/testbed.py up``) stay until ``scripts/testbed.py down``.
     Returns the run ids cleaned."""
     cleaned = []
-    for run, owner in list_runs().items():
+    runs = list_runs()
+    for run, owner in runs.items():
         if owner_alive(owner) or owner.get("manual"):
             continue
+        if not owner and _age_s(BASE_DIR / run) < 60:
+            continue  # a bed being started right now by another session has no owner record yet
         teardown_run(run, owner)
         cleaned.append(run)
+    if network.CLAIMS_DIR.is_dir():  # subnet claims of runs that left nothing else behind
+        for claim in network.CLAIMS_DIR.iterdir():
+            try:
+                run = claim.read_text().strip()
+                if run not in runs and _age_s(claim) > 60:
+                    claim.unlink()
+            except OSError:
+                pass
     return cleaned
+
+
+def _age_s(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return float("inf")
 
 
 def check_capabilities() -> str | None:
