@@ -23,10 +23,23 @@ class StreamProtocolError(ValueError):
 class SseDecoder:
     """Feed lines; get back the data payload of each completed event."""
 
-    __slots__ = ("_data",)
+    __slots__ = ("_data", "_buf")
 
     def __init__(self) -> None:
         self._data: list[str] = []
+        self._buf = b""
+
+    def feed_bytes(self, data: bytes) -> list[str]:
+        """Raw bytes as they come off the socket (any split); the payloads they complete."""
+        buf = self._buf + data if self._buf else data
+        lines = buf.split(b"\n")
+        self._buf = lines.pop()  # an incomplete last line waits for more bytes
+        out = []
+        for raw in lines:
+            payload = self.feed_line(raw.decode("utf-8"))
+            if payload is not None:
+                out.append(payload)
+        return out
 
     def feed_line(self, line: str) -> str | None:
         """One line without its line ending. Returns a payload when this line completes an event."""
@@ -52,6 +65,11 @@ class SseDecoder:
 
     def flush(self) -> str | None:
         """End of stream: an event not followed by a blank line still counts (lenient servers)."""
+        if self._buf:
+            rest, self._buf = self._buf, b""
+            payload = self.feed_line(rest.decode("utf-8"))
+            if payload is not None:
+                return payload
         if not self._data:
             return None
         payload = "\n".join(self._data)

@@ -81,3 +81,23 @@ def test_in_stream_error_object_is_reported():
 def test_protocol_errors(bad):
     with pytest.raises(StreamProtocolError):
         read_chunk(bad)
+
+
+def test_feed_bytes_handles_any_split_of_the_stream():
+    stream = "\n".join([CMPL, "", CHAT_EMPTY_TEXT_TOKEN, "", USAGE, "", "data: [DONE]", ""]).encode() + "\n".encode()
+    whole = SseDecoder().feed_bytes(stream)
+    assert len(whole) == 4 and whole[-1] == DONE
+    for size in (1, 3, 7, 64):
+        d = SseDecoder()
+        got = []
+        for i in range(0, len(stream), size):
+            got += d.feed_bytes(stream[i : i + size])
+        assert got == whole
+
+
+def test_feed_bytes_keeps_multibyte_utf8_split_across_reads():
+    data = 'data: {"choices":[{"text":"é"}]}\n\n'.encode()
+    cut = data.index("é".encode()) + 1  # inside the two-byte character
+    d = SseDecoder()
+    assert d.feed_bytes(data[:cut]) == []
+    assert [read_chunk(p).tokens for p in d.feed_bytes(data[cut:])] == [1]

@@ -1,0 +1,212 @@
+"""``orch bench`` and ``orch accept``: flags, progress bar, results table, exit codes.
+
+bench: load against an OpenAI-compatible endpoint (the cluster's Serve endpoint from
+CLUSTER_YAML, or --url), a concurrency sweep or Poisson arrivals at --rate, cross-checked with
+vLLM's own Prometheus histograms. accept: seed 001's staged acceptance test (see
+orchestrator/acceptance.py); exit code 7 when a stage fails.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from orchestrator.errors import UsageError
+
+_LEVEL_HELP = "Concurrency levels, e.g. 1,4,16,64 (a sweep: one level after another)."
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    from orchestrator.latency import parse_levels
+
+    try:
+        return tuple(parse_levels(text))
+    except ValueError as exc:
+        raise UsageError(f"--concurrency: {exc}", hint="give positive integers separated by commas, e.g. 1,4,16") from exc
+
+
+def _resolve_target(
+    ctx: click.Context,
+    cluster_yaml: Path | None,
+    url: str | None,
+    model: str | None,
+    api_key_env: str | None,
+    metrics_url: tuple[str, ...],
+) -> dict:
+    """URL, model, API key and metrics pages from the flags and, when given, the manifest."""
+    from orchestrator import bench_target
+
+    manifest = None
+    if cluster_yaml is not None:
+        from orchestrator.manifest import load_manifest_file
+
+        manifest = load_manifest_file(cluster_yaml)
+    if url is None and manifest is None:
+        raise UsageError("no endpoint: give CLUSTER_YAML or --url", hint="e.g. orch bench --url http://127.0.0.1:8000")
+    base = (url or bench_target.serve_url(manifest)).rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    key_var = api_key_env or (manifest.serve.api_key_env if manifest else None)
+    api_key = bench_target.api_key_from_env(key_var)
+    if model is None:
+        models = bench_target.served_models(base, api_key)
+        if not models:
+            raise UsageError(f"{base}/v1/models lists no model", hint="pass --model NAME")
+        model = models[0]
+    metrics = list(metrics_url)
+    if not metrics and manifest is not None:
+        from orchestrator.remote import connect
+
+        runner = connect(manifest, manifest.head, ctx.obj["state_dir"] / "known_hosts")
+        try:
+            metrics = bench_target.discover_metrics_urls(runner, manifest)
+        finally:
+            runner.close()
+    if not metrics and url is not None and manifest is None:
+        metrics = [f"{base}/metrics"]  # a bare vLLM server serves its own metrics
+    targets = manifest.targets.model_dump() if manifest and manifest.targets else {}
+    return {"url": base, "model": model, "api_key": api_key, "metrics": tuple(metrics), "targets": targets, "manifest": manifest}
+
+
+def _progress_runner(opts, json_mode: bool):
+    """Run the bench under a rich progress bar (stderr), one task per level."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator.bench_session import run_bench
+    from orchestrator.cli.output import console
+
+    labels = [f"rate={opts.rate:g}/s"] if opts.rate else [f"concurrency={c}" for c in opts.concurrency]
+    with Progress(
+        TextColumn("{task.description:>16}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("errors {task.fields[errors]}"),
+        TimeElapsedColumn(),
+        console=console(stderr=True),
+        transient=json_mode,
+    ) as progress:
+        tasks = {label: progress.add_task(label, total=opts.requests, errors=0) for label in labels}
+        errors = dict.fromkeys(labels, 0)
+
+        def on_record(label, rec):
+            if label not in tasks:
+                return
+            if not rec.ok:
+                errors[label] += 1
+            progress.update(tasks[label], advance=1, errors=errors[label])
+
+        return run_bench(opts, on_record=on_record)
+
+
+def print_results(result: dict) -> None:
+    from rich.table import Table
+
+    from orchestrator.cli.output import console
+
+    def f(v, d=1):
+        return "-" if v is None else f"{v:,.{d}f}"
+
+    table = Table(title=f"{result['target']['model']} @ {result['target']['url']} (ms)")
+    for col in ("level", "ok/sent", "errors", "tok/s", "req/s", "TTFT p50", "TTFT p95", "TTFT p99", "TPOT p50", "TPOT p95", "TPOT p99", "ITL p95"):
+        table.add_column(col, justify="right" if col not in ("level", "errors") else "left")
+    for lv in result["levels"]:
+        t, p = lv["ttft_ms"], lv["tpot_ms"]
+        errs = ", ".join(f"{k} {v}" for k, v in lv["errors"].items()) or "0"
+        table.add_row(
+            lv["label"], f"{lv['succeeded']}/{lv['requests']}", errs, f(lv["output_tok_per_s"]), f(lv["req_per_s"], 2),
+            f(t["p50"]), f(t["p95"]), f(t["p99"]), f(p["p50"], 2), f(p["p95"], 2), f(p["p99"], 2), f(lv["itl_ms"]["p95"], 2),
+        )
+    out = console()
+    out.print(table)
+    whole = result.get("crosscheck")
+    if whole:
+        for fig, c in whole.items():
+            if c["agrees"] is None:
+                out.print(f"cross-check {fig.upper()}: vLLM recorded nothing for this run")
+                continue
+            out.print(
+                f"cross-check {fig.upper()}: vLLM median {f(c['server_median_ms'], 2)} ms, orch {f(c['client_median_binned_ms'], 2)} ms "
+                f"({c['median_diff'] * 100:+.1f}%); mean vLLM {f(c['server_mean_ms'], 2)}, orch {f(c['client_mean_ms'], 2)} "
+                f"({c['mean_diff'] * 100:+.1f}%) -> {'agrees' if c['agrees'] else 'DIFFERS'} within 10%"
+            )
+    else:
+        out.print("cross-check: no metrics page (give --metrics-url)")
+
+
+def _common(fn):
+    opts = [
+        click.argument("cluster_yaml", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)),
+        click.option("--url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000 (default: the cluster's)."),
+        click.option("--model", help="Served model name (default: the first of /v1/models)."),
+        click.option("--api-key-env", help="Environment variable holding the API key (default: the manifest's serve.api_key_env)."),
+        click.option("--metrics-url", multiple=True, help="Prometheus page(s) with vLLM's metrics (repeatable; default: discovered)."),
+        click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local model folder: exact prompt lengths."),
+        click.option("--chat", is_flag=True, help="Use /v1/chat/completions instead of /v1/completions."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of prompts and arrivals."),
+        click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True, help="Per-request timeout (s)."),
+        click.option("--json", "json_mode", is_flag=True, help="Print the results as JSON."),
+        click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write results.json, report.md and plots here."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+@click.command("bench")
+@_common
+@click.option("--concurrency", default="1,4,16", show_default=True, help=_LEVEL_HELP)
+@click.option("--rate", type=float, help="Requests per second with Poisson arrivals (instead of --concurrency).")
+@click.option("--requests", type=click.IntRange(min=1), default=32, show_default=True, help="Requests per level.")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--output-tokens", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Unmeasured requests first.")
+@click.pass_context
+def bench(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, chat, seed, timeout_s, json_mode, out,
+          concurrency, rate, requests, prompt_tokens, output_tokens, warmup):
+    """Measure TTFT, TPOT and throughput against an OpenAI-compatible endpoint."""
+    from orchestrator.bench_session import BenchOptions
+    from orchestrator.cli.output import console, print_json
+
+    if rate is not None and rate <= 0:
+        raise UsageError("--rate must be > 0", hint="e.g. --rate 4")
+    target = _resolve_target(ctx, cluster_yaml, url, model, api_key_env, metrics_url)
+    opts = BenchOptions(
+        base_url=target["url"], model=target["model"], concurrency=_levels(concurrency), rate=rate, requests=requests,
+        prompt_tokens=prompt_tokens, output_tokens=output_tokens, endpoint="chat" if chat else "completions",
+        tokenizer=tokenizer, api_key=target["api_key"], metrics_urls=target["metrics"], seed=seed, warmup=warmup,
+        timeout_s=timeout_s,
+    )
+    result, _runs = _progress_runner(opts, json_mode)
+    if out is not None:
+        from orchestrator.report import write_bench_report
+
+        paths = write_bench_report(result, out, targets=target["targets"])
+        result["files"] = {k: str(v) for k, v in paths.items()}
+    if json_mode:
+        print_json(result)
+    else:
+        print_results(result)
+        if out is not None:
+            console().print(f"report: {result['files']['markdown']}  plot: {result['files']['plot']}")
+
+
+@click.command("accept")
+@_common
+@click.option("--requests", type=click.IntRange(min=1), default=16, show_default=True, help="Requests per load stage level.")
+@click.option("--max-concurrency", type=click.IntRange(min=1), default=64, show_default=True, help="Upper end of the sweep.")
+@click.option("--max-model-len", type=click.IntRange(min=16), help="Context length of the deployment (default: read from the revision).")
+@click.option("--skip", multiple=True, help="Stage(s) to skip (reported as skipped), e.g. --skip restart.")
+@click.pass_context
+def accept(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, chat, seed, timeout_s, json_mode, out,
+           requests, max_concurrency, max_model_len, skip):
+    """Run seed 001's staged acceptance test on the running cluster."""
+    from orchestrator.cli.accept_run import run_accept
+
+    if cluster_yaml is None:
+        raise UsageError("orch accept needs CLUSTER_YAML", hint="orch accept cluster.yaml --out accept-report")
+    target = _resolve_target(ctx, cluster_yaml, url, model, api_key_env, metrics_url)
+    run_accept(
+        ctx, target, tokenizer=tokenizer, chat=chat, seed=seed, timeout_s=timeout_s, json_mode=json_mode, out=out,
+        requests=requests, max_concurrency=max_concurrency, max_model_len=max_model_len, skip=tuple(skip),
+    )

@@ -1,0 +1,174 @@
+"""The load generator against scripted HTTP transports: timing from an injected clock, token
+counting, error kinds, load shapes. No network, no real time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import httpx
+import pytest
+
+from orchestrator.bench import ClientPool, Prompt, RequestSpec, run_concurrency, run_levels, run_rate, send_request
+
+
+class FakeClock:
+    """Advances by ``step`` each time it is read: request times become deterministic."""
+
+    def __init__(self, step: float = 0.01) -> None:
+        self.t = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+def sse(*payloads: str) -> bytes:
+    return "".join(f"data: {p}\n\n" for p in payloads).encode()
+
+
+def token(i: int) -> str:
+    return json.dumps({"choices": [{"index": 0, "text": f"t{i}", "token_ids": [i], "finish_reason": None}]})
+
+
+USAGE = json.dumps({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 4, "total_tokens": 11}})
+GOOD = sse(token(1), token(2), token(3), token(4), USAGE, "[DONE]")
+SPEC = RequestSpec(base_url="http://bench.test", model="m", output_tokens=4, api_key="sekrit")
+
+
+def transport_of(handler) -> httpx.MockTransport:
+    return httpx.MockTransport(handler)
+
+
+async def one(handler, clock=None) -> object:
+    async with ClientPool(SPEC, transport_of(handler)) as pool:
+        client = pool.acquire()
+        return await send_request(client, SPEC, Prompt("hi"), clock or FakeClock())
+
+
+def test_request_body_and_headers_ask_for_a_measurable_stream():
+    seen = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen["body"] = json.loads(request.content)
+        seen["auth"] = request.headers.get("authorization")
+        seen["path"] = request.url.path
+        return httpx.Response(200, content=GOOD)
+
+    rec = asyncio.run(one(handler))
+    body = seen["body"]
+    assert seen["path"] == "/v1/completions" and seen["auth"] == "Bearer sekrit"
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["ignore_eos"] is True and body["max_tokens"] == 4 and body["prompt"] == "hi"
+    assert rec.ok and rec.output_tokens == 4 and rec.prompt_tokens == 7
+    assert "sekrit" not in repr(SPEC)
+
+
+def test_times_come_from_the_injected_clock():
+    rec = asyncio.run(one(lambda r: httpx.Response(200, content=GOOD), FakeClock(0.01)))
+    # t0 = 0.01 (sent); the whole body arrives in one read, stamped 0.02: one time for all 4 tokens
+    assert rec.token_times == pytest.approx((0.01,) * 4)
+    assert rec.ttft == pytest.approx(0.01)
+    assert rec.output_tokens == 4
+    assert rec.tpot == pytest.approx(0.0)
+
+
+def test_streamed_chunks_get_their_own_arrival_times():
+    async def body():
+        for part in (sse(token(1)), sse(token(2)), sse(token(3)), sse(token(4), USAGE, "[DONE]")):
+            yield part
+
+    rec = asyncio.run(one(lambda r: httpx.Response(200, content=body()), FakeClock(0.01)))
+    assert rec.ok
+    assert len(rec.token_times) == 4
+    assert rec.token_times[0] < rec.token_times[1] < rec.token_times[2]
+    assert rec.tpot == pytest.approx((rec.token_times[-1] - rec.token_times[0]) / 3)
+
+
+@pytest.mark.parametrize(
+    "handler, kind",
+    [
+        (lambda r: httpx.Response(503, content=b'{"error":"busy"}'), "http"),
+        (lambda r: (_ for _ in ()).throw(httpx.ConnectError("refused")), "connection"),
+        (lambda r: (_ for _ in ()).throw(httpx.ReadTimeout("slow")), "timeout"),
+        (lambda r: httpx.Response(200, content=sse("not json")), "protocol"),
+        (lambda r: httpx.Response(200, content=sse(USAGE, "[DONE]")), "protocol"),  # no token at all
+        (lambda r: httpx.Response(200, content=sse(token(1), token(2))), "incomplete"),  # no [DONE]
+        (lambda r: httpx.Response(200, content=sse(token(1), '{"error":{"message":"engine died"}}')), "server_error"),
+    ],
+)
+def test_failures_are_records_with_a_kind_never_exceptions(handler, kind):
+    rec = asyncio.run(one(handler))
+    assert not rec.ok and rec.error_kind == kind and rec.ttft is None and rec.tpot is None
+
+
+def test_concurrency_level_sends_exactly_n_and_never_more_than_c_at_once():
+    state = {"in_flight": 0, "max": 0, "n": 0}
+
+    async def body():
+        state["in_flight"] += 1
+        state["max"] = max(state["max"], state["in_flight"])
+        await asyncio.sleep(0)
+        yield sse(token(1), token(2), token(3), token(4), USAGE)
+        state["in_flight"] -= 1
+        yield sse("[DONE]")
+
+    def handler(request):
+        state["n"] += 1
+        return httpx.Response(200, content=body())
+
+    async def go():
+        async with ClientPool(SPEC, transport_of(handler)) as pool:
+            return await run_concurrency(pool, SPEC, [Prompt("a"), Prompt("b")], 3, 10, FakeClock())
+
+    records, duration = asyncio.run(go())
+    assert len(records) == 10 and state["n"] == 10 and all(r.ok for r in records)
+    assert 1 < state["max"] <= 3
+    assert duration > 0
+
+
+def test_rate_level_sleeps_until_each_seeded_poisson_arrival():
+    clock = FakeClock(0.0)
+    slept = []
+
+    async def fake_sleep(s: float) -> None:
+        slept.append(s)
+        clock.t += s
+
+    async def go():
+        async with ClientPool(SPEC, transport_of(lambda r: httpx.Response(200, content=GOOD))) as pool:
+            return await run_rate(pool, SPEC, [Prompt("a")], 5.0, 20, clock, fake_sleep, random.Random(3))
+
+    records, _ = asyncio.run(go())
+    from orchestrator.latency import poisson_arrivals
+
+    expected = poisson_arrivals(5.0, 20, random.Random(3))
+    assert len(records) == 20
+    assert sum(slept) == pytest.approx(expected[-1])
+
+
+def test_run_levels_scrapes_around_each_level_and_waits_for_lagging_metrics():
+    pages = iter(["before-1", "stale", "after-1", "before-2", "after-2"])
+    settles = []
+
+    async def scrape():
+        return next(pages)
+
+    def settle(before, after, n):
+        settles.append((before, after, n))
+        return after != "stale"
+
+    async def no_sleep(s):
+        return None
+
+    runs = asyncio.run(
+        run_levels(
+            SPEC, [Prompt("a")], concurrency=(1, 2), requests=3, warmup=1, clock=FakeClock(), sleep=no_sleep,
+            scrape=scrape, settle=settle, transport=transport_of(lambda r: httpx.Response(200, content=GOOD)),
+        )
+    )
+    assert [(r.metrics_before, r.metrics_after) for r in runs] == [("before-1", "after-1"), ("before-2", "after-2")]
+    assert [r.stats.requests for r in runs] == [3, 3]  # the warmup request is not counted
+    assert settles[0] == ("before-1", "stale", 3)
