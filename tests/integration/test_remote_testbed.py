@@ -113,6 +113,14 @@ def test_refused_connection_names_the_node(bed):
     assert runner(bed, "a100").run(["true"]).exit_code == 0
 
 
+def test_address_without_a_host_is_unreachable(bed):
+    empty = bed.host("h100").address.rsplit(".", 1)[0] + ".250"  # on the bridge, nobody there
+    with pytest.raises(UnreachableError) as info:
+        SshRunner("ghost", empty, known_hosts=bed.known_hosts, identity_file=bed.identity_file,
+                  allow_agent=False, connect_timeout=5).run(["true"])
+    assert info.value.node == "ghost" and empty in str(info.value)
+
+
 def test_wrong_key_is_an_authentication_error(bed, tmp_path):
     other = tmp_path / "other_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)

@@ -100,3 +100,41 @@ def test_other_key_type_on_record_counts_as_changed(keys, tmp_path):
     with pytest.raises(HostKeyChangedError, match="ssh-ed25519 SHA256:"):
         policy(path, accept=True).missing_host_key(None, "10.0.0.3", keys[0])
     assert kh.recorded_key_types(path, "10.0.0.3", 22) == ["ssh-ed25519"]
+
+
+def _runner(**kw):
+    from pathlib import Path
+
+    from orchestrator.remote.ssh import SshRunner
+
+    return SshRunner("gpu3", "10.0.0.3", port=2222, known_hosts=Path("/nonexistent/kh"), connect_timeout=7, **kw)
+
+
+def test_connect_failures_map_to_typed_errors_naming_node_and_address():
+    import errno
+    import socket
+
+    from orchestrator.errors import AuthenticationError, UnreachableError
+
+    r = _runner()
+    refused = paramiko.ssh_exception.NoValidConnectionsError({("10.0.0.3", 2222): OSError(errno.ECONNREFUSED, "x")})
+    cases = [
+        (refused, UnreachableError, "connection refused"),
+        (socket.timeout("timed out"), UnreachableError, "no answer within 7s"),
+        (socket.gaierror(-2, "Name or service not known"), UnreachableError, "cannot resolve"),
+        (OSError(errno.EHOSTUNREACH, "No route to host"), UnreachableError, "No route to host"),
+        (paramiko.SSHException("Error reading SSH protocol banner"), UnreachableError, "handshake"),
+        (paramiko.AuthenticationException("Authentication failed."), AuthenticationError, "refused authentication"),
+        (paramiko.PasswordRequiredException("private key file is encrypted"), AuthenticationError, "encrypted"),
+    ]
+    for exc, kind, words in cases:
+        mapped = r._connect_error(exc)
+        assert isinstance(mapped, kind), exc
+        assert mapped.node == "gpu3" and words in str(mapped) and mapped.hint
+        if kind is UnreachableError and "resolve" not in words:
+            assert "10.0.0.3:2222" in str(mapped)
+    # After the host key passed, "no authentication methods" means no key was available.
+    no_key = r._connect_error(paramiko.SSHException("No authentication methods available"), authenticating=True)
+    assert isinstance(no_key, AuthenticationError) and "no key" in str(no_key)
+    bug = ValueError("a bug")
+    assert r._connect_error(bug) is bug  # not a transport failure: surfaces as is
