@@ -1,0 +1,222 @@
+"""Rollout decisions: desired vs recorded revision -> what to do, and whether a copy fits. Pure.
+
+``decide`` compares the desired config (its fingerprint) with the revision that is serving and
+with what Serve runs now, and picks one of:
+
+- ``noop``: the serving revision has the same fingerprint and its application is RUNNING.
+- ``fresh``: nothing serves yet (first rollout, or Serve lost the app): deploy on the public route.
+- ``side_by_side``: the cluster has room for a second copy: the new revision comes up as a second
+  application on its own route, is probed there, then takes the public route; the old one is
+  deleted only after that. No request fails during the change, and a failure leaves the old
+  revision untouched.
+- ``in_place``: no room for a second copy and ``--allow-downtime`` was given: the old application
+  is replaced; the downtime is about one cold load (estimated).
+- ``refuse``: no room and no ``--allow-downtime``: say so with the downtime estimate.
+
+``fits`` simulates Ray's placement of a copy's placement groups (one per replica) on the free
+resources per node: STRICT_PACK puts a group on one node, PACK fills nodes in order, a bundle
+pinned with a node resource goes only to that node. ``estimate_cold_load_s`` gives the downtime
+of an in-place change: the last measured cold load of the model, else weights / disk throughput
+plus an engine start-up constant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+NOOP = "noop"
+FRESH = "fresh"
+SIDE_BY_SIDE = "side_by_side"
+IN_PLACE = "in_place"
+REFUSE = "refuse"
+
+APP_PREFIX = "orch-r"
+CANDIDATE_ROUTE_PREFIX = "/_orch/r"
+RETIRED_ROUTE_PREFIX = "/_orch/retired-r"
+
+# Downtime estimate of an in-place change when no cold load was measured for this model.
+DISK_GIB_PER_S = 1.0  # sequential read of safetensors from a local NVMe/network store, per node
+ENGINE_START_S = {"gpu": 90.0, "cpu": 120.0}  # process start, imports, CUDA graphs / CPU warm-up
+
+# Resources the Serve replica actor adds to bundle 0 (LLMServer.get_deployment_options merges
+# ray_actor_options' num_cpus, default 1, into the first bundle).
+REPLICA_ACTOR_CPUS = 1.0
+
+
+def app_name(revision: int) -> str:
+    return f"{APP_PREFIX}{revision}"
+
+
+def candidate_route(revision: int) -> str:
+    return f"{CANDIDATE_ROUTE_PREFIX}{revision}"
+
+
+def retired_route(revision: int) -> str:
+    return f"{RETIRED_ROUTE_PREFIX}{revision}"
+
+
+def revision_of_app(name: str) -> int | None:
+    if name.startswith(APP_PREFIX) and name[len(APP_PREFIX) :].isdigit():
+        return int(name[len(APP_PREFIX) :])
+    return None
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What serves now: the recorded ready revision, and Serve's state of its application."""
+
+    revision: int | None = None
+    fingerprint: str | None = None
+    app_name: str | None = None
+    app_status: str | None = None  # RUNNING, DEPLOYING, DEPLOY_FAILED... None: not in Serve
+    cold_load_s: float | None = None  # measured when that revision came up
+
+    @property
+    def live(self) -> bool:
+        return self.app_status == "RUNNING"
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str
+    reason: str
+    downtime_s: float | None = None  # estimated seconds without service (in_place / refuse)
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "reason": self.reason, "downtime_s": self.downtime_s, "notes": list(self.notes)}
+
+
+def decide(
+    desired_fingerprint: str,
+    serving: Serving,
+    room_for_copy: bool,
+    allow_downtime: bool,
+    downtime_s: float | None,
+) -> Decision:
+    """Pick the kind of rollout (see the module doc)."""
+    if serving.revision is not None and serving.fingerprint == desired_fingerprint and serving.live:
+        return Decision(NOOP, f"revision {serving.revision} already serves this config ({serving.app_name} RUNNING)")
+    if serving.revision is None or not serving.live:
+        if serving.revision is None:
+            why = "no revision serves yet"
+        else:
+            why = f"revision {serving.revision}'s application {serving.app_name} is {serving.app_status or 'not in Serve'}"
+        return Decision(FRESH, f"{why}: deploy on the public route")
+    if room_for_copy:
+        return Decision(
+            SIDE_BY_SIDE,
+            f"the cluster has room for a second copy: the new revision comes up beside revision {serving.revision}, "
+            "traffic moves after its readiness probe",
+        )
+    estimate = f"about {downtime_s:.0f} s" if downtime_s is not None else "one cold load of the model"
+    if allow_downtime:
+        return Decision(
+            IN_PLACE,
+            f"no room for a second copy: revision {serving.revision} is replaced in place (--allow-downtime); "
+            f"expected downtime {estimate}",
+            downtime_s=downtime_s,
+        )
+    return Decision(
+        REFUSE,
+        f"no room for a second copy beside revision {serving.revision}: an in-place change would stop serving "
+        f"for {estimate}",
+        downtime_s=downtime_s,
+    )
+
+
+# ---------------------------------------------------------------------------------- capacity
+
+
+def replica_bundles(llm_config: Mapping[str, Any]) -> tuple[list[dict[str, float]], str]:
+    """The placement group one replica asks Ray for: the rendered bundles with the replica
+    actor's CPU merged into bundle 0 (as Serve LLM does), and the strategy."""
+    pg = llm_config.get("placement_group_config") or {}
+    bundles = [dict(b) for b in pg.get("bundles") or []]
+    if not bundles:
+        bundles = [{}]
+    actor_cpus = float(((llm_config.get("deployment_config") or {}).get("ray_actor_options") or {}).get("num_cpus", REPLICA_ACTOR_CPUS))
+    bundles[0]["CPU"] = float(bundles[0].get("CPU", 0.0)) + actor_cpus
+    return bundles, str(pg.get("strategy") or "PACK")
+
+
+def copy_demand(llm_config: Mapping[str, Any]) -> tuple[list[list[dict[str, float]]], str]:
+    """One placement group per replica of the rendered llm_config."""
+    bundles, strategy = replica_bundles(llm_config)
+    dep = llm_config.get("deployment_config") or {}
+    replicas = dep.get("num_replicas")
+    if not isinstance(replicas, int):
+        replicas = int((dep.get("autoscaling_config") or {}).get("min_replicas", 1) or 1)
+    return [list(bundles) for _ in range(max(1, replicas))], strategy
+
+
+def _fits_on(free: Mapping[str, float], demand: Mapping[str, float]) -> bool:
+    return all(free.get(res, 0.0) + 1e-9 >= amount for res, amount in demand.items() if amount > 0)
+
+
+def _take(free: dict[str, float], demand: Mapping[str, float]) -> None:
+    for res, amount in demand.items():
+        free[res] = free.get(res, 0.0) - amount
+
+
+def _sum(bundles: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for b in bundles:
+        for res, amount in b.items():
+            out[res] = out.get(res, 0.0) + float(amount)
+    return out
+
+
+def fits(groups: Sequence[Sequence[Mapping[str, float]]], strategy: str, free_by_node: Mapping[str, Mapping[str, float]]) -> bool:
+    """Whether every placement group of ``groups`` can be placed on the free resources.
+
+    Greedy and in node order, like Ray's scheduler for these strategies; a node-pinning resource
+    is an ordinary resource only that node has, so pinning needs no special case."""
+    free = {node: dict(res) for node, res in free_by_node.items()}
+    for bundles in groups:
+        if strategy == "STRICT_PACK":
+            need = _sum(bundles)
+            node = next((n for n, f in free.items() if _fits_on(f, need)), None)
+            if node is None:
+                return False
+            _take(free[node], need)
+            continue
+        trial = {node: dict(res) for node, res in free.items()}
+        used: list[str] = []
+        for bundle in bundles:
+            # PACK prefers the nodes the group already uses; SPREAD prefers new ones.
+            order = list(trial)
+            if strategy in ("PACK",):
+                order = used + [n for n in order if n not in used]
+            elif strategy in ("SPREAD", "STRICT_SPREAD"):
+                order = [n for n in order if n not in used] + ([] if strategy == "STRICT_SPREAD" else used)
+            node = next((n for n in order if _fits_on(trial[n], bundle)), None)
+            if node is None:
+                return False
+            _take(trial[node], bundle)
+            if node not in used:
+                used.append(node)
+        free = trial
+    return True
+
+
+def free_resources(nodes: Sequence[Any]) -> dict[str, dict[str, float]]:
+    """Orch node name -> available resources, from ray_cluster.NodeState values (ALIVE ones)."""
+    out: dict[str, dict[str, float]] = {}
+    for state in nodes:
+        if not getattr(state, "alive", False):
+            continue
+        name = getattr(state, "name", None) or getattr(state, "node_id", "?")
+        out[name] = dict(state.resources_available)
+    return out
+
+
+def estimate_cold_load_s(accelerator: str, weights_gib_per_node: float | None, measured_s: float | None) -> float:
+    """Seconds from deploy to the first token: the last measurement of this model when there is
+    one, else engine start-up plus reading the node's share of the weights."""
+    if measured_s is not None and measured_s > 0:
+        return float(measured_s)
+    start = ENGINE_START_S.get(accelerator, ENGINE_START_S["gpu"])
+    return start + max(0.0, weights_gib_per_node or 0.0) / DISK_GIB_PER_S
