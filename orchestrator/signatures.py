@@ -170,9 +170,10 @@ _CODE_INFO: dict[str, tuple[str, str]] = {
         "error, the network between stages, and RAY_CGRAPH_get_timeout",
     ),
     "GCS_UNREACHABLE": (
-        "Node cannot reach the Ray GCS (port blocked between nodes)",
-        "open the Ray port (default 6379) and Ray's other ports between the nodes, and check "
-        "that the head address is reachable from every worker",
+        "Node cannot reach the Ray GCS (GCS down, or port blocked between nodes)",
+        "either the GCS on the head is down (check the head's gcs_server.out, `orch status`, "
+        "`orch up`) or the Ray ports are blocked between the nodes: open ray.port (default 6379) "
+        "and Ray's other ports, from every worker to the head address",
     ),
     "NODE_HEARTBEAT_LOST": (
         "Raylet heartbeats lost: node marked dead by the GCS",
