@@ -10,16 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tests.testbed.bed import (
-    HostSpec,
-    Testbed,
-    TestHost,
-    check_capabilities,
-    cleanup_stale,
-    list_runs,
-    owner_alive,
-    teardown_run,
-)
+from tests.testbed.bed import HostSpec, Testbed, TestHost, check_capabilities
+from tests.testbed.runs import cleanup_stale, list_runs, owner_alive, teardown_run
 from tests.testbed.gpus import GpuProfile, parse_profile
 
 __all__ = [

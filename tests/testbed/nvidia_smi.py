@@ -276,7 +276,7 @@ def main(argv):
         elif a == "--version":
             mode = "version"
         else:
-            sys.stdout.write(f"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n")
+            sys.stdout.write("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n")
             return 2
         i += 1
     if mode == "query":
