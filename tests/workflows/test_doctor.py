@@ -1,8 +1,10 @@
-"""orch doctor's workflow: the real scan script run through runners over Ray session folders laid
-out like Ray's, one per node; an unreachable node; bounds; preflight facts fed into the report."""
+"""orch doctor's workflow: the real scan script run through LocalRunners over Ray session folders
+laid out like Ray's, one per node; an unreachable node; bounds; preflight facts fed into the
+report; and, through the scripted FakeRunner, the exact command sent and failed or garbled scans."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -16,6 +18,7 @@ from orchestrator.doctor import CODES, collect_logs, diagnose
 from orchestrator.errors import UnreachableError
 from orchestrator.logscan import ScanLimits
 from orchestrator.manifest import load_manifest
+from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.remote.local import LocalRunner
 
 LOGS = Path(__file__).resolve().parent.parent / "data" / "logs"
@@ -215,3 +218,54 @@ def test_collect_logs_refuses_a_runner_of_another_node(cluster):
 
 def test_doctor_codes_are_registered():
     assert {"NODE_LOGS_UNAVAILABLE", "RAY_SESSION_MISSING", "CUDA_OOM"} <= set(CODES)
+
+
+# --- through the scripted FakeRunner: the command doctor sends, and what it makes of answers
+
+
+def _scan_output(matches: list[list]) -> str:
+    payload = {
+        "session_dir": "/tmp/ray/session_1",
+        "temp_dir": "/tmp/ray",
+        "skipped_files": 0,
+        "now": 0,
+        "files": [{"path": "worker-a.err", "size": 10, "mtime": 0, "first_line": 1, "lines": 90,
+                   "matches": matches, "error": None}],
+    }  # fmt: skip
+    # a stray warning printed before the JSON must not matter
+    return "WARNING: something on stdout\n" + json.dumps(payload) + "\n"
+
+
+def test_scan_command_is_one_argv_with_the_nodes_python_and_temp_dirs(tmp_path):
+    m = _manifest(tmp_path)
+    fake = FakeRunner("w1", [(Prefix(sys.executable, "-c"), result(_scan_output([[42, GLOO_LINE]])))])
+    report = diagnose(m, [fake], with_preflight=False)
+
+    (call,) = fake.calls
+    assert call.argv[:2] == (sys.executable, "-c") and len(call.argv) == 4
+    cfg = json.loads(call.argv[3])
+    assert cfg["temp_dirs"] == [str(tmp_path / "ray" / "w1"), str(tmp_path / "ray")]
+    assert "Unable to find address" in cfg["keywords"] and cfg["since_s"] is None
+    assert [(f.node, f.code, f.where) for f in report.findings] == [("w1", "COLLECTIVE_IFACE_NOT_FOUND", "logs/worker-a.err:42")]
+
+
+def test_keyword_hits_that_are_not_signatures_give_no_finding(tmp_path):
+    # "Bus error" is a keyword of SHM_EXHAUSTED, but this line is not its signature
+    fake = FakeRunner("w1", [(Prefix(sys.executable, "-c"), result(_scan_output([[3, "note: Bus error handler installed"]])))])
+    report = diagnose(_manifest(tmp_path), [fake], with_preflight=False)
+    assert report.findings == () and report.nodes[0].candidate_lines == 1
+
+
+@pytest.mark.parametrize(
+    "answer,evidence",
+    [
+        (result(exit_code=1, stderr="Traceback ...\nPermissionError: [Errno 13]"), "exited 1"),
+        (result("not json at all\n"), "printed no JSON result"),
+    ],
+)
+def test_failed_or_unreadable_scan_is_reported_for_that_node(tmp_path, answer, evidence):
+    fake = FakeRunner("w1", [(Prefix(sys.executable, "-c"), answer)])
+    report = diagnose(_manifest(tmp_path), [fake], with_preflight=False)
+    (f,) = report.findings
+    assert (f.node, f.code, f.severity) == ("w1", "NODE_LOGS_UNAVAILABLE", "fail")
+    assert evidence in f.evidence
