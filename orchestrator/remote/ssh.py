@@ -222,10 +222,9 @@ class SshRunner:
     def run(self, argv: Sequence[str], timeout: float = 60.0, env: dict[str, str] | None = None) -> CommandResult:
         shown = shlex.join(list(argv))
         command = remote_command(argv, timeout, env)
-        transport = self._transport()
         start = time.monotonic()
         try:
-            chan = transport.open_session(timeout=self.connect_timeout)
+            chan = self._open_session()
             chan.exec_command(command)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise UnreachableError(
@@ -262,6 +261,19 @@ class SshRunner:
             stderr=b"".join(err).decode("utf-8", "replace"),
             seconds=time.monotonic() - start,
         )
+
+    def _open_session(self) -> paramiko.Channel:
+        """A session channel; when the reused connection turns out to be dead (the node
+        rebooted, sshd restarted it), reconnect once: no command has started yet, so it is safe."""
+        transport = self._transport()
+        try:
+            return transport.open_session(timeout=self.connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError):
+            with self._lock:
+                if self._client is not None and self._client.get_transport() is transport:
+                    self._client.close()
+                    self._client = None
+            return self._transport().open_session(timeout=self.connect_timeout)
 
     def put_file(self, path: str, content: bytes, mode: int = 0o600) -> None:
         """Write ``content`` to ``path`` on the node atomically; the file has ``mode`` before

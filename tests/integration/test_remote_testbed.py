@@ -73,6 +73,15 @@ def test_connection_is_reused_by_every_command_of_a_runner(bed):
     assert first[1] == second[1]  # same client port: one TCP connection
 
 
+def test_a_dropped_connection_is_reopened_for_the_next_command(bed):
+    with runner(bed, "mig") as r:
+        first = r.run(["sh", "-c", "echo $SSH_CONNECTION"]).stdout.split()[1]
+        # Kill the session's sshd process on the node (as a reboot or sshd restart would).
+        bed.ns_exec("mig", ["pkill", "-f", "sshd: root@notty"])
+        second = r.run(["sh", "-c", "echo $SSH_CONNECTION"]).stdout.split()[1]
+    assert first != second  # a new TCP connection, and the command still ran
+
+
 def test_big_outputs_on_both_streams_do_not_deadlock(bed):
     code = "import sys\nfor _ in range(40): sys.stdout.write('o' * 50000); sys.stderr.write('e' * 50000)"
     with runner(bed, "h100") as r:
