@@ -246,7 +246,9 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     _sig(
         "COLLECTIVE_CONNECT_FAILED",
-        r"socketPollConnect: connect to \S+ returned (?:Connection refused|Connection timed out|No route to host)",
+        # NCCL >= 2.19 wordings; its INFO "connect returned ..., retrying" lines are not failures
+        r"socketPollConnect(?:: connect to \S+ returned (?:Connection refused|Connection timed out|No route to host)"
+        r"| poll\(\) failed, ret \d+, error \w|\s+poll\(\) returned \d+, no POLLOUT events)",
         ("socketPollConnect",),
         "nccl",
     ),
