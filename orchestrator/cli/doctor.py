@@ -64,7 +64,7 @@ def _table(report: Any) -> None:
 
 
 @click.command("doctor")
-@click.argument("cluster_yaml", required=False, default="cluster.yaml", type=click.Path(path_type=Path))
+@click.argument("cluster_yaml", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--since", "since", default=None, help="Only log files written in this window (30m, 2h, 90s).")
 @click.option("--node", "only_nodes", multiple=True, help="Only this node (repeatable).")
@@ -77,7 +77,7 @@ def _table(report: Any) -> None:
 @click.pass_context
 def doctor(
     ctx: click.Context,
-    cluster_yaml: Path,
+    cluster_yaml: Path | None,
     as_json: bool,
     since: str | None,
     only_nodes: tuple[str, ...],
@@ -88,22 +88,26 @@ def doctor(
 ) -> None:
     """Collect every node's Ray, Serve and vLLM logs and match known failure signatures.
 
+    Without CLUSTER_YAML, the one cluster recorded by `orch up` is diagnosed.
+
     \b
     Exit 0: nothing of severity fail found. Exit 1: at least one failure found.
     Each finding names its evidence line (file:line on the node) and its runbook.
     """
     from orchestrator.doctor import diagnose
     from orchestrator.logscan import ScanLimits
-    from orchestrator.manifest import load_manifest_file
+    from orchestrator.cli.status import resolve_manifest
     from orchestrator.remote import open_runners
 
     since_s = parse_duration(since) if since else None
-    manifest = load_manifest_file(cluster_yaml)
+    state_dir: Path = ctx.obj["state_dir"]
+    manifest = resolve_manifest(cluster_yaml, state_dir)
     names = [n.name for n in manifest.nodes]
     unknown = [n for n in only_nodes if n not in names]
     if unknown:
-        raise UsageError(f"--node {', '.join(unknown)}: not in {cluster_yaml}", hint=f"nodes: {', '.join(names)}")
-    state_dir: Path = ctx.obj["state_dir"]
+        raise UsageError(
+            f"--node {', '.join(unknown)}: not a node of cluster {manifest.name}", hint=f"nodes: {', '.join(names)}"
+        )
     known_hosts = Path(manifest.ssh.known_hosts) if manifest.ssh.known_hosts else state_dir / "known_hosts"
     # Runners connect on their first command: a dead node becomes its own finding in the fan-out.
     with open_runners(manifest, known_hosts, accept_new_host_keys, nodes=only_nodes or None) as runners:

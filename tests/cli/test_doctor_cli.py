@@ -82,12 +82,18 @@ def test_clean_logs_exit_0(short_dir, capsys):
 def test_unknown_node_is_a_usage_error(short_dir, capsys):
     yaml = _cluster(short_dir, [])
     assert main(["doctor", str(yaml), "--node", "nope"]) == 2
-    assert "--node nope: not in" in capsys.readouterr().err
+    assert "--node nope: not a node of cluster clitest" in capsys.readouterr().err
 
 
 def test_missing_manifest_is_exit_2(short_dir, capsys):
     assert main(["doctor", str(short_dir / "absent.yaml")]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_without_cluster_yaml_and_nothing_recorded(capsys):
+    assert main(["doctor"]) == 1
+    err = capsys.readouterr().err
+    assert "no cluster is recorded" in err and "pass CLUSTER_YAML" in err
 
 
 @pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200), ("1d", 86400), ("1.5h", 5400)])
