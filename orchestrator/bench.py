@@ -154,7 +154,7 @@ async def send_request(client: httpx.AsyncClient, spec: RequestSpec, prompt: Pro
     t0 = clock()
     times: list[float] = []
     counts: list[int] = []
-    usage_out = usage_in = None
+    usage_out = usage_in = server_ttft = None
     done = False
     try:
         async with client.stream("POST", spec.path, content=content) as resp:
@@ -182,6 +182,7 @@ async def send_request(client: httpx.AsyncClient, spec: RequestSpec, prompt: Pro
                     if chunk.usage_completion_tokens is not None:
                         usage_out = chunk.usage_completion_tokens
                         usage_in = chunk.usage_prompt_tokens
+                        server_ttft = chunk.server_ttft
             tail = decoder.flush()
             if tail is not None and read_chunk(tail).done:
                 done = True
@@ -205,6 +206,7 @@ async def send_request(client: httpx.AsyncClient, spec: RequestSpec, prompt: Pro
         end=end,
         output_tokens=n,
         prompt_tokens=usage_in if usage_in is not None else prompt.tokens,
+        server_ttft=server_ttft,
     )
 
 

@@ -46,6 +46,7 @@ class RequestRecord:
     error_kind: str | None = None  # one of ERROR_KINDS
     error: str | None = None  # e.g. "HTTP 503", exception class name
     status: int | None = None
+    server_ttft: float | None = None  # the server's own TTFT of this request, when it reports one
 
     @property
     def ttft(self) -> float | None:

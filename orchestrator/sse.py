@@ -87,6 +87,7 @@ class Chunk:
     usage_prompt_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None  # an in-stream {"error": ...} object
+    server_ttft: float | None = None  # seconds, vLLM's per-request metrics (--enable-per-request-metrics)
 
 
 _DONE_CHUNK = Chunk(done=True)
@@ -124,10 +125,13 @@ def read_chunk(payload: str) -> Chunk:
         finish = choice.get("finish_reason") or finish
     usage = obj.get("usage")
     if isinstance(usage, dict):
+        metrics = obj.get("metrics")
+        ttft_ms = metrics.get("time_to_first_token_ms") if isinstance(metrics, dict) else None
         return Chunk(
             tokens=tokens,
             usage_completion_tokens=usage.get("completion_tokens"),
             usage_prompt_tokens=usage.get("prompt_tokens"),
             finish_reason=finish,
+            server_ttft=ttft_ms / 1000.0 if isinstance(ttft_ms, (int, float)) else None,
         )
     return Chunk(tokens=tokens, finish_reason=finish)
