@@ -68,18 +68,13 @@ def _int(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-def _strip_prefix(line: str) -> str:
-    """The log line without the ``(ServeReplica:... pid=N) (EngineCore pid=M)`` prefixes Ray adds."""
-    return line.rstrip("\r\n")
-
-
 def parse_kv_capacity(lines: Iterable[str]) -> KvCapacity | None:
     """The last KV-cache capacity an engine logged in ``lines`` (the latest start-up wins: a
     restarted replica logs again). Reads the one-line form of vLLM 0.32, the two-line form of
     earlier V1 releases and the blocks form of V0; None when no such line is there."""
     found: KvCapacity | None = None
     for raw in lines:
-        line = _strip_prefix(raw)
+        line = raw.rstrip("\r\n")
         size = _SIZE.search(line)
         conc = _CONCURRENCY.search(line)
         blocks = _BLOCKS.search(line) if not size else None
@@ -184,8 +179,8 @@ def _select(
         hits = [s for s in hits if _base_name(s.name, variants)]
         if not hits:
             continue
-        if model is not None and any(s.label(MODEL_LABEL) == model for s in hits):
-            hits = [s for s in hits if s.label(MODEL_LABEL) == model]
+        if model is not None and any(s.label(MODEL_LABEL) is not None for s in hits):
+            hits = [s for s in hits if s.label(MODEL_LABEL) == model]  # another model's: not ours
         if ids is not None and any(s.label(REPLICA_LABEL) for s in hits):
             hits = [s for s in hits if s.label(REPLICA_LABEL) in ids]
         return hits

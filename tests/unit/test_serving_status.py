@@ -1,0 +1,198 @@
+"""serving_status: the serving section built from real Serve status JSON, the replica's real worker
+log and real metrics pages (tests/data/serve/SOURCES-status.md); failure cases are those captures
+with one fact changed (a node dead, a replica unhealthy, a probe failed)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator import prometheus as prom
+from orchestrator.serve_client import parse_serve_status
+from orchestrator.serving_status import (
+    ENDPOINT_PROBE_FAILED,
+    NODE_HEARTBEAT_LOST,
+    NODE_UNREACHABLE,
+    REPLICA_UNHEALTHY,
+    SERVE_API_ERROR,
+    SERVE_APP_NOT_RUNNING,
+    NodeRef,
+    ProbeResult,
+    build_serving_status,
+    model_of_deployment,
+    revision_app,
+)
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+REPO = DATA.parent.parent
+NODE_ID = "fb356170c7eeea9b674844e2204ed80ed204358c9e6c6ae6afcb634d"
+ENGINE_REPLICA = "75z13c9r"
+LOG = (DATA / "logs/engine/ray-serve-llm-cpu-replica-worker.out").read_text().splitlines()
+LOGGED = next(line for line in LOG if "KV cache size" in line)
+
+
+def payload(name: str = "running-direct-streaming") -> dict:
+    return json.loads((DATA / f"serve/status-{name}.json").read_text())
+
+
+def page(name: str) -> list[prom.Sample]:
+    return prom.parse_text((DATA / f"metrics/ray-serve-llm-0.32-{name}.txt").read_text())
+
+
+def revision(number: int = 1, app: dict | None = None):
+    config = app if app is not None else payload()["applications"]["orch-r1"]["deployed_app_config"]
+    return SimpleNamespace(number=number, model="tiny", status="ready", config_fingerprint="ab" * 32,
+                           config=config, created_at=1.0, finished_at=2.0)  # fmt: skip
+
+
+HEAD = NodeRef("head", NODE_ID, "ALIVE")
+OK_PROBE = ProbeResult(True, 0.201, 200, None, "http://10.0.0.1:8000/v1/completions", "tiny", 1)
+
+
+def build(serve_payload=None, **kw):
+    args = dict(
+        revision=revision(), probe=OK_PROBE, engine_logs={ENGINE_REPLICA: LOG}, metrics_now=page("after2"),
+        metrics_before=page("after"), window_s=42.0, nodes=[HEAD], endpoint="http://10.0.0.1:8000",
+    )  # fmt: skip
+    args.update(kw)
+    return build_serving_status(parse_serve_status(serve_payload or payload()), **args)
+
+
+def test_running_application_shows_logged_capacity_and_live_figures():
+    s = build()
+    assert s.healthy and s.problems == ()
+    assert (s.app_name, s.app_status, s.route_prefix) == ("orch-r1", "RUNNING", "/")
+    assert s.revision.number == 1
+    assert [d.name for d in s.deployments] == ["LLMServer:tiny", "LLMRouter"]
+    engine = s.deployments[0].replicas[0]
+    assert (engine.replica_id, engine.state, engine.node, engine.node_state, engine.pid) == (ENGINE_REPLICA, "RUNNING", "head", "ALIVE", 14847)
+    (model,) = s.models
+    assert model.model_id == "tiny" and model.max_model_len == 1024  # from the revision's config
+    # Exactly what the engine logged.
+    assert f"{model.capacity.tokens:,} tokens" in LOGGED
+    assert f"for {model.capacity.max_model_len:,} tokens per request: {model.capacity.max_concurrency:.2f}x" in LOGGED
+    assert model.capacity.evidence == (LOGGED,)
+    assert model.live.ttft.count == 16 and model.live.window_s == 42.0
+
+
+def test_capacity_falls_back_to_metrics_info_when_the_log_is_unread():
+    s = build(engine_logs={}, log_errors={ENGINE_REPLICA: "head: unreachable"}, metrics_now=page("idle"), metrics_before=None)
+    cap = s.models[0].capacity
+    assert (cap.tokens, cap.max_concurrency, cap.source) == (524_288, 512.0, "metrics")
+    s = build(engine_logs={}, log_errors={ENGINE_REPLICA: "head: unreachable"})
+    assert s.models[0].capacity is None
+    assert any("capacity unknown (head: unreachable)" in n for n in s.notes)
+
+
+def test_dead_node_under_a_replica_is_a_failure_with_its_runbook():
+    s = build(nodes=[NodeRef("head", NODE_ID, "DEAD", reachable=False, detail="heartbeat lost")])
+    codes = [(p.severity, p.code, p.subject) for p in s.problems]
+    assert ("fail", NODE_HEARTBEAT_LOST, "head") in codes  # the node itself
+    assert ("fail", NODE_HEARTBEAT_LOST, ENGINE_REPLICA) in codes  # the replica on it
+    assert not s.healthy
+    assert all(p.hint.endswith(f"runbooks/{p.code}.md") for p in s.problems)
+    assert s.deployments[0].replicas[0].node_state == "DEAD"
+
+
+def test_unreachable_node_is_a_warning_while_ray_sees_it_alive():
+    s = build(nodes=[HEAD, NodeRef("w1", "ffff", "ALIVE", reachable=False, detail="timed out")])
+    (p,) = s.problems
+    assert (p.severity, p.code, p.subject) == ("warn", NODE_UNREACHABLE, "w1") and s.healthy
+
+
+def unhealthy_payload() -> dict:
+    data = copy.deepcopy(payload())
+    app = data["applications"]["orch-r1"]
+    dep = app["deployments"]["LLMServer:tiny"]
+    dep["status"] = "UNHEALTHY"
+    dep["message"] = "The deployment failed to start 3 times in a row."
+    dep["replicas"][0]["state"] = "STOPPING"
+    app["status"] = "UNHEALTHY"
+    return data
+
+
+def test_unhealthy_replica_and_deployment_are_shown_with_hint():
+    s = build(unhealthy_payload())
+    got = {(p.severity, p.code, p.subject) for p in s.problems}
+    assert ("fail", REPLICA_UNHEALTHY, ENGINE_REPLICA) in got
+    assert ("fail", REPLICA_UNHEALTHY, "LLMServer:tiny") in got
+    assert ("fail", SERVE_APP_NOT_RUNNING, "orch-r1") in got
+    assert not s.healthy
+    msg = next(p.message for p in s.problems if p.subject == "LLMServer:tiny")
+    assert "failed to start 3 times" in msg
+    assert all(p.hint.endswith(f"runbooks/{p.code}.md") for p in s.problems)
+
+
+def test_starting_replicas_are_warnings_not_failures():
+    s = build(payload("deploying-starting"), engine_logs={}, metrics_now=None, metrics_before=None, probe=None)
+    sev = {(p.code, p.severity) for p in s.problems}
+    assert sev == {(REPLICA_UNHEALTHY, "warn"), (SERVE_APP_NOT_RUNNING, "warn")}
+    assert s.app_status == "DEPLOYING" and not s.healthy  # not RUNNING yet
+
+
+def test_failed_probe_is_shown_with_cause_and_hint():
+    for code, words in ((401, "API key"), (503, "no replica"), (500, "ENGINE_DEAD"), (None, "nothing answered")):
+        probe = ProbeResult(False, 0.01 if code else None, code, "Unauthorized" if code == 401 else "ConnectError",
+                            "http://10.0.0.1:8000/v1/completions", "tiny")  # fmt: skip
+        s = build(probe=probe)
+        (p,) = s.problems
+        assert (p.severity, p.code, p.subject) == ("fail", ENDPOINT_PROBE_FAILED, "endpoint")
+        assert words in p.hint and p.hint.endswith(f"runbooks/{ENDPOINT_PROBE_FAILED}.md")
+        assert not s.healthy
+
+
+def test_application_missing_from_serve_and_serve_unreadable():
+    empty = {"applications": {}, "http_options": {"port": 8000}}
+    s = build(empty, engine_logs={}, metrics_now=None, metrics_before=None, probe=None)
+    (p,) = s.problems
+    assert (p.code, p.subject, p.severity) == (SERVE_APP_NOT_RUNNING, "orch-r1", "fail")
+    s = build_serving_status(None, revision=revision(), serve_error=("cannot read Serve's status: ConnectError", "is the cluster up?"))
+    (p,) = s.problems
+    assert p.code == SERVE_API_ERROR and p.hint.startswith("is the cluster up?") and p.hint.endswith(f"runbooks/{SERVE_API_ERROR}.md")
+    assert s.app_name == "orch-r1" and s.app_status is None
+
+
+def test_other_applications_are_listed_and_revision_picks_the_app():
+    data = copy.deepcopy(payload())
+    candidate = copy.deepcopy(data["applications"]["orch-r1"])
+    candidate["name"], candidate["route_prefix"], candidate["status"] = "orch-r2", "/_orch/r2", "DEPLOYING"
+    data["applications"]["orch-r2"] = candidate
+    s = build(data)
+    assert s.app_name == "orch-r1" and s.other_apps == (("orch-r2", "DEPLOYING"),)
+    # Without a revision: the application on the public route.
+    s = build(data, revision=None)
+    assert s.app_name == "orch-r1" and any("no revision" in n for n in s.notes)
+
+
+def test_revision_app_reads_the_stored_config():
+    name, models, lens = revision_app(revision())
+    assert (name, models, lens) == ("orch-r1", ["tiny"], {"tiny": 1024})
+    bare = SimpleNamespace(number=7, model="llama", config={})
+    assert revision_app(bare) == ("orch-r7", ["llama"], {})
+    assert model_of_deployment("LLMServer:tiny") == "tiny" and model_of_deployment("LLMRouter") is None
+
+
+def test_json_shape():
+    d = json.loads(json.dumps(build().to_dict()))
+    assert set(d) == {"healthy", "application", "endpoint", "revision", "deployments", "models", "probe",
+                      "problems", "other_applications", "notes"}  # fmt: skip
+    assert d["application"] == {"name": "orch-r1", "status": "RUNNING", "message": "", "route_prefix": "/"}
+    model = d["models"][0]
+    assert model["kv_cache"]["tokens"] == 524_288 and model["kv_cache"]["max_concurrency"] == 512.0
+    assert model["kv_cache"]["source"] == "log" and model["kv_cache"]["evidence"] == [LOGGED]
+    assert set(model["live"]) == {"kv_cache_usage", "running", "waiting", "ttft", "tpot", "window_s", "since_start", "engines"}
+    assert set(model["live"]["ttft"]) == {"count", "p50_ms", "p95_ms", "mean_ms"}
+    assert d["probe"]["latency_ms"] == 201.0 and d["probe"]["ok"] is True
+    assert d["deployments"][0]["replicas"][0]["kv_cache_tokens"] == 524_288
+    bad = build(probe=ProbeResult(False, None, None, "ConnectError", "u", "tiny")).to_dict()
+    assert set(bad["problems"][0]) == {"severity", "code", "subject", "message", "hint"}
+
+
+@pytest.mark.parametrize("code", [REPLICA_UNHEALTHY, SERVE_APP_NOT_RUNNING, ENDPOINT_PROBE_FAILED, NODE_HEARTBEAT_LOST, NODE_UNREACHABLE])
+def test_each_problem_code_has_a_runbook(code):
+    text = (REPO / "runbooks" / f"{code}.md").read_text()
+    assert text.startswith(f"# {code}")
