@@ -146,13 +146,18 @@ def _token_path_on(runner: Runner, manifest: Manifest) -> str:
 def install_token(runner: Runner, manifest: Manifest, token: str) -> str:
     """Write the token 0600 under the node user's home; return its absolute path there."""
     path = _token_path_on(runner, manifest)
+    folder = path.rsplit("/", 1)[0]
+    runner.run(["mkdir", "-p", "-m", "700", "--", folder], timeout=30).check(runner.node)
     runner.put_file(path, (token + "\n").encode(), 0o600)  # type: ignore[attr-defined]
     return path
 
 
 def remove_token(runner: Runner, manifest: Manifest) -> None:
-    """Delete the node's copy of the token (a stopped cluster leaves no secret behind)."""
-    runner.run(["rm", "-f", "--", _token_path_on(runner, manifest)], timeout=30).check(runner.node)
+    """Delete the node's copy of the token (a stopped cluster leaves no secret behind) and its
+    folder when nothing else is in it."""
+    path = _token_path_on(runner, manifest)
+    runner.run(["rm", "-f", "--", path], timeout=30).check(runner.node)
+    runner.run(["rmdir", "--ignore-fail-on-non-empty", "--", path.rsplit("/", 1)[0]], timeout=30).check(runner.node)
 
 
 def stop_node(runner: Runner, manifest: Manifest, node: NodeSpec, kill_vllm: bool = True) -> str:

@@ -59,6 +59,7 @@ class World:
         self.serial = 0
         self.runners = {n.name: self._runner(n.name) for n in manifest.nodes}
         self.dashboard_opens: list[tuple[str, int, str | None]] = []
+        self.dirs: list[tuple[str, ...]] = []  # mkdir/rmdir argv run on any node
 
     def _runner(self, name: str) -> FakeRunner:
         world = self
@@ -72,6 +73,9 @@ class World:
                 return world.ray(name, argv[3:], env)
             if argv[0] == "pkill":
                 return result(exit_code=1)
+            if argv[0] in ("mkdir", "rmdir"):
+                world.dirs.append(argv)
+                return result()
             if argv[:3] == ("rm", "-f", "--"):
                 world.runners[name].files.pop(argv[3], None)
                 return result()

@@ -45,6 +45,7 @@ def test_fresh_up_starts_head_then_workers_and_records(env):
         assert [c.argv[3] for c in world.ray_calls(name)] == ["stop", "start"]
         f = world.runners[name].files["/home/ops/.orch/clusters/tb/ray-token"]
         assert f.content == b"t0k3n\n" and f.mode == 0o600
+    assert ("mkdir", "-p", "-m", "700", "--", "/home/ops/.orch/clusters/tb") in world.dirs
     token_file = deps.state.token_path("tb")
     assert token_file.read_text() == "t0k3n\n" and stat.S_IMODE(token_file.stat().st_mode) == 0o600
     rec = deps.state.get_cluster("tb")
@@ -193,6 +194,9 @@ def test_down_reports_unreachable_node_and_stops_the_others(env):
         pk = world.runners[name].ran("pkill")
         assert [c.argv for c in pk[-2:]] == [("pkill", "-KILL", "-f", "^VLLM::"), ("pkill", "-KILL", "-f", r"[v]llm\.entrypoints")]
         assert world.runners[name].files == {}  # the node's token copy is gone
+        assert ("rmdir", "--ignore-fail-on-non-empty", "--", "/home/ops/.orch/clusters/tb") in [
+            c.argv for c in world.runners[name].calls
+        ]
     assert "/home/ops/.orch/clusters/tb/ray-token" in world.runners["w1"].files
     assert deps.state.get_cluster("tb").state == "down"
     # after down, up starts everything again
