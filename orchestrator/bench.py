@@ -158,6 +158,7 @@ async def send_request(client: httpx.AsyncClient, spec: RequestSpec, prompt: Pro
     done = False
     try:
         async with client.stream("POST", spec.path, content=content) as resp:
+            headers_at = clock() - t0
             if resp.status_code >= 400:
                 text = (await resp.aread())[:200].decode("utf-8", "replace")
                 return _failure(t0, "http", f"HTTP {resp.status_code}: {text}", resp.status_code, clock() - t0)
@@ -207,6 +208,7 @@ async def send_request(client: httpx.AsyncClient, spec: RequestSpec, prompt: Pro
         output_tokens=n,
         prompt_tokens=usage_in if usage_in is not None else prompt.tokens,
         server_ttft=server_ttft,
+        headers_at=headers_at,
     )
 
 

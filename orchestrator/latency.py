@@ -47,6 +47,7 @@ class RequestRecord:
     error: str | None = None  # e.g. "HTTP 503", exception class name
     status: int | None = None
     server_ttft: float | None = None  # the server's own TTFT of this request, when it reports one
+    headers_at: float | None = None  # response headers received, relative to sending
 
     @property
     def ttft(self) -> float | None:
@@ -147,6 +148,10 @@ class LevelStats:
     itl: Distribution
     e2e: Distribution
     error_samples: tuple[str, ...] = field(default=())
+    # diagnostics: response headers (the server accepted the request) and the server's own
+    # per-request TTFT (vLLM --enable-per-request-metrics), when available
+    headers: Distribution = field(default_factory=lambda: Distribution.of(()))
+    server_ttft: Distribution = field(default_factory=lambda: Distribution.of(()))
 
 
 def summarize(
@@ -183,6 +188,8 @@ def summarize(
         itl=Distribution.of(x for r in ok for x in r.itls),
         e2e=Distribution.of(r.end for r in ok),
         error_samples=samples,
+        headers=Distribution.of(r.headers_at for r in ok),
+        server_ttft=Distribution.of(r.server_ttft for r in ok),
     )
 
 

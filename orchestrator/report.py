@@ -63,6 +63,8 @@ def level_dict(stats: LevelStats, checks: Mapping[str, FigureCheck] | None = Non
         "tpot_ms": stats.tpot.as_ms(),
         "itl_ms": stats.itl.as_ms(),
         "e2e_ms": stats.e2e.as_ms(),
+        "headers_ms": stats.headers.as_ms(),
+        "server_ttft_ms": stats.server_ttft.as_ms(),
         "crosscheck": check_dict(checks),
     }
 

@@ -56,9 +56,10 @@ def _resolve_target(
         model = models[0]
     metrics = list(metrics_url)
     if not metrics and manifest is not None:
+        from orchestrator.cli.cluster import known_hosts_path
         from orchestrator.remote import connect
 
-        runner = connect(manifest, manifest.head, ctx.obj["state_dir"] / "known_hosts")
+        runner = connect(manifest, manifest.head, known_hosts_path(manifest, ctx.obj["state_dir"]))
         try:
             metrics = bench_target.discover_metrics_urls(runner, manifest)
         finally:

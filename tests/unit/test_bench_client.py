@@ -68,9 +68,10 @@ def test_request_body_and_headers_ask_for_a_measurable_stream():
 
 def test_times_come_from_the_injected_clock():
     rec = asyncio.run(one(lambda r: httpx.Response(200, content=GOOD), FakeClock(0.01)))
-    # t0 = 0.01 (sent); the whole body arrives in one read, stamped 0.02: one time for all 4 tokens
-    assert rec.token_times == pytest.approx((0.01,) * 4)
-    assert rec.ttft == pytest.approx(0.01)
+    # sent at 0.01, headers at 0.02, the whole body in one read stamped 0.03: one time for all 4 tokens
+    assert rec.headers_at == pytest.approx(0.01)
+    assert rec.token_times == pytest.approx((0.02,) * 4)
+    assert rec.ttft == pytest.approx(0.02)
     assert rec.output_tokens == 4
     assert rec.tpot == pytest.approx(0.0)
 
