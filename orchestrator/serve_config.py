@@ -17,6 +17,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -439,6 +440,10 @@ def validate_app(app: Mapping[str, Any], check_engine_args: bool = True) -> None
     # CLI's own output must stay clean, so silence fd 2 for the import only.
     with _silenced_stderr():
         from ray.serve.llm import LLMConfig
+    # The import set up Ray's JSON log handler on the root logger at INFO: keep httpx's
+    # per-request lines (orch's own Serve and probe calls) out of the command's output.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
     configs = app.get("args", {}).get("llm_configs", [])
     if len(configs) != 1:

@@ -98,6 +98,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.argument("cluster_yaml", required=False, type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--model", required=True, help="Catalog name (found in the manifest's model_store) or a model folder path on the nodes.")
 @click.option("--served-name", default=None, help="Model name clients use [default: the catalog name or folder name].")
+@click.option("--model-path", default=None, help="Folder of the weights on the nodes, when --model is a catalog name.")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Force the tensor-parallel size (checked by the planner).")
 @click.option("--pp", type=click.IntRange(min=1), default=None, help="Force the pipeline-parallel size (checked by the planner).")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Longest sequence [default: the model's].")
@@ -112,7 +113,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=900.0, show_default=True, help="Seconds for the new revision to be RUNNING.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
-def rollout(ctx, cluster_yaml, model, served_name, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype,
+def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype,
             replicas, engine_args, dry_run, allow_downtime, timeout_s, as_json) -> None:  # fmt: skip
     """Deploy MODEL as a Ray Serve LLM application, gated by a real completion.
 
@@ -129,7 +130,7 @@ def rollout(ctx, cluster_yaml, model, served_name, tp, pp, max_model_len, gpu_me
     state_dir = ctx.obj["state_dir"]
     manifest = load_cluster_manifest(cluster_yaml, state_dir)
     request = RolloutRequest(
-        model=model, served_name=served_name, tp=tp, pp=pp, max_model_len=max_model_len,
+        model=model, served_name=served_name, model_path=model_path, tp=tp, pp=pp, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib, dtype=dtype,
         kv_cache_dtype=kv_cache_dtype, replicas=replicas, engine_args=_engine_args(engine_args),
     )  # fmt: skip

@@ -360,11 +360,13 @@ def _carry_out(manifest, desired, api_key, fingerprint, decision, current, servi
         result.steps.append(text)
         deps.progress(text)
 
-    t_apply = deps.clock()
+    applied = False
     try:
         if options.check_model_path:
             check_model_path(manifest, runners, desired.model_source)
         keep = [old_config] if side and old_config else []
+        t_apply = deps.clock()
+        applied = True
         apis.serve.apply(deploy_body([*keep, app.with_api_key(api_key)], manifest))
         step(f"applied {app.name} on {app.app['route_prefix']} ({decision.kind})")
         wait_for_app(apis.serve, app.name, options.timeout_s, deps, options.poll_s)
@@ -383,7 +385,10 @@ def _carry_out(manifest, desired, api_key, fingerprint, decision, current, servi
         if not detail or "Traceback" in (detail or ""):
             logged = replica_log_error(manifest, runners, nodes, apis.serve.status().app(app.name))
             detail = logged or detail
-        restored = _restore(manifest, side, old_config, current, api_key, apis, deps, options, step)
+        if applied:
+            restored = _restore(manifest, side, old_config, current, api_key, apis, deps, options, step)
+        else:
+            restored = serving.live  # nothing was applied: what served still serves
         error = failure.what + (f": {detail}" if detail else "")
         state.update_revision(name, number, "failed", error=error)
         meta.update({"error": error, "restored": restored})

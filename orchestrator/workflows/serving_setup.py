@@ -43,6 +43,7 @@ class RolloutRequest:
 
     model: str
     served_name: str | None = None
+    model_path: str | None = None  # the folder on the nodes, when --model is a catalog name
     tp: int | None = None
     pp: int | None = None
     max_model_len: int | None = None
@@ -58,7 +59,7 @@ def _looks_like_path(model: str) -> bool:
     return "/" in model or model.startswith((".", "~"))
 
 
-def model_location(manifest: Manifest, model: str, served_name: str | None) -> tuple[str, str, str]:
+def model_location(manifest: Manifest, model: str, served_name: str | None, model_path: str | None = None) -> tuple[str, str, str]:
     """(served name, model path on the nodes, what the planner reads: local path or catalog name).
 
     A path is used as given (made absolute). A name is looked up in the manifest's model_store
@@ -66,6 +67,12 @@ def model_location(manifest: Manifest, model: str, served_name: str | None) -> t
     cache. Anything else is a usage error naming what to pass."""
     from orchestrator.tinymodel import SERVED_NAME, build_tiny_model
 
+    if model_path is not None:
+        # The planner sizes the catalog entry (or the folder, when it is readable here); the
+        # nodes load from the given path.
+        local = Path(model_path).expanduser()
+        spec = str(local) if (local / "config.json").exists() else model
+        return served_name or (model if not _looks_like_path(model) else local.name), model_path, spec
     if _looks_like_path(model):
         path = Path(model).expanduser().resolve()
         return served_name or path.name, str(path), str(path)
@@ -122,7 +129,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     from orchestrator.cluster_shape import shape_from_manifest
     from orchestrator.planner import plan_model
 
-    served, source, spec_ref = model_location(manifest, request.model, request.served_name)
+    served, source, spec_ref = model_location(manifest, request.model, request.served_name, request.model_path)
     spec = resolve_model(spec_ref)
     options = PlanOptions(
         tp=request.tp, pp=request.pp, max_model_len=request.max_model_len,
