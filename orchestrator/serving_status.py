@@ -57,10 +57,12 @@ class ProbeResult:
     url: str | None = None
     model: str | None = None
     output_tokens: int | None = None
+    timed_out: bool = False  # connected, but no answer within the probe's timeout
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "timed_out": self.timed_out,
             "latency_ms": None if self.latency_s is None else round(self.latency_s * 1000.0, 1),
             "status_code": self.status_code,
             "error": self.error,
@@ -269,6 +271,8 @@ def _probe_problem(probe: ProbeResult) -> Problem:
     code = probe.status_code
     if code in (401, 403):
         why = "the endpoint refused the API key: export the key in the variable named by serve.api_key_env"
+    elif code is None and probe.timed_out:
+        why = "the request got no answer in time: the engine is stuck, restarting or overloaded (see the replicas above)"
     elif code is None:
         why = "nothing answered on the Serve port: is the application RUNNING and the port open?"
     elif code in (502, 503):

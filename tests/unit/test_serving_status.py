@@ -104,27 +104,35 @@ def test_unreachable_node_is_a_warning_while_ray_sees_it_alive():
     assert (p.severity, p.code, p.subject) == ("warn", NODE_UNREACHABLE, "w1") and s.healthy
 
 
-def unhealthy_payload() -> dict:
-    data = copy.deepcopy(payload())
-    app = data["applications"]["orch-r1"]
-    dep = app["deployments"]["LLMServer:tiny"]
-    dep["status"] = "UNHEALTHY"
-    dep["message"] = "The deployment failed to start 3 times in a row."
-    dep["replicas"][0]["state"] = "STOPPING"
-    app["status"] = "UNHEALTHY"
-    return data
-
-
 def test_unhealthy_replica_and_deployment_are_shown_with_hint():
-    s = build(unhealthy_payload())
+    # Captured 30 s after the replica's EngineCore was killed (SIGKILL): Serve's health check
+    # failed, the old replica stopped and a new one is STARTING (tests/data/serve/SOURCES-status.md).
+    s = build(payload("unhealthy-engine-killed"), engine_logs={}, metrics_now=None, metrics_before=None,
+              nodes=[NodeRef("head", "ed6cceb3" + "0" * 48, "ALIVE")],
+              probe=ProbeResult(False, None, None, "ReadTimeout after 20 s", "http://10.0.0.1:8000/v1/completions", "tiny", timed_out=True))  # fmt: skip
     got = {(p.severity, p.code, p.subject) for p in s.problems}
-    assert ("fail", REPLICA_UNHEALTHY, ENGINE_REPLICA) in got
-    assert ("fail", REPLICA_UNHEALTHY, "LLMServer:tiny") in got
-    assert ("fail", SERVE_APP_NOT_RUNNING, "orch-r1") in got
+    assert got == {
+        ("fail", SERVE_APP_NOT_RUNNING, "orch-r1"),
+        ("fail", REPLICA_UNHEALTHY, "LLMServer:tiny"),
+        ("warn", REPLICA_UNHEALTHY, "gz59mfrk"),  # the replacement is on its way
+        ("fail", ENDPOINT_PROBE_FAILED, "endpoint"),
+    }
     assert not s.healthy
     msg = next(p.message for p in s.problems if p.subject == "LLMServer:tiny")
-    assert "failed to start 3 times" in msg
+    assert "A replica's health check failed" in msg
+    probe = next(p for p in s.problems if p.code == ENDPOINT_PROBE_FAILED)
+    assert "no answer in time" in probe.hint
     assert all(p.hint.endswith(f"runbooks/{p.code}.md") for p in s.problems)
+
+
+def test_engine_dead_while_serve_says_healthy_is_caught_by_the_probe():
+    # Captured 0.3 s after the kill: Serve still reported RUNNING/HEALTHY, the completion got 500.
+    body = '{"error":{"message":"EngineCore encountered an issue. See stack trace (above) for the root cause.","type":"InternalServerError","param":null,"code":500}}'
+    s = build(probe=ProbeResult(False, 0.073, 500, body, "http://10.0.0.1:8000/v1/completions", "tiny"))
+    assert s.app_status == "RUNNING" and all(d.status == "HEALTHY" for d in s.deployments)
+    (p,) = s.problems
+    assert p.code == ENDPOINT_PROBE_FAILED and "runbooks/ENGINE_DEAD.md" in p.hint and "HTTP 500" in p.message
+    assert not s.healthy
 
 
 def test_starting_replicas_are_warnings_not_failures():
@@ -135,7 +143,7 @@ def test_starting_replicas_are_warnings_not_failures():
 
 
 def test_failed_probe_is_shown_with_cause_and_hint():
-    for code, words in ((401, "API key"), (503, "no replica"), (500, "ENGINE_DEAD"), (None, "nothing answered")):
+    for code, words in ((401, "API key"), (503, "no replica"), (None, "nothing answered")):
         probe = ProbeResult(False, 0.01 if code else None, code, "Unauthorized" if code == 401 else "ConnectError",
                             "http://10.0.0.1:8000/v1/completions", "tiny")  # fmt: skip
         s = build(probe=probe)
@@ -190,6 +198,7 @@ def test_json_shape():
     assert d["deployments"][0]["replicas"][0]["kv_cache_tokens"] == 524_288
     bad = build(probe=ProbeResult(False, None, None, "ConnectError", "u", "tiny")).to_dict()
     assert set(bad["problems"][0]) == {"severity", "code", "subject", "message", "hint"}
+    assert set(d["probe"]) == {"ok", "timed_out", "latency_ms", "status_code", "error", "url", "model", "output_tokens"}
 
 
 @pytest.mark.parametrize("code", [REPLICA_UNHEALTHY, SERVE_APP_NOT_RUNNING, ENDPOINT_PROBE_FAILED, NODE_HEARTBEAT_LOST, NODE_UNREACHABLE])

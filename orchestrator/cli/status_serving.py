@@ -1,0 +1,148 @@
+"""The serving section of `orch status`: rich rendering and JSON. CLI only (prints nothing itself).
+
+``render_serving(serving)`` returns a rich renderable (``orchestrator.cli.status.render_report``
+adds it after the nodes); ``render_serving_to(console, serving)`` prints it; ``serving_json``
+gives the plain dict ``--json`` shows under ``"serving"`` (the same as
+``ServingStatus.to_dict()``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+APP_STYLE = {"RUNNING": "green", "DEPLOYING": "yellow", "DEPLOY_FAILED": "bold red", "UNHEALTHY": "bold red",
+             "DELETING": "yellow", "NOT_STARTED": "yellow"}  # fmt: skip
+DEPLOYMENT_STYLE = {"HEALTHY": "green", "UPDATING": "yellow", "UPSCALING": "yellow", "DOWNSCALING": "yellow",
+                    "UNHEALTHY": "bold red", "DEPLOY_FAILED": "bold red"}  # fmt: skip
+REPLICA_STYLE = {"RUNNING": "green", "STARTING": "yellow", "RECOVERING": "yellow", "UPDATING": "yellow",
+                 "PENDING_MIGRATION": "yellow", "STOPPING": "yellow"}  # fmt: skip
+
+
+def serving_json(serving: Any) -> dict[str, Any] | None:
+    return None if serving is None else serving.to_dict()
+
+
+def _styled(value: str | None, styles: dict[str, str], default: str = "red") -> str:
+    if value is None:
+        return "[red]-[/]"
+    return f"[{styles.get(value, default)}]{value}[/]"
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    ms = seconds * 1000.0
+    return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.1f} ms"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _capacity(cap: Any) -> tuple[str, str]:
+    if cap is None:
+        return "unknown", "-"
+    tokens = f"{cap.tokens:,} tokens" if cap.tokens is not None else (f"{cap.blocks:,} blocks" if cap.blocks else "-")
+    if cap.device:
+        tokens += f" ({cap.device})"
+    if cap.max_concurrency is None:
+        conc = "-"
+    elif cap.max_model_len is not None:
+        conc = f"{cap.max_concurrency:.2f}x at {cap.max_model_len:,} tokens"
+    else:
+        conc = f"{cap.max_concurrency:.2f}x"
+    return tokens, conc
+
+
+def _latency(lat: Any) -> str:
+    if lat is None:
+        return "-"
+    if lat.count == 0:
+        return "no requests"
+    return f"{_ms(lat.p50)} / {_ms(lat.p95)} (n={lat.count})"
+
+
+def _window(live: Any) -> str:
+    if live is None:
+        return ""
+    if live.window_s is None:
+        return "since the engine started"
+    return f"last {live.window_s / 60:.1f} min" if live.window_s >= 90 else f"last {live.window_s:.0f} s"
+
+
+def render_serving(serving: Any) -> Any:
+    """A rich Group: application line, deployments/replicas table, models table, probe, problems."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    if serving is None:
+        return Text("serving: not read", style="yellow")
+    parts: list[Any] = []
+    head = f"serving: application {serving.app_name or '-'} {_styled(serving.app_status, APP_STYLE)}"
+    if serving.route_prefix:
+        head += f" on route {serving.route_prefix}"
+    if serving.revision is not None:
+        rev = serving.revision
+        head += f", revision {rev.number} ({rev.model}, {rev.status}, config {rev.config_fingerprint[:12] or '-'})"
+    parts.append(Text.from_markup(head))
+    if serving.app_message.strip() and serving.app_status != "RUNNING":
+        parts.append(Text(serving.app_message.strip()[:400], style="red"))
+
+    if serving.deployments:
+        table = Table(title="deployments", title_justify="left")
+        for col in ("deployment", "status", "replica", "state", "node", "pid"):
+            table.add_column(col, overflow="fold")
+        for d in serving.deployments:
+            status = _styled(d.status, DEPLOYMENT_STYLE)
+            target = f" ({len(d.replicas)}/{d.target_replicas})" if d.target_replicas is not None else ""
+            if not d.replicas:
+                table.add_row(d.name, status + target, "-", "-", "-", "-")
+            for i, r in enumerate(d.replicas):
+                node = r.node or "-"
+                if r.node_state and r.node_state != "ALIVE":
+                    node += f" [bold red]({r.node_state})[/]"
+                table.add_row(d.name if i == 0 else "", status + target if i == 0 else "", r.replica_id,
+                              _styled(r.state, REPLICA_STYLE), node, _num(r.pid))  # fmt: skip
+        parts.append(table)
+
+    if serving.models:
+        table = Table(title="models", title_justify="left")
+        for col in ("model", "KV cache (engine log)", "max concurrency", "KV used", "running", "waiting",
+                    "TTFT p50/p95", "TPOT p50/p95", "window"):  # fmt: skip
+            table.add_column(col, overflow="fold")
+        for m in serving.models:
+            tokens, conc = _capacity(m.capacity)
+            if m.capacity is not None and m.capacity.source != "log":
+                tokens += f" [{m.capacity.source}]"
+            live = m.live
+            usage = "-" if live is None or live.kv_cache_usage is None else f"{live.kv_cache_usage * 100:.1f}%"
+            table.add_row(m.model_id, tokens, conc, usage, _num(live.running if live else None),
+                          _num(live.waiting if live else None), _latency(live.ttft if live else None),
+                          _latency(live.tpot if live else None), _window(live))  # fmt: skip
+        parts.append(table)
+
+    if serving.endpoint or serving.probe is not None:
+        p = serving.probe
+        if p is None:
+            line = f"endpoint {serving.endpoint}: not probed"
+        elif p.ok:
+            line = f"endpoint {p.url or serving.endpoint}: [green]ready[/] (completion in {_ms(p.latency_s)})"
+        else:
+            code = f"HTTP {p.status_code}" if p.status_code is not None else "no answer"
+            line = f"endpoint {p.url or serving.endpoint}: [bold red]probe failed[/] ({code}{': ' + p.error if p.error else ''})"
+        parts.append(Text.from_markup(line))
+    for name, status in serving.other_apps:
+        parts.append(Text(f"also in Serve: application {name} {status}"))
+    for problem in serving.problems:
+        style = "bold red" if problem.severity == "fail" else "yellow"
+        parts.append(Text.assemble((f"{problem.severity} {problem.code}", style), f" {problem.subject}: {problem.message}"))
+        parts.append(Text(f"  hint: {problem.hint}"))
+    for note in serving.notes:
+        parts.append(Text(f"note: {note}", style="dim"))
+    return Group(*parts)
+
+
+def render_serving_to(console: Any, serving: Any) -> None:
+    """Print the serving section on a rich console."""
+    console.print(render_serving(serving))

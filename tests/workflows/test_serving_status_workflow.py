@@ -1,0 +1,233 @@
+"""workflows.serving_status over its seams: a real LocalRunner reads a session folder holding the
+captured replica worker log and Ray's discovery file; the Serve client, the metrics pages and the
+probe are fakes answering with the real captures; the state store is real (tmp)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import UnreachableError
+from orchestrator.manifest import load_manifest
+from orchestrator.remote.fake import FakeRunner
+from orchestrator.remote.local import LocalRunner
+from orchestrator.serve_client import ServeApiError, parse_serve_status
+from orchestrator.serving_status import ENDPOINT_PROBE_FAILED, SERVE_API_ERROR, NodeRef, ProbeResult
+from orchestrator.state import StateStore
+from orchestrator.workflows.serving_status import ServingDeps, ServingOptions, gather_serving, probe_completion
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+NODE_ID = "fb356170c7eeea9b674844e2204ed80ed204358c9e6c6ae6afcb634d"
+WORKER = "75162635123ae0a8db74769b596deb3dee4a949905d0622c6b6d7173"
+STATUS = json.loads((DATA / "serve/status-running-direct-streaming.json").read_text())
+LOGGED = next(ln for ln in (DATA / "logs/engine/ray-serve-llm-cpu-replica-worker.out").read_text().splitlines() if "KV cache size" in ln)
+
+
+def manifest_for(tmp_path: Path):
+    text = f"""
+name: local
+accelerator: cpu
+python: {sys.executable}
+nodes:
+  - name: head
+    host: 127.0.0.1
+    role: head
+    transport: local
+    gpus: 0
+ray:
+  temp_dir: {tmp_path}/ray
+serve:
+  http_port: 25043
+  api_key_env: TEST_ORCH_KEY
+"""
+    return load_manifest(text, tmp_path / "cluster.yaml")
+
+
+@pytest.fixture
+def world():
+    # Short: the manifest refuses a ray.temp_dir too long for Ray's unix sockets.
+    tmp_path = Path(tempfile.mkdtemp(prefix="ssw", dir="/tmp"))
+    yield from _world(tmp_path)
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _world(tmp_path: Path):
+    logs = tmp_path / "ray" / "session_2026-11-29_09-51-44_215430_10506" / "logs"
+    logs.mkdir(parents=True)
+    (tmp_path / "ray" / "session_latest").symlink_to(logs.parent)
+    shutil.copy(DATA / "logs/engine/ray-serve-llm-cpu-replica-worker.out", logs / f"worker-{WORKER}-01000000-14847.out")
+    (logs / "worker-772e08fae1da6da7890ca77cc2541374aa99595b84043ed2a027f95d-01000000-13776.out").write_text("router\n")
+    shutil.copy(DATA / "serve/prom-metrics-service-discovery.json", tmp_path / "ray" / "prom_metrics_service_discovery.json")
+    state = StateStore(tmp_path / "state", clock=lambda: 1000.0)
+    rev = state.add_revision("local", "tiny", config=STATUS["applications"]["orch-r1"]["deployed_app_config"])
+    state.update_revision("local", rev.number, "ready")
+    yield tmp_path, state
+
+
+class World:
+    """The fakes' shared script: pages to serve in order, what was asked."""
+
+    def __init__(self, pages: list[str], now: list[float]) -> None:
+        self.pages = pages
+        self.fetched: list[str] = []
+        self.probes: list[tuple] = []
+        self.now = now
+        self.serve_opened: list[tuple] = []
+
+    def fetch(self, url: str, timeout: float) -> str:
+        self.fetched.append(url)
+        if not url.endswith(":25044/metrics"):  # the dashboard's and autoscaler's own pages
+            return "# no vllm here\nray_dashboard_up 1\n"
+        return self.pages.pop(0)
+
+    def probe(self, url, model, key, timeout):
+        self.probes.append((url, model, key))
+        return ProbeResult(True, 0.25, 200, None, url + "/v1/completions", model, 1)
+
+    @contextmanager
+    def open_serve(self, runner, port, token):
+        self.serve_opened.append((runner.node, port, token))
+        yield type("C", (), {"status": staticmethod(lambda: parse_serve_status(STATUS))})()
+
+
+def deps_for(state, w: World, runners) -> ServingDeps:
+    @contextmanager
+    def open_runners(_m):
+        yield runners
+
+    return ServingDeps(state=state, open_runners=open_runners, open_serve=w.open_serve, fetch=w.fetch, probe=w.probe,
+                       environ={"TEST_ORCH_KEY": "k-123"}, wall_clock=lambda: w.now[0])  # fmt: skip
+
+
+NODES = [NodeRef("head", NODE_ID, "ALIVE")]
+
+
+def test_gather_reads_capacity_on_the_node_and_windows_metrics(world):
+    tmp_path, state = world
+    manifest = manifest_for(tmp_path)
+    pages = [(DATA / f"metrics/ray-serve-llm-0.32-{n}.txt").read_text() for n in ("after", "after2")]
+    w = World(pages, now=[5000.0])
+    deps = deps_for(state, w, {"head": LocalRunner("head")})
+
+    first = gather_serving(manifest, deps, NODES)
+    assert first.healthy, first.problems
+    (model,) = first.models
+    assert model.capacity.evidence == (LOGGED,)
+    assert (model.capacity.tokens, model.capacity.max_concurrency, model.capacity.max_model_len) == (524_288, 512.0, 1024)
+    assert model.live.window_s is None and model.live.ttft.count == 33  # nothing kept yet: since start
+    assert w.serve_opened == [("head", manifest.ray.dashboard_port, None)]
+    assert w.probes == [("http://127.0.0.1:25043", "tiny", "k-123")]
+    assert sorted(w.fetched) == sorted(f"http://127.0.0.1:{p}/metrics" for p in (25044, 44217, 44227))
+    kept = list((tmp_path / "state/clusters/local/serving-metrics").glob("*.prom"))
+    assert [p.name for p in kept] == ["5000000.prom"]
+
+    w.now[0] = 5060.0
+    deps.capacity_cache.clear()
+    second = gather_serving(manifest, deps, NODES)
+    live = second.models[0].live
+    assert live.window_s == pytest.approx(60.0) and live.ttft.count == 16  # the 16 requests in between
+    assert second.revision.number == 1 and second.app_name == "orch-r1"
+
+
+def test_capacity_is_read_once_per_replica(world):
+    tmp_path, state = world
+    manifest = manifest_for(tmp_path)
+    page = (DATA / "metrics/ray-serve-llm-0.32-after.txt").read_text()
+    w = World([page, page], now=[5000.0])
+    head = FakeRunner("head", default=None)
+    local = LocalRunner("head")
+    head.on(lambda argv: True, lambda argv, env: local.run(list(argv), timeout=60))
+    deps = deps_for(state, w, {"head": head})
+    gather_serving(manifest, deps, NODES)
+    gather_serving(manifest, deps, NODES)
+    scans = [c for c in head.calls if c.argv[1] == "-c"]
+    assert len(scans) == 1
+    assert f"worker-{WORKER}-*-14847.out" in scans[0].argv[3]
+
+
+def test_unreachable_node_and_unreadable_serve_are_reported_not_raised(world):
+    tmp_path, state = world
+    manifest = manifest_for(tmp_path)
+    w = World([], now=[5000.0])
+    head = FakeRunner("head").on(lambda argv: True, UnreachableError("head: connection refused"))
+
+    @contextmanager
+    def failing_serve(runner, port, token):
+        raise ServeApiError("the Ray dashboard at http://127.0.0.1:1 did not answer GET /api/serve/applications/: ConnectError",
+                            hint="is the cluster up?")  # fmt: skip
+        yield
+
+    deps = deps_for(state, w, {"head": head})
+    deps.open_serve = failing_serve
+    s = gather_serving(manifest, deps, [NodeRef("head", NODE_ID, "UNKNOWN", reachable=False, detail="connection refused")])
+    codes = {p.code for p in s.problems}
+    assert SERVE_API_ERROR in codes and "NODE_UNREACHABLE" in codes
+    assert not s.healthy and s.probe is None and w.probes == []
+
+
+def test_log_read_failure_becomes_a_note(world):
+    tmp_path, state = world
+    manifest = manifest_for(tmp_path)
+    page = (DATA / "metrics/ray-serve-llm-0.32-after2.txt").read_text()
+    w = World([page], now=[5000.0])
+    head = FakeRunner("head")
+    head.on(lambda argv: argv[:2] == (sys.executable, "-c"), UnreachableError("head: timed out"))
+    head.on(lambda argv: argv[0] == "cat", lambda argv, env: LocalRunner("head").run(list(argv), timeout=10))
+    head.forward = lambda host, port: port  # a local node: the port itself, as LocalRunner does
+    s = gather_serving(manifest, deps_for(state, w, {"head": head}), NODES)
+    assert s.models[0].capacity is None  # the info gauge is gone from this later page too
+    assert any("capacity unknown" in n and "timed out" in n for n in s.notes)
+    assert s.models[0].live.ttft.count == 49
+
+
+def test_probe_completion_against_a_local_server():
+    """probe_completion over real HTTP: a tiny server answering like vLLM (200 and 401)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            ok = self.headers.get("Authorization") == "Bearer good"
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            answer = {"choices": [{"text": "x"}], "usage": {"completion_tokens": body["max_tokens"]}} if ok else {"error": "Unauthorized"}
+            self.wfile.write(json.dumps(answer).encode())
+
+        def log_message(self, *a):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_port}"
+    try:
+        ticks = iter([10.0, 10.25, 20.0, 20.5])
+        good = probe_completion(base, "tiny", "good", 10, clock=lambda: next(ticks))
+        bad = probe_completion(base, "tiny", "wrong", 10, clock=lambda: next(ticks))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (good.ok, good.status_code, good.latency_s, good.output_tokens) == (True, 200, 0.25, 1)
+    assert (bad.ok, bad.status_code) == (False, 401) and "Unauthorized" in bad.error
+    down = probe_completion(base, "tiny", "good", 2, clock=lambda: 0.0)
+    assert not down.ok and down.status_code is None and down.error.startswith("ConnectError")
+
+
+def test_probe_problem_names_the_missing_key_variable(world):
+    tmp_path, state = world
+    manifest = manifest_for(tmp_path)
+    w = World([(DATA / "metrics/ray-serve-llm-0.32-after.txt").read_text()], now=[5000.0])
+    w.probe = lambda url, model, key, timeout: ProbeResult(False, 0.01, 401, '{"error":"Unauthorized"}', url, model)
+    deps = deps_for(state, w, {"head": LocalRunner("head")})
+    deps.environ = {}
+    s = gather_serving(manifest, deps, NODES, ServingOptions(keep_scrapes=False))
+    (p,) = s.problems
+    assert p.code == ENDPOINT_PROBE_FAILED and "$TEST_ORCH_KEY is not set" in p.message
+    assert not (tmp_path / "state/clusters/local/serving-metrics").exists()
