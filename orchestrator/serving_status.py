@@ -377,7 +377,10 @@ def build_serving_status(
             if capacity is None:
                 capacity = kv_capacity_from_metrics(_filter_ids(metrics_now, ids), mid)
         if capacity is None and engine_replicas:
-            why = "; ".join(sorted({r.log_error for r in engine_replicas if r.log_error})) or "no 'KV cache size' line in its worker log"
+            why = "; ".join(sorted({r.log_error for r in engine_replicas if r.log_error}))
+            if not why:
+                starting = all(r.state != "RUNNING" for r in engine_replicas)
+                why = "not logged yet: the engine is starting" if starting else "no 'KV cache size' line in its worker log"
             notes.append(f"{mid}: KV-cache capacity unknown ({why})")
         distinct = {r.capacity.tokens for r in engine_replicas if r.capacity is not None}
         if len(distinct) > 1:

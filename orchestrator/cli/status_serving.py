@@ -70,6 +70,27 @@ def _window(live: Any) -> str:
     return f"last {live.window_s / 60:.1f} min" if live.window_s >= 90 else f"last {live.window_s:.0f} s"
 
 
+def _model_lines(m: Any) -> list[Any]:
+    """Three short lines per model (readable at 80 columns)."""
+    from rich.text import Text
+
+    tokens, conc = _capacity(m.capacity)
+    source = "" if m.capacity is None else (" (engine log)" if m.capacity.source == "log" else f" ({m.capacity.source})")
+    lines = [Text.from_markup(f"model [bold]{m.model_id}[/]: KV cache {tokens}, max concurrency {conc}{source}")]
+    live = m.live
+    if live is None:
+        lines.append(Text("  live: no engine metrics"))
+        return lines
+    if live.kv_cache_usage is None and live.running is None and live.waiting is None:
+        now = "  now: idle (Ray exports the engine's gauges only while it works)"
+    else:
+        usage = "-" if live.kv_cache_usage is None else f"{live.kv_cache_usage * 100:.1f}%"
+        now = f"  now: KV cache used {usage}, {_num(live.running)} running, {_num(live.waiting)} waiting"
+    lines.append(Text(now))
+    lines.append(Text(f"  TTFT p50/p95 {_latency(live.ttft)}, TPOT p50/p95 {_latency(live.tpot)}, {_window(live)}"))
+    return lines
+
+
 def render_serving(serving: Any) -> Any:
     """A rich Group: application line, deployments/replicas table, models table, probe, problems."""
     from rich.console import Group
@@ -106,21 +127,8 @@ def render_serving(serving: Any) -> Any:
                               _styled(r.state, REPLICA_STYLE), node, _num(r.pid))  # fmt: skip
         parts.append(table)
 
-    if serving.models:
-        table = Table(title="models", title_justify="left")
-        for col in ("model", "KV cache (engine log)", "max concurrency", "KV used", "running", "waiting",
-                    "TTFT p50/p95", "TPOT p50/p95", "window"):  # fmt: skip
-            table.add_column(col, overflow="fold")
-        for m in serving.models:
-            tokens, conc = _capacity(m.capacity)
-            if m.capacity is not None and m.capacity.source != "log":
-                tokens += f" [{m.capacity.source}]"
-            live = m.live
-            usage = "-" if live is None or live.kv_cache_usage is None else f"{live.kv_cache_usage * 100:.1f}%"
-            table.add_row(m.model_id, tokens, conc, usage, _num(live.running if live else None),
-                          _num(live.waiting if live else None), _latency(live.ttft if live else None),
-                          _latency(live.tpot if live else None), _window(live))  # fmt: skip
-        parts.append(table)
+    for m in serving.models:
+        parts.extend(_model_lines(m))
 
     if serving.endpoint or serving.probe is not None:
         p = serving.probe

@@ -113,9 +113,13 @@ class ServingDeps:
     capacity_cache: dict[tuple[str, str, int | None], KvCapacity | None] = field(default_factory=dict)
 
     @classmethod
-    def from_cluster(cls, deps: Any) -> ServingDeps:
-        """Reuse a ``workflows.cluster.ClusterDeps`` (its state store and runner opener)."""
-        return cls(state=deps.state, open_runners=deps.open_runners)
+    def from_cluster(cls, deps: Any, capacity_cache: dict | None = None) -> ServingDeps:
+        """Reuse a ``workflows.cluster.ClusterDeps`` (its state store and runner opener); pass the
+        same ``capacity_cache`` dict on every refresh of ``--watch`` to read each log only once."""
+        out = cls(state=deps.state, open_runners=deps.open_runners)
+        if capacity_cache is not None:
+            out.capacity_cache = capacity_cache
+        return out
 
 
 @dataclass(frozen=True)

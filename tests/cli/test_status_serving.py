@@ -1,0 +1,56 @@
+"""The serving section's rendering (rich) and JSON, from the real captures."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+
+from orchestrator.cli.status_serving import render_serving, render_serving_to, serving_json
+from orchestrator.serving_status import NodeRef, ProbeResult
+from tests.unit.test_serving_status import LOGGED, NODE_ID, build, payload
+
+
+def text_of(serving, width: int = 100) -> str:
+    console = Console(width=width, record=True, color_system=None)
+    render_serving_to(console, serving)
+    return console.export_text()
+
+
+def test_running_section_shows_capacity_as_logged_live_figures_and_probe():
+    out = text_of(build())
+    assert "application orch-r1 RUNNING on route /, revision 1 (tiny, ready" in out
+    assert "LLMServer:tiny" in out and "75z13c9r" in out and "head" in out
+    # The same figures as the engine's line, in the same notation.
+    assert "KV cache 524,288 tokens (CPU), max concurrency 512.00x at 1,024 tokens (engine log)" in out
+    assert "524,288 tokens" in LOGGED and "1,024 tokens per request: 512.00x" in LOGGED
+    assert "(n=16)" in out and "last 42 s" in out
+    assert "ready (completion in 201 ms)" in out
+    assert "fail" not in out and "hint" not in out
+
+
+def test_problems_are_printed_with_their_hints():
+    out = text_of(build(payload("unhealthy-engine-killed"), engine_logs={}, metrics_now=None, metrics_before=None,
+                        nodes=[NodeRef("head", NODE_ID, "DEAD", reachable=False)],
+                        probe=ProbeResult(False, None, None, "ConnectError: refused", "http://h:8000/v1/completions", "tiny")), width=200)  # fmt: skip
+    assert "application orch-r1 UNHEALTHY" in out
+    assert "fail NODE_HEARTBEAT_LOST head: node head is DEAD in Ray" in out
+    assert "fail REPLICA_UNHEALTHY LLMServer:tiny" in out and "warn REPLICA_UNHEALTHY gz59mfrk" in out
+    assert "probe failed (no answer: ConnectError: refused)" in out
+    for code in ("NODE_HEARTBEAT_LOST", "REPLICA_UNHEALTHY", "SERVE_APP_NOT_RUNNING", "ENDPOINT_PROBE_FAILED"):
+        assert f"runbooks/{code}.md" in out
+    assert "KV cache unknown" in out and "not logged yet" in out
+
+
+def test_idle_engine_and_missing_section():
+    out = text_of(build(metrics_now=[], metrics_before=None))
+    assert "live: no engine metrics" in out
+    console = Console(width=80, record=True, color_system=None)
+    console.print(render_serving(None))
+    assert "serving: not read" in console.export_text()
+
+
+def test_json_is_the_values_dict():
+    s = build()
+    assert serving_json(s) == json.loads(json.dumps(s.to_dict()))
+    assert serving_json(None) is None
