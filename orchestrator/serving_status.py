@@ -254,17 +254,65 @@ def pick_app(serve: Any, wanted: str | None) -> Any:
     return next(iter(apps.values())) if len(apps) == 1 else None
 
 
+def _problem(severity: str, code: str, subject: str, message: str, advice: str) -> Problem:
+    """A problem whose hint is ``advice`` followed by its runbook."""
+    return Problem(severity, code, subject, message, f"{advice}; see {runbook(code)}" if advice else f"see {runbook(code)}")
+
+
+def _with(detail: str | None, fmt: str = ": {}") -> str:
+    detail = (detail or "").strip()
+    return fmt.format(detail[:300]) if detail else ""
+
+
 def _node_problems(nodes: Sequence[NodeRef]) -> list[Problem]:
     out = []
     for n in nodes:
         if n.ray_state == "DEAD":
-            out.append(Problem("fail", NODE_HEARTBEAT_LOST, n.name, f"node {n.name} is DEAD in Ray" + (f": {n.detail}" if n.detail else ""),
-                               f"its replicas are gone until it rejoins: `orch up` restarts Ray there; see {runbook(NODE_HEARTBEAT_LOST)}"))  # fmt: skip
+            out.append(_problem("fail", NODE_HEARTBEAT_LOST, n.name, f"node {n.name} is DEAD in Ray{_with(n.detail)}",
+                                "its replicas are gone until it rejoins: `orch up` restarts Ray there"))  # fmt: skip
         elif not n.reachable:
-            out.append(Problem("fail" if n.ray_state != "ALIVE" else "warn", NODE_UNREACHABLE, n.name,
-                               f"node {n.name} does not answer over SSH" + (f" ({n.detail})" if n.detail else ""),
-                               f"its engine logs cannot be read; see {runbook(NODE_UNREACHABLE)}"))  # fmt: skip
+            sev = "warn" if n.ray_state == "ALIVE" else "fail"
+            out.append(_problem(sev, NODE_UNREACHABLE, n.name, f"node {n.name} does not answer over SSH{_with(n.detail, ' ({})')}",
+                                "its engine logs cannot be read"))  # fmt: skip
     return out
+
+
+def _app_problems(app: Any) -> list[Problem]:
+    if app.status == "RUNNING":
+        return []
+    transient = app.status in APP_TRANSIENT
+    advice = "it is still coming up" if transient else "the previous revision may be gone: `orch rollback` or `orch rollout`"
+    return [_problem("warn" if transient else "fail", SERVE_APP_NOT_RUNNING, app.name,
+                     f"application {app.name} is {app.status}{_with(app.message)}", advice)]  # fmt: skip
+
+
+def _deployment_view(
+    d: Any, by_id: Mapping[str, NodeRef], engine_logs: Mapping[str, Sequence[str]], log_errors: Mapping[str, str]
+) -> tuple[DeploymentView, list[Problem]]:
+    """A deployment with its replicas (node names, capacity from their logs) and its problems."""
+    replicas, problems = [], []
+    for r in d.replicas:
+        ref = by_id.get(r.node_id)
+        lines = engine_logs.get(r.replica_id)
+        view = ReplicaView(
+            replica_id=r.replica_id, deployment=d.name, state=r.state, node=ref.name if ref else r.node_ip,
+            node_id=r.node_id, node_state=ref.ray_state if ref else None, pid=r.pid, worker_id=r.worker_id,
+            capacity=parse_kv_capacity(lines) if lines is not None else None, log_error=log_errors.get(r.replica_id),
+        )  # fmt: skip
+        replicas.append(view)
+        if ref is not None and ref.ray_state == "DEAD":
+            problems.append(_problem("fail", NODE_HEARTBEAT_LOST, r.replica_id,
+                                     f"replica {r.replica_id} of {d.name} sits on node {ref.name}, which is DEAD",
+                                     "Serve replaces it once the node is gone for good"))  # fmt: skip
+        elif r.state != "RUNNING":
+            sev = "warn" if r.state in REPLICA_TRANSIENT else "fail"
+            where = f" on {view.node}" if view.node else ""
+            problems.append(_problem(sev, REPLICA_UNHEALTHY, r.replica_id, f"replica {r.replica_id} of {d.name} is {r.state}{where}",
+                                     "`orch doctor` reads its logs"))  # fmt: skip
+    if d.status in ("UNHEALTHY", "DEPLOY_FAILED"):
+        problems.append(_problem("fail", REPLICA_UNHEALTHY, d.name, f"deployment {d.name} is {d.status}{_with(d.message)}",
+                                 "`orch doctor` names the cause from the replica's logs"))  # fmt: skip
+    return DeploymentView(d.name, d.status, d.message, d.target_replicas, tuple(replicas)), problems
 
 
 def _probe_problem(probe: ProbeResult) -> Problem:
@@ -321,48 +369,20 @@ def build_serving_status(
         notes.append("no revision is recorded as serving: `orch rollout` deploys one")
     if serve_error is not None:
         message, hint = serve_error
-        problems.append(Problem("fail", SERVE_API_ERROR, "serve", message, (hint + "; " if hint else "") + f"see {runbook(SERVE_API_ERROR)}"))
+        problems.append(_problem("fail", SERVE_API_ERROR, "serve", message, hint or ""))
     app = pick_app(serve, app_name) if serve is not None else None
     by_id = {n.node_id: n for n in nodes if n.node_id}
     deployments: list[DeploymentView] = []
     if serve is not None and app is None and (revision is not None or serve.applications):
         wanted = app_name or "an application on route /"
-        problems.append(Problem("fail", SERVE_APP_NOT_RUNNING, wanted, f"Serve runs no application {wanted}",
-                                f"redeploy it with `orch rollout` (or `orch rollback`); see {runbook(SERVE_APP_NOT_RUNNING)}"))  # fmt: skip
+        problems.append(_problem("fail", SERVE_APP_NOT_RUNNING, wanted, f"Serve runs no application {wanted}",
+                                 "redeploy it with `orch rollout` (or `orch rollback`)"))  # fmt: skip
     if app is not None:
-        if app.status != "RUNNING":
-            transient = app.status in APP_TRANSIENT
-            problems.append(Problem("warn" if transient else "fail", SERVE_APP_NOT_RUNNING, app.name,
-                                    f"application {app.name} is {app.status}" + (f": {app.message.strip()[:300]}" if app.message.strip() else ""),
-                                    ("it is still coming up; " if transient else "the previous revision may be gone: `orch rollback` or `orch rollout`; ")
-                                    + f"see {runbook(SERVE_APP_NOT_RUNNING)}"))  # fmt: skip
+        problems.extend(_app_problems(app))
         for d in app.deployments:
-            replicas = []
-            for r in d.replicas:
-                ref = by_id.get(r.node_id)
-                lines = engine_logs.get(r.replica_id)
-                view = ReplicaView(
-                    replica_id=r.replica_id, deployment=d.name, state=r.state,
-                    node=ref.name if ref else r.node_ip, node_id=r.node_id,
-                    node_state=ref.ray_state if ref else None, pid=r.pid, worker_id=r.worker_id,
-                    capacity=parse_kv_capacity(lines) if lines is not None else None,
-                    log_error=log_errors.get(r.replica_id),
-                )  # fmt: skip
-                replicas.append(view)
-                if ref is not None and ref.ray_state == "DEAD":
-                    problems.append(Problem("fail", NODE_HEARTBEAT_LOST, r.replica_id,
-                                            f"replica {r.replica_id} of {d.name} sits on node {ref.name}, which is DEAD",
-                                            f"Serve replaces it once the node is gone for good; see {runbook(NODE_HEARTBEAT_LOST)}"))  # fmt: skip
-                elif r.state != "RUNNING":
-                    sev = "warn" if r.state in REPLICA_TRANSIENT else "fail"
-                    problems.append(Problem(sev, REPLICA_UNHEALTHY, r.replica_id,
-                                            f"replica {r.replica_id} of {d.name} is {r.state}" + (f" on {view.node}" if view.node else ""),
-                                            f"`orch doctor` reads its logs; see {runbook(REPLICA_UNHEALTHY)}"))  # fmt: skip
-            if d.status in ("UNHEALTHY", "DEPLOY_FAILED"):
-                msg = f"deployment {d.name} is {d.status}" + (f": {d.message.strip()[:300]}" if d.message.strip() else "")
-                problems.append(Problem("fail", REPLICA_UNHEALTHY, d.name, msg,
-                                        f"`orch doctor` names the cause from the replica's logs; see {runbook(REPLICA_UNHEALTHY)}"))  # fmt: skip
-            deployments.append(DeploymentView(d.name, d.status, d.message, d.target_replicas, tuple(replicas)))
+            view, found = _deployment_view(d, by_id, engine_logs, log_errors)
+            deployments.append(view)
+            problems.extend(found)
     if not model_ids:
         model_ids = [m for m in (model_of_deployment(d.name) for d in deployments) if m]
     models = []
