@@ -100,6 +100,10 @@ def render_serving(serving: Any) -> Any:
     if serving is None:
         return Text("serving: not read", style="yellow")
     parts: list[Any] = []
+    if serving.app_name is None and serving.revision is None and not serving.problems:
+        parts.append(Text("serving: nothing is deployed (`orch rollout` deploys a model)"))
+        parts.extend(Text(f"also in Serve: application {n} {st}") for n, st in serving.other_apps)
+        return Group(*parts)
     head = f"serving: application {serving.app_name or '-'} {_styled(serving.app_status, APP_STYLE)}"
     if serving.route_prefix:
         head += f" on route {serving.route_prefix}"

@@ -54,3 +54,12 @@ def test_json_is_the_values_dict():
     s = build()
     assert serving_json(s) == json.loads(json.dumps(s.to_dict()))
     assert serving_json(None) is None
+
+
+def test_nothing_deployed():
+    from orchestrator.serve_client import parse_serve_status
+    from orchestrator.serving_status import build_serving_status
+
+    s = build_serving_status(parse_serve_status({"applications": {}}), revision=None)
+    assert s.problems == () and not s.healthy
+    assert "serving: nothing is deployed" in text_of(s)
