@@ -294,7 +294,7 @@ def render_app(
     if plan.kv_cache_dtype and plan.kv_cache_dtype != "auto":
         engine_extra["kv_cache_dtype"] = plan.kv_cache_dtype
     engine_extra.update(dict(extra_engine_kwargs or {}))
-    for reserved in ("api_key", "model", "served_model_name", "tensor_parallel_size", "pipeline_parallel_size"):
+    for reserved in ("api_key", "model", "served_model_name", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "dtype"):
         if reserved in engine_extra:
             raise ServeConfigError(f"engine argument {reserved!r} is set by orch", hint="use the matching orch flag")
     autoscaling = None
@@ -367,7 +367,8 @@ def redact(obj: Any) -> Any:
         out = {}
         for key, value in obj.items():
             if key == "api_key" and value:
-                out[key] = [API_KEY_PLACEHOLDER] if isinstance(value, list) else API_KEY_PLACEHOLDER
+                # Always the list form vLLM needs (the state store writes its own string marker).
+                out[key] = [API_KEY_PLACEHOLDER]
             else:
                 out[key] = redact(value)
         return out

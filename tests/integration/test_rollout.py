@@ -1,0 +1,155 @@
+"""orch rollout on the 3-host test bed: real sshd, real Ray, real Ray Serve LLM and vLLM (CPU).
+
+One application is deployed per session (``served_tiny``); the other tests reuse it. The
+405B-shaped placement test starts no vLLM at all: it creates, from a driver on the head, the
+placement group that Serve LLM would create for the rendered config, and reads where Ray put
+each bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
+
+
+def _chat(endpoint: str, key: str | None, timeout: float = 60.0) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 8}
+    return httpx.post(f"{endpoint}/v1/chat/completions", json=body, headers=headers, timeout=timeout)
+
+
+def test_tiny_model_runs_and_a_completion_answers(served_tiny):
+    first = served_tiny.first
+    assert first.action == "fresh" and first.revision is not None
+    assert first.cold_load_s and first.cold_load_s > 0
+    from orchestrator.serve_client import open_serve_client
+    from orchestrator.remote import open_runners
+    from orchestrator.state import StateStore
+
+    manifest = served_tiny.manifest
+    token = StateStore(served_tiny.cluster.state_dir).read_token(manifest.name)
+    with open_runners(manifest, served_tiny.cluster.bed.known_hosts, nodes=[manifest.head.name]) as runners:
+        with open_serve_client(runners[manifest.head.name], manifest.ray.dashboard_port, token) as serve:
+            app = serve.status().app(first.app_name)
+    assert app is not None and app.status == "RUNNING" and app.route_prefix == "/"
+    resp = _chat(served_tiny.endpoint, served_tiny.api_key)
+    assert resp.status_code == 200, resp.text
+    data = resp.json()
+    assert data["usage"]["completion_tokens"] > 0 and data["model"] == "tiny"
+    rev = StateStore(served_tiny.cluster.state_dir).current_revision(manifest.name)
+    assert rev.number == first.revision and rev.status == "ready"
+    assert served_tiny.api_key not in json.dumps(rev.config)
+
+
+def test_same_rollout_again_does_nothing(served_tiny):
+    again = served_tiny.rollout()
+    assert again.action == "noop" and again.revision == served_tiny.first.revision
+
+
+def test_request_without_the_api_key_gets_401(served_tiny):
+    assert _chat(served_tiny.endpoint, None).status_code == 401
+    assert _chat(served_tiny.endpoint, "wrong-key").status_code == 401
+
+
+def test_missing_model_path_fails_and_the_previous_revision_answers_throughout(served_tiny):
+    from orchestrator.errors import RolloutFailed
+    from orchestrator.state import StateStore
+
+    stop = threading.Event()
+    counts = {"ok": 0, "fail": 0, "errors": []}
+
+    def client() -> None:
+        with httpx.Client(timeout=60) as http:
+            while not stop.is_set():
+                try:
+                    r = http.post(f"{served_tiny.endpoint}/v1/completions", headers={"Authorization": f"Bearer {served_tiny.api_key}"},
+                                  json={"model": "tiny", "prompt": "hi", "max_tokens": 2})  # fmt: skip
+                    good = r.status_code == 200 and r.json()["usage"]["completion_tokens"] > 0
+                except httpx.HTTPError as exc:
+                    good, r = False, exc
+                counts["ok" if good else "fail"] += 1
+                if not good:
+                    counts["errors"].append(str(getattr(r, "text", r))[:200])
+                time.sleep(0.1)
+
+    thread = threading.Thread(target=client, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)
+        missing = "/nonexistent/models/tiny-missing"
+        with pytest.raises(RolloutFailed) as err:
+            served_tiny.rollout(model="tiny", model_path=missing, max_model_len=2048)
+        time.sleep(2.0)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert missing in err.value.message and err.value.rolled_back
+    assert counts["fail"] == 0, counts["errors"][:5]
+    assert counts["ok"] > 5
+    state = StateStore(served_tiny.cluster.state_dir)
+    current = state.current_revision(served_tiny.manifest.name)
+    assert current.number == served_tiny.first.revision
+    failed = state.list_revisions(served_tiny.manifest.name)[-1]
+    assert failed.status == "failed" and missing in (failed.error or "")
+    assert _chat(served_tiny.endpoint, served_tiny.api_key).status_code == 200
+
+
+PG_DRIVER = r"""
+import json, sys, ray
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+spec = json.loads(sys.argv[1])
+ray.init(address=spec["address"], logging_level="ERROR", log_to_driver=False)
+pg = placement_group(spec["bundles"], strategy=spec["strategy"])
+ok = pg.wait(timeout_seconds=60)
+table = placement_group_table(pg)
+remove_placement_group(pg)
+print(json.dumps({"ready": ok, "bundles_to_node_id": {str(k): v for k, v in table["bundles_to_node_id"].items()}}))
+"""
+
+
+def test_405b_shaped_plan_places_8_bundles_on_each_of_2_nodes(ray_testbed_cluster):
+    """TP 8 x PP 2 rendered for the test bed's H100 hosts; the placement group Serve LLM would
+    create for it (LLMServer.get_deployment_options of the rendered LLMConfig) is created in Ray
+    from a driver on the head, without starting vLLM."""
+    from ray.llm._internal.serve.core.server.llm_server import LLMServer
+    from ray.serve.llm import LLMConfig
+
+    from orchestrator.ray_cluster import current_by_name, node_token_path
+    from orchestrator.remote import open_runners
+    from orchestrator.workflows.serving_setup import RolloutRequest, desired_for_model
+
+    c = ray_testbed_cluster
+    manifest = c.manifest
+    with c.dashboard() as dash:
+        nodes = dash.nodes_with_usage()
+    request = RolloutRequest(model="llama3-405b", model_path="/models/llama3-405b", tp=8, pp=2, replicas=1, max_model_len=8192)
+    desired = desired_for_model(manifest, request)(nodes)
+    llm = desired.rendered.llm_config
+    assert desired.rendered.stage_nodes is not None and len(set(desired.rendered.stage_nodes)) == 2
+    options = LLMServer.get_deployment_options(LLMConfig.model_validate(llm))
+    bundles, strategy = options["placement_group_bundles"], options["placement_group_strategy"]
+    assert len(bundles) == 16
+    ids = {name: s.node_id for name, s in current_by_name(nodes).items()}
+    with open_runners(manifest, c.bed.known_hosts, nodes=[manifest.head.name]) as runners:
+        head = runners[manifest.head.name]
+        home = head.run(["printenv", "HOME"], timeout=10).stdout.strip() or "/root"
+        spec = {"address": f"{c.head_address}:{manifest.ray.port}", "bundles": bundles, "strategy": strategy}
+        env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": node_token_path(manifest.name, home)}
+        res = head.run([manifest.head.python_bin(manifest), "-c", PG_DRIVER, json.dumps(spec)], timeout=180, env=env)
+    assert res.ok, res.stderr[-2000:]
+    placed = json.loads(res.stdout.strip().splitlines()[-1])
+    assert placed["ready"] is True
+    per_node: dict[str, int] = {}
+    for node_id in placed["bundles_to_node_id"].values():
+        per_node[node_id] = per_node.get(node_id, 0) + 1
+    expected = {ids[name]: 8 for name in desired.rendered.stage_nodes}
+    assert per_node == expected
+    # Stage i's bundles (ranks 8i..8i+7) sit on stage i's node.
+    for index, node_id in placed["bundles_to_node_id"].items():
+        assert node_id == ids[desired.rendered.stage_nodes[int(index) // 8]]

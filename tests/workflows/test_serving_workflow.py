@@ -1,0 +1,287 @@
+"""The rollout/rollback workflow over fakes: a scripted Serve API, a fake endpoint, fake runners,
+a real StateStore in a temp dir, and an injected clock (no real sleeping)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import RolloutFailed, StateError, UsageError
+from orchestrator.manifest import load_manifest
+from orchestrator.ray_cluster import NodeState
+from orchestrator.readiness import ProbeResult
+from orchestrator.remote.fake import FakeRunner, Prefix, result
+from orchestrator.serve_client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
+from orchestrator.state import StateStore
+from orchestrator.workflows.serving import ClusterApis, RolloutOptions, ServingDeps, execute, load_meta
+from orchestrator.workflows.serving_setup import RolloutRequest, desired_for_model, desired_for_revision
+
+KEY = "key-for-tests-0123456789"
+MANIFEST = """
+name: wf
+accelerator: cpu
+nodes:
+  - {name: head, host: 10.0.0.1, role: head, gpus: 0, cpus: 8}
+  - {name: w1, host: 10.0.0.2, gpus: 0, cpus: 8}
+serve: {http_port: 8000, api_key_env: WF_KEY}
+ray: {temp_dir: /tmp/ray-wf}
+"""
+TRACEBACK = (
+    "The deployment failed to start 3 times in a row.\nTraceback (most recent call last):\n"
+    '  File "vllm_engine.py", line 222, in _get_vllm_engine_config\n'
+    "RuntimeError: Failed to create vLLM engine config: max_num_batched_tokens (1) is smaller than max_model_len"
+)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, s):
+        self.now += s
+
+
+class FakeServe:
+    """Serve's declarative API: apply() records the body; each new app goes through `script`
+    (a list of statuses per poll, the last one repeating)."""
+
+    def __init__(self, scripts=None, message=""):
+        self.bodies = []
+        self.apps: dict[str, dict] = {}
+        self.polls: dict[str, int] = {}
+        self.scripts = scripts or {}
+        self.message = message
+
+    def apply(self, body):
+        self.bodies.append(copy.deepcopy(body))
+        names = {a["name"] for a in body["applications"]}
+        self.apps = {n: a for n, a in self.apps.items() if n in names}
+        for app in body["applications"]:
+            self.apps[app["name"]] = copy.deepcopy(app)
+
+    def status(self):
+        out = {}
+        for name, cfg in self.apps.items():
+            script = self.scripts.get(name, ["DEPLOYING", "RUNNING"])
+            i = self.polls.get(name, 0)
+            self.polls[name] = i + 1
+            st = script[min(i, len(script) - 1)]
+            dep_status = {"RUNNING": "HEALTHY", "DEPLOY_FAILED": "DEPLOY_FAILED"}.get(st, "UPDATING")
+            rep = ReplicaStatus("r1", "RUNNING" if st == "RUNNING" else "STARTING", node_id="n-head", log_file_path=f"/serve/replica_{name}.log")
+            dep = DeploymentStatus("LLMServer:tiny", dep_status, message=self.message if st == "DEPLOY_FAILED" else "", replicas=(rep,))
+            out[name] = AppStatus(name, st, route_prefix=cfg["route_prefix"], deployments=(dep,), deployed_config=cfg)
+        return ServeStatus(applications=out, http_port=8000)
+
+
+class FakeEndpoint:
+    def __init__(self, ok=True, unauth=401):
+        self.ok, self.unauth, self.probes = ok, unauth, []
+
+    def probe(self, route, model, key):
+        self.probes.append((route, model, key))
+        if self.ok:
+            return ProbeResult(True, "http://10.0.0.1:8000" + route, first_token_s=0.05, output_tokens=8)
+        return ProbeResult(False, "http://10.0.0.1:8000" + route, status=500, error="http: HTTP 500")
+
+    def unauthenticated_status(self, route, model):
+        return self.unauth
+
+    def routes(self):
+        return None
+
+
+def _nodes(cpus_used=0.0):
+    return [
+        NodeState("n-head", "head", "10.0.0.1", "ALIVE", True, {"CPU": 8.0}, {"CPU": cpus_used}),
+        NodeState("n-w1", "w1", "10.0.0.2", "ALIVE", False, {"CPU": 8.0}, {"CPU": cpus_used}),
+    ]
+
+
+@pytest.fixture
+def world(tmp_path):
+    manifest = load_manifest(MANIFEST, tmp_path / "cluster.yaml")
+    model = tmp_path / "models" / "tiny"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 4096,
+        "torch_dtype": "bfloat16", "head_dim": 64}))  # fmt: skip
+    state = StateStore(tmp_path / "state", clock=lambda: 1000.0)
+    state.record_cluster("wf", manifest.fingerprint(), "10.0.0.1", 8265, {"head": "n-head", "w1": "n-w1"})
+
+    class World:
+        pass
+
+    w = World()
+    w.manifest, w.model, w.state, w.clock = manifest, model, state, Clock()
+    w.serve, w.endpoint, w.nodes = FakeServe(), FakeEndpoint(), _nodes()
+    w.runners = {
+        "head": FakeRunner("head", default=result()).on(Prefix("tail"), result(stdout="INFO start\nValueError: from the log\n")),
+        "w1": FakeRunner("w1", default=result()),
+    }
+    w.validated = []
+
+    @contextmanager
+    def open_runners(_m):
+        yield w.runners
+
+    @contextmanager
+    def open_apis(_m, _r, _t):
+        yield ClusterApis(serve=w.serve, nodes=lambda: w.nodes, endpoint=w.endpoint)
+
+    w.deps = ServingDeps(state=state, open_runners=open_runners, open_apis=open_apis, validate=w.validated.append,
+                         clock=w.clock, sleep=w.clock.sleep)  # fmt: skip
+
+    def rollout(key=KEY, options=RolloutOptions(timeout_s=60, probe_timeout_s=10), **req):
+        fields = {"model": str(model), "served_name": "tiny", "replicas": 1, "max_model_len": 1024, **req}
+        return execute(manifest, desired_for_model(manifest, RolloutRequest(**fields)), key, w.deps, options)
+
+    w.rollout = rollout
+    return w
+
+
+def test_first_rollout_deploys_on_the_public_route_and_records_a_ready_revision(world):
+    res = world.rollout()
+    assert res.action == "fresh" and res.revision == 1 and res.app_name == "orch-r1"
+    assert len(world.serve.bodies) == 1
+    (app,) = world.serve.bodies[0]["applications"]
+    assert app["name"] == "orch-r1" and app["route_prefix"] == "/"
+    assert app["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == [KEY]
+    assert world.validated and world.validated[0]["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == ["<redacted>"]
+    rev = world.state.current_revision("wf")
+    assert rev.number == 1 and rev.status == "ready" and KEY not in json.dumps(rev.config)
+    assert res.cold_load_s is not None and load_meta(world.state, "wf", 1)["cold_load_s"] == res.cold_load_s
+    assert world.endpoint.probes[0] == ("/", "tiny", KEY)
+    # Every node was checked for the model folder before anything was applied.
+    for runner in world.runners.values():
+        assert runner.ran("test", "-f", f"{world.model}/config.json")
+
+
+def test_same_rollout_again_is_nothing_to_do(world):
+    world.rollout()
+    again = world.rollout()
+    assert again.action == "noop" and again.revision == 1 and len(world.serve.bodies) == 1
+
+
+def test_a_rotated_key_is_a_new_revision(world):
+    world.rollout()
+    assert world.rollout(key=KEY + "-rotated").action == "side_by_side"
+
+
+def test_change_with_room_comes_up_beside_the_old_one_then_takes_the_route(world):
+    world.rollout()
+    res = world.rollout(max_model_len=2048)
+    assert res.action == "side_by_side" and res.revision == 2
+    first, switch = world.serve.bodies[1:]
+    assert [(a["name"], a["route_prefix"]) for a in first["applications"]] == [("orch-r1", "/"), ("orch-r2", "/_orch/r2")]
+    assert [(a["name"], a["route_prefix"]) for a in switch["applications"]] == [("orch-r2", "/")]
+    assert ("/_orch/r2", "tiny", KEY) in world.endpoint.probes  # probed on its own route before the switch
+    statuses = {r.number: r.status for r in world.state.list_revisions("wf")}
+    assert statuses == {1: "superseded", 2: "ready"}
+
+
+def test_failed_side_by_side_leaves_the_old_revision_serving_and_quotes_the_replica(world):
+    world.rollout()
+    world.serve.scripts["orch-r2"] = ["DEPLOYING", "DEPLOY_FAILED"]
+    world.serve.message = TRACEBACK
+    with pytest.raises(RolloutFailed) as err:
+        world.rollout(max_model_len=2048)
+    assert err.value.rolled_back
+    assert "orch-r2 is DEPLOY_FAILED" in err.value.message
+    assert "RuntimeError: Failed to create vLLM engine config: max_num_batched_tokens (1)" in err.value.message
+    assert "revision 1 is serving" in err.value.message
+    assert [a["name"] for a in world.serve.bodies[-1]["applications"]] == ["orch-r1"]
+    assert world.state.current_revision("wf").number == 1
+    assert world.state.get_revision("wf", 2).status == "failed"
+
+
+def test_no_healthy_replica_within_the_timeout_fails(world):
+    world.rollout()
+    world.serve.scripts["orch-r2"] = ["DEPLOYING"]
+    with pytest.raises(RolloutFailed, match="no healthy replica of orch-r2 within 60 s"):
+        world.rollout(max_model_len=2048)
+    assert world.clock.now >= 60
+
+
+def test_failed_probe_fails_the_revision(world):
+    world.endpoint.ok = False
+    with pytest.raises(RolloutFailed, match="readiness probe failed") as err:
+        world.rollout()
+    assert not err.value.rolled_back  # nothing served before
+    assert world.serve.bodies[-1]["applications"] == []
+
+
+def test_endpoint_without_401_is_not_ready(world):
+    world.endpoint.unauth = 200
+    with pytest.raises(RolloutFailed, match="without the API key"):
+        world.rollout()
+
+
+def test_missing_model_path_fails_before_anything_is_applied(world):
+    world.rollout()
+    world.runners["w1"].on(("test", "-f", "/nowhere/tiny/config.json"), result(exit_code=1))
+    world.runners["head"].on(("test", "-f", "/nowhere/tiny/config.json"), result(exit_code=1))
+    bodies = len(world.serve.bodies)
+    with pytest.raises(RolloutFailed) as err:
+        world.rollout(model="tiny", model_path="/nowhere/tiny")
+    assert "/nowhere/tiny" in err.value.message and "head, w1" in err.value.message and err.value.rolled_back
+    assert len(world.serve.bodies) == bodies
+
+
+def test_no_room_refuses_with_a_downtime_estimate_then_replaces_in_place(world):
+    world.rollout()
+    world.nodes = _nodes(cpus_used=7.5)
+    with pytest.raises(UsageError, match="no room for a second copy") as err:
+        world.rollout(max_model_len=2048)
+    assert "--allow-downtime" in err.value.hint
+    res = world.rollout(max_model_len=2048, options=RolloutOptions(timeout_s=60, probe_timeout_s=10, allow_downtime=True))
+    assert res.action == "in_place"
+    assert [(a["name"], a["route_prefix"]) for a in world.serve.bodies[-1]["applications"]] == [("orch-r2", "/")]
+
+
+def test_failed_in_place_change_redeploys_the_previous_revision(world):
+    world.rollout()
+    world.nodes = _nodes(cpus_used=7.5)
+    world.serve.scripts["orch-r2"] = ["DEPLOY_FAILED"]
+    world.serve.message = TRACEBACK
+    with pytest.raises(RolloutFailed) as err:
+        world.rollout(max_model_len=2048, options=RolloutOptions(timeout_s=60, probe_timeout_s=10, allow_downtime=True))
+    assert err.value.rolled_back
+    restored = world.serve.bodies[-1]["applications"]
+    assert [(a["name"], a["route_prefix"]) for a in restored] == [("orch-r1", "/")]
+    assert restored[0]["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == [KEY]
+
+
+def test_rollback_redeploys_the_earlier_config_as_a_new_revision(world):
+    world.rollout()
+    world.rollout(max_model_len=2048)
+    res = execute(world.manifest, desired_for_revision(world.state, "wf", None), KEY, world.deps, RolloutOptions(timeout_s=60))
+    assert res.action == "side_by_side" and res.revision == 3
+    served = world.serve.bodies[-1]["applications"][0]["args"]["llm_configs"][0]
+    assert served["engine_kwargs"]["max_model_len"] == 1024
+    statuses = {r.number: r.status for r in world.state.list_revisions("wf")}
+    assert statuses == {1: "superseded", 2: "rolled_back", 3: "ready"}
+    assert world.state.get_revision("wf", 3).config_fingerprint == world.state.get_revision("wf", 1).config_fingerprint
+
+
+def test_rollback_without_an_earlier_revision_says_so(world):
+    world.rollout()
+    with pytest.raises(StateError, match="no earlier revision"):
+        desired_for_revision(world.state, "wf", None)
+
+
+def test_no_key_and_cluster_not_up(world, tmp_path):
+    with pytest.raises(UsageError, match="WF_KEY"):
+        world.rollout(key=None)
+    world.state.set_cluster_state("wf", "down")
+    with pytest.raises(StateError, match="not up"):
+        world.rollout()
+    dry = world.rollout(key=None, options=RolloutOptions(dry_run=True))
+    assert dry.action == "dry_run:fresh" and dry.config["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == ["<redacted>"]
+    assert world.serve.bodies == []
