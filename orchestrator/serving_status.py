@@ -34,6 +34,13 @@ NODE_UNREACHABLE = "NODE_UNREACHABLE"
 SERVE_API_ERROR = "SERVE_API_ERROR"  # the rollout code's runbook for a failing Serve REST API
 ENGINE_DEAD = "ENGINE_DEAD"
 
+# The codes this module introduces (code -> title), for the runbooks index and its test.
+CODES: dict[str, str] = {
+    REPLICA_UNHEALTHY: "A Serve replica or deployment is not healthy",
+    SERVE_APP_NOT_RUNNING: "The serving revision's Serve application is not RUNNING",
+    ENDPOINT_PROBE_FAILED: "A real completion through the public endpoint failed",
+}
+
 # Replica states that are on their way (warn) rather than broken (fail).
 REPLICA_TRANSIENT = ("STARTING", "UPDATING", "RECOVERING", "PENDING_MIGRATION")
 APP_TRANSIENT = ("DEPLOYING", "NOT_STARTED")
