@@ -45,6 +45,7 @@ class RequestSpec:
     api_key: str | None = field(default=None, repr=False)
     timeout_s: float = 300.0
     token_ids: bool = True  # ask vLLM for token_ids per chunk
+    stream_interval: int | None = None  # vLLM: tokens per streamed chunk (first and last sent at once)
 
     @property
     def path(self) -> str:
@@ -70,6 +71,8 @@ class RequestSpec:
         }
         if self.token_ids:
             body["return_token_ids"] = True
+        if self.stream_interval:
+            body["stream_interval"] = self.stream_interval
         if self.endpoint == "chat":
             body["messages"] = [{"role": "user", "content": prompt.text}]
         else:

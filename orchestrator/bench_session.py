@@ -50,6 +50,7 @@ class BenchOptions:
     warmup: int = 2
     timeout_s: float = 300.0
     settle_timeout_s: float = 30.0
+    stream_interval: int | None = None
 
 
 def multi_scraper(urls: Sequence[str], api_key: str | None = None, timeout_s: float = 10.0) -> Callable[[], Awaitable[str]]:
@@ -123,6 +124,7 @@ def run_bench(
         endpoint=opts.endpoint,
         api_key=opts.api_key,
         timeout_s=opts.timeout_s,
+        stream_interval=opts.stream_interval,
     )
     rng = random.Random(opts.seed)
     levels = 1 if opts.rate else len(opts.concurrency)
@@ -177,6 +179,7 @@ def run_bench(
         "seed": opts.seed,
         "warmup": opts.warmup,
         "metrics_urls": list(opts.metrics_urls),
+        "stream_interval": opts.stream_interval,
     }
     target = {"url": opts.base_url, "model": opts.model, "endpoint": opts.endpoint}
     return bench_result(target, config, level_dicts, whole, started), runs

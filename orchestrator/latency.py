@@ -63,6 +63,14 @@ class RequestRecord:
         return tpot(self.t_total, self.ttft, self.output_tokens) if self.ok else None
 
     @property
+    def ttft_from_headers(self) -> float | None:
+        """First token counted from the response headers: a client-side stand-in for vLLM's own
+        starting point (it answers with headers right after parsing the request)."""
+        if self.ttft is None or self.headers_at is None:
+            return None
+        return self.ttft - self.headers_at
+
+    @property
     def itls(self) -> tuple[float, ...]:
         if not self.ok:
             return ()

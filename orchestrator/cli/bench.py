@@ -162,9 +162,10 @@ def _common(fn):
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--output-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Unmeasured requests first.")
+@click.option("--stream-interval", type=click.IntRange(min=1), help="vLLM: tokens per streamed chunk (first and last chunk still at once).")
 @click.pass_context
 def bench(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, chat, seed, timeout_s, json_mode, out,
-          concurrency, rate, requests, prompt_tokens, output_tokens, warmup):
+          concurrency, rate, requests, prompt_tokens, output_tokens, warmup, stream_interval):
     """Measure TTFT, TPOT and throughput against an OpenAI-compatible endpoint."""
     from orchestrator.bench_session import BenchOptions
     from orchestrator.cli.output import console, print_json
@@ -176,7 +177,7 @@ def bench(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, ch
         base_url=target["url"], model=target["model"], concurrency=_levels(concurrency), rate=rate, requests=requests,
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, endpoint="chat" if chat else "completions",
         tokenizer=tokenizer, api_key=target["api_key"], metrics_urls=target["metrics"], seed=seed, warmup=warmup,
-        timeout_s=timeout_s,
+        timeout_s=timeout_s, stream_interval=stream_interval,
     )
     result, _runs = _progress_runner(opts, json_mode)
     if out is not None:

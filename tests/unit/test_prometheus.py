@@ -97,3 +97,19 @@ def test_bin_samples_uses_the_server_buckets():
     h = prom.bin_samples([0.05, 0.15, 0.15, 3.0], [0.1, 0.2, 1.0])
     assert h.buckets == ((0.1, 1.0), (0.2, 3.0), (1.0, 3.0), (math.inf, 4.0))
     assert h.count == 4 and h.sum == pytest.approx(3.35)
+
+
+def test_real_ray_serve_llm_export_is_read_under_its_ray_name():
+    # Captured from a Ray node's metrics export port while Ray Serve LLM (vLLM 0.32) served the
+    # tiny model: vLLM's histograms appear as ray_vllm_* with Ray's own labels added.
+    after = prom.parse_text((DATA / "ray-serve-llm-0.32-after.txt").read_text())
+    after2 = prom.parse_text((DATA / "ray-serve-llm-0.32-after2.txt").read_text())
+    for name in (prom.TTFT, prom.TPOT):
+        h1 = prom.histogram(after, name, {"model_name": "tiny"})
+        h2 = prom.histogram(after2, name, {"model_name": "tiny"})
+        assert h1.name.startswith("ray_vllm_") and (h1.count, h2.count) == (33, 49)
+        assert h1.buckets[-1] == (math.inf, 33.0)
+        delta = h2.minus(h1)
+        assert delta.count == 16 and 0 < delta.mean < 5 and delta.quantile(0.5) is not None
+    idle = prom.parse_text((DATA / "ray-serve-llm-0.32-idle.txt").read_text())
+    assert prom.histogram(idle, prom.TTFT, {"model_name": "tiny"}) is None  # no request yet: no series
