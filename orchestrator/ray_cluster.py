@@ -137,6 +137,12 @@ def stop_argv(manifest: Manifest, node: NodeSpec) -> list[str]:
     return ray_argv(manifest, node, "stop", "--force")
 
 
+def ray_running_argv() -> list[str]:
+    """pgrep argv that succeeds (exit 0) when a Ray node runs here: its raylet or GCS process
+    (their process names, matched exactly). Exit 1: none."""
+    return ["pgrep", "-x", "--", "raylet|gcs_server"]
+
+
 def vllm_kill_argvs() -> list[list[str]]:
     """pkill argv for each vLLM process pattern (exit 1 = nothing matched, which is fine)."""
     return [["pkill", "-KILL", "-f", pattern] for pattern in VLLM_PROCESS_PATTERNS]

@@ -7,9 +7,9 @@ sleep and a progress callback. Decisions are made by the pure ``cluster_plan.pla
 
 up: probe every node (in parallel) -> preflight (failures stop; warnings stop without force)
 -> compare with the recorded state (nothing / heal the sick workers / restart all / start)
--> token once (0600, local and on every node started) -> `ray stop` where needed -> head, wait
-for its dashboard -> workers in parallel -> wait until every node is ALIVE with its GPUs ->
-record. down: `ray stop --force` and leftover vLLM processes on every node in parallel;
+-> token once (0600, local and on every node started) -> `ray stop` where needed -> head ->
+workers in parallel as soon as the head's GCS listens -> wait until every node is ALIVE with its
+GPUs (through the head's dashboard) -> record. down: `ray stop --force` and leftover vLLM processes on every node in parallel;
 unreachable nodes are reported, not fatal.
 """
 
@@ -44,6 +44,7 @@ from orchestrator.ray_cluster import (
     node_gpus,
     node_token_path,
     ray_process_env,
+    ray_running_argv,
     stop_argv,
     vllm_kill_argvs,
     worker_start_argv,
@@ -157,7 +158,9 @@ def remove_token(runner: Runner, manifest: Manifest) -> None:
     folder when nothing else is in it."""
     path = _token_path_on(runner, manifest)
     runner.run(["rm", "-f", "--", path], timeout=30).check(runner.node)
-    runner.run(["rmdir", "--ignore-fail-on-non-empty", "--", path.rsplit("/", 1)[0]], timeout=30).check(runner.node)
+    # Not checked: nodes sharing a home (NFS) race for the same folder, and a folder left
+    # behind holds nothing secret.
+    runner.run(["rmdir", "--ignore-fail-on-non-empty", "--", path.rsplit("/", 1)[0]], timeout=30)
 
 
 def stop_node(runner: Runner, manifest: Manifest, node: NodeSpec, kill_vllm: bool = True) -> str:
@@ -175,13 +178,36 @@ def stop_node(runner: Runner, manifest: Manifest, node: NodeSpec, kill_vllm: boo
     return "ray stopped" + (f"; killed vLLM processes matching {', '.join(killed)}" if killed else "")
 
 
-def _start(runner: Runner, argv: list[str], env: dict[str, str], node: str) -> None:
-    res = runner.run(argv, timeout=RAY_START_TIMEOUT_S, env=env)
-    if not res.ok:
+def stop_if_running(runner: Runner, manifest: Manifest, node: NodeSpec) -> str:
+    """``stop_node`` only where a raylet or GCS runs: `ray stop` costs a Python start with Ray's
+    import (seconds on a busy node) and a fresh node has nothing to stop. What a crashed node
+    may leave without a raylet (an agent holding a port) makes `ray start` fail, and ``_start``
+    then stops everything and tries again."""
+    res = runner.run(ray_running_argv(), timeout=30)
+    if res.exit_code == 1:
+        return "no Ray running"
+    res.check(node.name)
+    return stop_node(runner, manifest, node)
+
+
+def _start(
+    runner: Runner, manifest: Manifest, node: NodeSpec, argv: list[str], env: dict[str, str], progress: Progress
+) -> None:
+    """`ray start` on one node; a failed start is stopped and tried once more. Ray gives a new
+    raylet 30 s to register with the GCS (ray/_private/node.py) and fails the start otherwise,
+    which a loaded machine can exceed once; a second failure is reported with Ray's words."""
+    for attempt in (1, 2):
+        res = runner.run(argv, timeout=RAY_START_TIMEOUT_S, env=env)
+        if res.ok:
+            return
         tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-3:])
+        if attempt == 1:
+            progress(f"`ray start` failed on {node.name} (exit {res.exit_code}); stopping it and trying once more")
+            stop_node(runner, manifest, node, kill_vllm=False)
+            continue
         raise ClusterError(
-            f"`ray start` failed on {node} (exit {res.exit_code}): {tail}",
-            hint=f"see {node}'s Ray logs (TEMP_DIR/session_latest/logs); {RUNBOOK_START}",
+            f"`ray start` failed twice on {node.name} (exit {res.exit_code}): {tail}",
+            hint=f"see {node.name}'s Ray logs (TEMP_DIR/session_latest/logs); {RUNBOOK_START}",
         )
 
 
@@ -289,7 +315,7 @@ def _carry_out(
 
     if plan.stop:
         deps.progress(f"stopping Ray on {', '.join(plan.stop)}")
-        outcomes = fan_out([runners[n] for n in plan.stop], lambda r: stop_node(r, manifest, manifest.node(r.node)))
+        outcomes = fan_out([runners[n] for n in plan.stop], lambda r: stop_if_running(r, manifest, manifest.node(r.node)))
         _raise_outcome_errors(outcomes, "`ray stop`")
 
     token_paths: dict[str, str | None] = {n: None for n in plan.start}
@@ -303,25 +329,33 @@ def _carry_out(
 
     with deps.open_dashboard(runners[head.name], manifest.ray.dashboard_port, token) as dash:
 
-        def wait(names: Mapping[str, int]) -> list[NodeState]:
-            return wait_for_nodes(dash.nodes_with_usage, names, options.timeout, clock=deps.clock, sleep=deps.sleep,
-                                  progress=deps.progress)  # fmt: skip
-
         if head.name in plan.start:
+            # `ray start --head` returns once the GCS listens: workers can join right away (the
+            # dashboard may still be starting; the wait below treats that as "not ready yet").
             deps.progress(f"starting the Ray head on {head.name} ({head_address}:{manifest.ray.port})")
-            _start(runners[head.name], head_start_argv(manifest, head, facts.get(head.name)), env_of(head), head.name)
-            wait({head.name: expected[head.name]})
+            argv = head_start_argv(manifest, head, facts.get(head.name))
+            _start(runners[head.name], manifest, head, argv, env_of(head), deps.progress)
         workers = [manifest.node(n) for n in plan.start if n != head.name]
         if workers:
             deps.progress(f"starting Ray on {', '.join(w.name for w in workers)}")
 
-            def start_worker(r: Runner) -> None:
+            def start_worker(r: Runner) -> ClusterError | None:
                 node = manifest.node(r.node)
-                _start(r, worker_start_argv(manifest, node, facts.get(node.name), head_address), env_of(node), node.name)
+                argv = worker_start_argv(manifest, node, facts.get(node.name), head_address)
+                try:
+                    _start(r, manifest, node, argv, env_of(node), deps.progress)
+                except ClusterError as exc:  # collected below, so every failed node is named
+                    return exc
+                return None
 
             outcomes = fan_out([runners[w.name] for w in workers], start_worker)
             _raise_outcome_errors(outcomes, "`ray start`")
-        return wait(expected)
+            failed = {o.node: o.value for o in outcomes if o.ok and o.value is not None}
+            if failed:
+                first = next(iter(failed.values()))
+                raise ClusterError("; ".join(e.message for e in failed.values()), hint=first.hint)
+        return wait_for_nodes(dash.nodes_with_usage, expected, options.timeout, clock=deps.clock, sleep=deps.sleep,
+                              progress=deps.progress)  # fmt: skip
 
 
 def _stop_removed(old: Manifest, removed: tuple[str, ...], deps: ClusterDeps) -> None:

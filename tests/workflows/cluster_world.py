@@ -55,11 +55,13 @@ class World:
         self.dead: list[NodeState] = []
         self.unreachable = set(unreachable)
         self.never_joins = set(never_joins)
-        self.start_fails = set(start_fails)
+        # node -> how many `ray start` calls fail before it works (a set: every call fails)
+        self.start_fails = dict(start_fails) if isinstance(start_fails, dict) else {n: 10**6 for n in start_fails}
         self.serial = 0
         self.runners = {n.name: self._runner(n.name) for n in manifest.nodes}
         self.dashboard_opens: list[tuple[str, int, str | None]] = []
         self.dirs: list[tuple[str, ...]] = []  # mkdir/rmdir argv run on any node
+        self.leftovers: set[str] = set()  # nodes where Ray processes run that no dashboard lists
 
     def _runner(self, name: str) -> FakeRunner:
         world = self
@@ -71,6 +73,8 @@ class World:
                 return result("/home/ops\n")
             if argv[:3] == (PY, "-m", "ray.scripts.scripts"):
                 return world.ray(name, argv[3:], env)
+            if argv[0] == "pgrep":  # is a raylet or GCS running here?
+                return result("4242\n") if name in world.running or name in world.leftovers else result(exit_code=1)
             if argv[0] == "pkill":
                 return result(exit_code=1)
             if argv[0] in ("mkdir", "rmdir"):
@@ -88,14 +92,16 @@ class World:
     def ray(self, name, args, env):
         if args[0] == "stop":
             self.running.pop(name, None)
+            self.leftovers.discard(name)
             return result("Stopped all 8 Ray processes.")
         assert args[0] == "start"
         assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == "/home/ops/.orch/clusters/tb/ray-token"
-        if name in self.start_fails:
-            return result(exit_code=1, stderr="ConnectionError: could not reach GCS at 10.0.0.1:26379")
+        if self.start_fails.get(name, 0) > 0:
+            self.start_fails[name] -= 1
+            return result(exit_code=1, stderr="Exception: The current node timed out during startup.")
         if "--head" not in args and "head" not in self.running:
             return result(exit_code=1, stderr="ConnectionError: GCS not reachable")
-        if name in self.running:
+        if name in self.running or name in self.leftovers:
             return result(exit_code=1, stderr="Ray is already running")
         if name not in self.never_joins:
             self.serial += 1
