@@ -111,6 +111,7 @@ def compare_level(
     return {
         "ttft": compare_figure("ttft", ttfts, before, after, prom.TTFT, where, tolerance),
         "tpot": compare_figure("tpot", tpots, before, after, prom.TPOT, where, tolerance),
+        "e2e": compare_figure("e2e", [r.end for r in ok if r.end is not None], before, after, prom.E2E, where, tolerance),
         # diagnostic: orch's TTFT counted from the response headers, near where vLLM starts its clock
         "ttft_from_headers": compare_figure("ttft_from_headers", aligned, before, after, prom.TTFT, where, tolerance),
     }
