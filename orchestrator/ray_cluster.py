@@ -40,6 +40,12 @@ SERVE_ENV_DEFAULTS: dict[str, str] = {
     "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
 }
 
+# A worker started together with its head waits this long for the head's GCS to listen:
+# Ray's connect loop in ray/_private/node.py (_init_gcs_client) retries once a second,
+# 20 times by default, or RAY_gcs_server_port_wait_time_s times when that is set.
+GCS_WAIT_ENV = "RAY_gcs_server_port_wait_time_s"
+WORKER_GCS_WAIT_S = 60
+
 # Engine processes of vLLM that can outlive Ray's workers: vLLM v1 titles its processes
 # "VLLM::EngineCore", "VLLM::Worker_TP0", ... (vllm/utils/system_utils.py set_process_title,
 # prefix VLLM_PROCESS_NAME_PREFIX="VLLM"), and a bare server runs as

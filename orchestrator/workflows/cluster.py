@@ -7,15 +7,17 @@ sleep and a progress callback. Decisions are made by the pure ``cluster_plan.pla
 
 up: probe every node (in parallel) -> preflight (failures stop; warnings stop without force)
 -> compare with the recorded state (nothing / heal the sick workers / restart all / start)
--> token once (0600, local and on every node started) -> `ray stop` where needed -> head ->
-workers in parallel as soon as the head's GCS listens -> wait until every node is ALIVE with its
-GPUs (through the head's dashboard) -> record. down: `ray stop --force` and leftover vLLM processes on every node in parallel;
+-> token once (0600, local and on every node started) -> on every node to (re)start, in
+parallel and without barriers: `ray stop` if Ray runs there, token file, `ray start` (the head,
+and workers that wait for its GCS) -> wait until every node is ALIVE with its GPUs (through the
+head's dashboard) -> record. down: `ray stop --force` and leftover vLLM processes on every node in parallel;
 unreachable nodes are reported, not fatal.
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
@@ -38,6 +40,8 @@ from orchestrator.facts import NodeFacts, Versions
 from orchestrator.manifest import Manifest, NodeSpec
 from orchestrator.preflight import Finding
 from orchestrator.ray_cluster import (
+    GCS_WAIT_ENV,
+    WORKER_GCS_WAIT_S,
     NodeState,
     current_by_name,
     head_start_argv,
@@ -191,7 +195,13 @@ def stop_if_running(runner: Runner, manifest: Manifest, node: NodeSpec) -> str:
 
 
 def _start(
-    runner: Runner, manifest: Manifest, node: NodeSpec, argv: list[str], env: dict[str, str], progress: Progress
+    runner: Runner,
+    manifest: Manifest,
+    node: NodeSpec,
+    argv: list[str],
+    env: dict[str, str],
+    progress: Progress,
+    retry: Callable[[], bool] = lambda: True,
 ) -> None:
     """`ray start` on one node; a failed start is stopped and tried once more. Ray gives a new
     raylet 30 s to register with the GCS (ray/_private/node.py) and fails the start otherwise,
@@ -201,12 +211,12 @@ def _start(
         if res.ok:
             return
         tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-3:])
-        if attempt == 1:
+        if attempt == 1 and retry():
             progress(f"`ray start` failed on {node.name} (exit {res.exit_code}); stopping it and trying once more")
             stop_node(runner, manifest, node, kill_vllm=False)
             continue
         raise ClusterError(
-            f"`ray start` failed twice on {node.name} (exit {res.exit_code}): {tail}",
+            f"`ray start` failed {'twice ' if attempt == 2 else ''}on {node.name} (exit {res.exit_code}): {tail}",
             hint=f"see {node.name}'s Ray logs (TEMP_DIR/session_latest/logs); {RUNBOOK_START}",
         )
 
@@ -313,47 +323,44 @@ def _carry_out(
     head = manifest.head
     token = deps.state.ensure_token(manifest.name, deps.token_factory) if manifest.ray.token_auth else None
 
-    if plan.stop:
-        deps.progress(f"stopping Ray on {', '.join(plan.stop)}")
-        outcomes = fan_out([runners[n] for n in plan.stop], lambda r: stop_if_running(r, manifest, manifest.node(r.node)))
-        _raise_outcome_errors(outcomes, "`ray stop`")
+    head_failed = threading.Event()
 
-    token_paths: dict[str, str | None] = {n: None for n in plan.start}
-    if token is not None:
-        outcomes = fan_out([runners[n] for n in plan.start], lambda r: install_token(r, manifest, token))
-        _raise_outcome_errors(outcomes, "writing the Ray token")
-        token_paths = {o.node: o.value for o in outcomes}
-
-    def env_of(node: NodeSpec) -> dict[str, str]:
-        return ray_process_env(manifest, node, facts.get(node.name), token_paths[node.name], options.serve_env)
+    def bring_up(r: Runner) -> ClusterError | None:
+        """One node's whole pipeline (stop if needed, token, start), independent of the others:
+        no node waits at a barrier for the slowest one."""
+        node = manifest.node(r.node)
+        try:
+            if node.name in plan.stop:
+                stop_if_running(r, manifest, node)
+            path = install_token(r, manifest, token) if token is not None else None
+            env = ray_process_env(manifest, node, facts.get(node.name), path, options.serve_env)
+            if node.name == head.name:
+                argv = head_start_argv(manifest, head, facts.get(head.name))
+                _start(r, manifest, node, argv, env, deps.progress)
+            else:
+                # Started together with the head: the worker waits for the GCS to listen
+                # (Ray's own retry loop, lengthened), so the bring-up takes as long as the
+                # slowest node, not the head plus a worker.
+                env[GCS_WAIT_ENV] = str(WORKER_GCS_WAIT_S)
+                argv = worker_start_argv(manifest, node, facts.get(node.name), head_address)
+                _start(r, manifest, node, argv, env, deps.progress, retry=lambda: not head_failed.is_set())
+        except ClusterError as exc:  # collected below, so every failed node is named
+            if node.name == head.name:
+                head_failed.set()
+            return exc
+        return None
 
     with deps.open_dashboard(runners[head.name], manifest.ray.dashboard_port, token) as dash:
-
-        if head.name in plan.start:
-            # `ray start --head` returns once the GCS listens: workers can join right away (the
-            # dashboard may still be starting; the wait below treats that as "not ready yet").
-            deps.progress(f"starting the Ray head on {head.name} ({head_address}:{manifest.ray.port})")
-            argv = head_start_argv(manifest, head, facts.get(head.name))
-            _start(runners[head.name], manifest, head, argv, env_of(head), deps.progress)
-        workers = [manifest.node(n) for n in plan.start if n != head.name]
-        if workers:
-            deps.progress(f"starting Ray on {', '.join(w.name for w in workers)}")
-
-            def start_worker(r: Runner) -> ClusterError | None:
-                node = manifest.node(r.node)
-                argv = worker_start_argv(manifest, node, facts.get(node.name), head_address)
-                try:
-                    _start(r, manifest, node, argv, env_of(node), deps.progress)
-                except ClusterError as exc:  # collected below, so every failed node is named
-                    return exc
-                return None
-
-            outcomes = fan_out([runners[w.name] for w in workers], start_worker)
-            _raise_outcome_errors(outcomes, "`ray start`")
-            failed = {o.node: o.value for o in outcomes if o.ok and o.value is not None}
-            if failed:
-                first = next(iter(failed.values()))
-                raise ClusterError("; ".join(e.message for e in failed.values()), hint=first.hint)
+        where = f" (head {head.name} at {head_address}:{manifest.ray.port})" if head.name in plan.start else ""
+        deps.progress(f"starting Ray on {', '.join(plan.start)}{where}")
+        outcomes = fan_out([runners[n] for n in plan.start], bring_up)
+        _raise_outcome_errors(outcomes, "bringing Ray up")
+        failed = {o.node: o.value for o in outcomes if o.value is not None}
+        if head.name in failed:
+            raise failed[head.name]
+        if failed:
+            first = next(iter(failed.values()))
+            raise ClusterError("; ".join(e.message for e in failed.values()), hint=first.hint)
         return wait_for_nodes(dash.nodes_with_usage, expected, options.timeout, clock=deps.clock, sleep=deps.sleep,
                               progress=deps.progress)  # fmt: skip
 

@@ -8,6 +8,7 @@ if the head runs), `ray stop` removes it, ``kill_raylet`` leaves a DEAD record a
 from __future__ import annotations
 
 import json
+import threading
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -61,7 +62,9 @@ class World:
         self.runners = {n.name: self._runner(n.name) for n in manifest.nodes}
         self.dashboard_opens: list[tuple[str, int, str | None]] = []
         self.dirs: list[tuple[str, ...]] = []  # mkdir/rmdir argv run on any node
-        self.leftovers: set[str] = set()  # nodes where Ray processes run that no dashboard lists
+        self.leftovers: set[str] = set()
+        self.head_up = threading.Event()  # the head's GCS listens
+        self.lock = threading.Lock()  # nodes where Ray processes run that no dashboard lists
 
     def _runner(self, name: str) -> FakeRunner:
         world = self
@@ -92,6 +95,8 @@ class World:
     def ray(self, name, args, env):
         if args[0] == "stop":
             self.running.pop(name, None)
+            if name == "head":
+                self.head_up.clear()
             self.leftovers.discard(name)
             return result("Stopped all 8 Ray processes.")
         assert args[0] == "start"
@@ -99,23 +104,37 @@ class World:
         if self.start_fails.get(name, 0) > 0:
             self.start_fails[name] -= 1
             return result(exit_code=1, stderr="Exception: The current node timed out during startup.")
-        if "--head" not in args and "head" not in self.running:
-            return result(exit_code=1, stderr="ConnectionError: GCS not reachable")
+        if "--head" not in args:
+            # A worker waits for the head's GCS (Ray's retry loop) as long as its env says.
+            assert env["RAY_gcs_server_port_wait_time_s"] == "60"
+            if not self.head_up.wait(timeout=2.0):
+                return result(exit_code=1, stderr="RuntimeError: Failed to connect to GCS within 60 seconds.")
         if name in self.running or name in self.leftovers:
             return result(exit_code=1, stderr="Ray is already running")
         if name not in self.never_joins:
-            self.serial += 1
+            with self.lock:
+                self.serial += 1
+                serial = self.serial
             gpus = float(args[args.index("--num-gpus") + 1])
             self.running[name] = NodeState(
-                node_id=f"id-{name}-{self.serial}", name=name, address=args[args.index("--node-ip-address") + 1],
+                node_id=f"id-{name}-{serial}", name=name, address=args[args.index("--node-ip-address") + 1],
                 state="ALIVE", is_head="--head" in args, resources_total={"GPU": gpus, "CPU": 4.0, node_resource(name): 1000.0},
-                start_time_ms=self.serial,
+                start_time_ms=serial,
             )  # fmt: skip
+        if "--head" in args:
+            self.head_up.set()
         return result("Ray runtime started.")
 
     def kill_raylet(self, name):
         s = self.running.pop(name)
+        if name == "head":
+            self.head_up.clear()
         self.dead.append(replace(s, state="DEAD", state_message="health check failed due to missing too many heartbeats"))
+
+    def head_gone(self):
+        """Every Ray process of the cluster died (e.g. the machines rebooted)."""
+        self.running.clear()
+        self.head_up.clear()
 
     @contextmanager
     def open_runners(self, manifest):

@@ -29,7 +29,7 @@ def env(tmp_path):
     return manifest, world, deps, messages
 
 
-def test_fresh_up_starts_head_then_workers_and_records(env):
+def test_fresh_up_starts_every_node_and_records(env):
     manifest, world, deps, messages = env
     res = up(manifest, deps)
     assert res.action == "start" and res.started == ["head", "w1", "w2"]
@@ -94,7 +94,7 @@ def test_dead_worker_is_restarted_alone(env):
 def test_head_down_restarts_everything(env):
     manifest, world, deps, _ = env
     up(manifest, deps)
-    world.running.clear()
+    world.head_gone()
     res = up(manifest, deps)
     assert res.action == "restart" and "dashboard does not answer" in res.plan.reason
     assert set(world.running) == {"head", "w1", "w2"}
@@ -196,6 +196,18 @@ def test_a_start_that_fails_once_is_stopped_and_retried(tmp_path):
     assert [c.argv[3] for c in world.ray_calls("w2")] == ["start", "stop", "start"]
     assert [c.argv[3] for c in world.ray_calls("w1")] == ["start"]
     assert any("failed on w2 (exit 1); stopping it and trying once more" in m for m in messages)
+
+
+def test_head_start_failure_is_the_error_and_workers_are_not_retried(tmp_path):
+    manifest = manifest_of()
+    world = World(manifest, start_fails={"head"})
+    deps = _deps_for(world, tmp_path)
+    with pytest.raises(ClusterError) as err:
+        up(manifest, deps)
+    assert err.value.message.startswith("`ray start` failed twice on head")
+    assert [c.argv[3] for c in world.ray_calls("head")] == ["start", "stop", "start"]
+    assert [c.argv[3] for c in world.ray_calls("w1")] == ["start"]  # no second try: the head is gone
+    assert deps.state.get_cluster("tb") is None
 
 
 def test_node_that_never_joins_times_out_naming_it(tmp_path):
