@@ -108,6 +108,13 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
     ports = {k: free_port() for k in ("gcs", "dash", "client", "metrics", "stats", "fb_http", "fb_grpc", "agent", "agent_grpc")}
     env = {**env, **serve_env, "ORCH_SERVE_OVERHEAD_RAY": f"{env[MARK]}-{variant}", "RAY_SERVE_HAPROXY_METRICS_PORT": str(ports["metrics"]), "RAY_SERVE_HAPROXY_STATS_PORT": str(ports["stats"]),
            "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(ports["fb_http"]), "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(ports["fb_grpc"])}  # fmt: skip
+    # Token auth like orch's clusters (and needed anyway: Ray turns it on by itself when
+    # ~/.ray/auth_token exists): this run's own token file.
+    token = secrets.token_hex(32)
+    token_file = workdir / f"token-{variant}"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)})
     temp = workdir / f"ray-{variant}"
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--port", str(ports["gcs"]),
             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(ports["dash"]), "--ray-client-server-port", str(ports["client"]),
@@ -115,7 +122,7 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
             "--num-cpus", "8", "--temp-dir", str(temp), "--disable-usage-stats", "--resources", json.dumps({node_resource("bench"): 1000})]  # fmt: skip
     proc = subprocess.Popen(argv, env=env, stdout=(workdir / f"ray-{variant}.log").open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     dash = f"http://127.0.0.1:{ports['dash']}"
-    wait_http(dash + "/api/version", 120)
+    wait_http(dash + "/api/version", 120, headers={"Authorization": f"Bearer {token}"})
     manifest = SimpleNamespace(accelerator="cpu", nodes=[SimpleNamespace(interface=None)], env={"VLLM_CPU_KVCACHE_SPACE": "1"},
                                serve=SimpleNamespace(http_port=http_port, http_host="127.0.0.1"))  # fmt: skip
     rendered = render_app(manifest, ServingPlan(tp=1, pp=1, max_model_len=1024), AppTarget("orch-r1", "/", "tiny", str(model)),
@@ -125,7 +132,8 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
         app["args"]["llm_configs"][0]["engine_kwargs"].pop("api_key")
     if variant != "orch":
         app["runtime_env"]["env_vars"].pop("RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", None)
-    with ServeClient(dash, None) as serve:
+        app.pop("deployments", None)  # no LLMRouter without direct streaming
+    with ServeClient(dash, token) as serve:
         serve.apply(deploy_body([app], manifest))
         deadline = time.monotonic() + 900
         while True:
