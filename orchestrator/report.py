@@ -197,9 +197,9 @@ def plot_tradeoff(levels: Sequence[dict], path: Path, title: str = "", targets: 
         ax.set_ylabel(f"{name} (ms)")
         ax.set_title(f"throughput vs {name}")
         ax.grid(True, alpha=0.3)
-        top = max([y for y in p95 + [target or 0] if y is not None] or [1.0])
+        top = max([y for y in p95 + [target or 0] if y is not None] or [1.0]) or 1.0
         ax.set_ylim(0, top * 1.25)  # room for the labels and the legend
-        ax.set_xlim(0, max(xs or [1.0]) * 1.15)
+        ax.set_xlim(0, (max(xs or [1.0]) or 1.0) * 1.15)
         ax.legend(fontsize=8, loc="best")
     if title:
         fig.suptitle(title, fontsize=10)

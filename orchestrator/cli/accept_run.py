@@ -66,6 +66,7 @@ def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat
     bench = BenchOptions(
         base_url=target["url"], model=target["model"], tokenizer=tokenizer, api_key=target["api_key"],
         metrics_urls=target["metrics"], seed=seed, timeout_s=timeout_s, endpoint="chat" if chat else "completions", warmup=1,
+        settle_timeout_s=target["settle_s"],
     )  # fmt: skip
     out_dir = out or Path(f"accept-{manifest.name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     err = console(stderr=True)

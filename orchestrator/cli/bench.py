@@ -55,7 +55,9 @@ def _resolve_target(
             raise UsageError(f"{base}/v1/models lists no model", hint="pass --model NAME")
         model = models[0]
     metrics = list(metrics_url)
+    settle_s = 5.0  # a bare vLLM's page is current at once
     if not metrics and manifest is not None:
+        settle_s = 30.0  # Ray exports every few seconds: wait for the run to show up
         from orchestrator.cli.cluster import known_hosts_path
         from orchestrator.remote import connect
 
@@ -67,7 +69,8 @@ def _resolve_target(
     if not metrics and url is not None and manifest is None:
         metrics = [f"{base}/metrics"]  # a bare vLLM server serves its own metrics
     targets = manifest.targets.model_dump() if manifest and manifest.targets else {}
-    return {"url": base, "model": model, "api_key": api_key, "metrics": tuple(metrics), "targets": targets, "manifest": manifest}
+    return {"url": base, "model": model, "api_key": api_key, "metrics": tuple(metrics), "targets": targets, "manifest": manifest,
+            "settle_s": settle_s}  # fmt: skip
 
 
 def _progress_runner(opts, json_mode: bool):
@@ -119,6 +122,8 @@ def print_results(result: dict) -> None:
             f(t["p50"]), f(t["p95"]), f(t["p99"]), f(p["p50"], 2), f(p["p95"], 2), f(p["p99"], 2), f(lv["itl_ms"]["p95"], 2),
         )
     out = console()
+    if not out.is_terminal:
+        out.width = max(out.width, 150)  # piped or captured: keep the table's columns whole
     out.print(table)
     whole = result.get("crosscheck")
     if whole:
@@ -177,7 +182,7 @@ def bench(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, ch
         base_url=target["url"], model=target["model"], concurrency=_levels(concurrency), rate=rate, requests=requests,
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, endpoint="chat" if chat else "completions",
         tokenizer=tokenizer, api_key=target["api_key"], metrics_urls=target["metrics"], seed=seed, warmup=warmup,
-        timeout_s=timeout_s, stream_interval=stream_interval,
+        timeout_s=timeout_s, stream_interval=stream_interval, settle_timeout_s=target["settle_s"],
     )
     result, _runs = _progress_runner(opts, json_mode)
     if out is not None:
