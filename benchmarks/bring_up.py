@@ -9,14 +9,19 @@ and the bed is torn down. One JSON row per run: ``{"nodes", "seconds", "phases"}
 ``phases`` gives the seconds from the start at which each progress step began. The last row
 compares the median of the largest count with the median of one node (target: at most 1.3x).
 
-Needs root (network namespaces). Ray here is CPU-only and the machine's cores are shared, so the
-absolute figures are those of a loaded 2-core machine; the ratio is what the fan-out buys.
+Needs root (network namespaces). Every test host runs on this machine's cores: ``host_cpu_s``
+is the CPU time the hosts' processes used up to "all ALIVE" (the `ray start` commands, raylets,
+agents, the head's GCS and dashboard, the probes) and ``cpu_floor_s`` that divided by the cores,
+the least wall time possible here however parallel the fan-out; ``load1`` is the machine's load
+(other users included) when the run ended. On real machines each node has its own cores and
+the bring-up of N nodes approaches the slowest single node.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -34,6 +39,27 @@ from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: 
 
 TARGET_RATIO = 1.3
 
+# CPU seconds used by every process of a test host so far (its own pid namespace): utime+stime
+# of the live processes plus cutime+cstime, which holds the reaped children (the `ray start`
+# command, the probes). Clock ticks -> seconds.
+HOST_CPU_SCRIPT = r"""
+import os
+tick = os.sysconf("SC_CLK_TCK")
+total = 0
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            fields = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15])
+print(total / tick)
+"""
+
+
+def host_cpu_seconds(bed) -> dict[str, float]:
+    return {h.name: float(bed.ns_exec(h, ["python3", "-c", HOST_CPU_SCRIPT]).stdout) for h in bed.hosts}
+
 
 def one_run(factory: TestbedFactory, nodes: int, state_root: Path) -> dict:
     bed = factory.make([HostSpec("8xH100-80GB", name=f"n{i}") for i in range(nodes)], name=f"bench-up{nodes}")
@@ -49,6 +75,7 @@ def one_run(factory: TestbedFactory, nodes: int, state_root: Path) -> dict:
         result = up(manifest, deps, UpOptions(timeout=600))
         seconds = time.monotonic() - t0
         gpus = sum(s.gpus_total for s in result.nodes if s.alive)
+        cpu = host_cpu_seconds(bed)
         down(manifest, deps)
     finally:
         bed.close()
@@ -56,7 +83,19 @@ def one_run(factory: TestbedFactory, nodes: int, state_root: Path) -> dict:
     for at, msg in steps:
         key = msg.split(":")[0].split(" (")[0]
         phases.setdefault(key, at)
-    return {"nodes": nodes, "seconds": round(seconds, 2), "gpus": gpus, "action": result.action, "phases": phases}
+    cpu_total = sum(cpu.values())
+    return {
+        "nodes": nodes,
+        "seconds": round(seconds, 2),
+        "gpus": gpus,
+        "action": result.action,
+        "phases": phases,
+        # What the N hosts' processes burned on this machine's cores to get there: with every
+        # host sharing the same few cores, the wall time cannot drop below cpu / cores.
+        "host_cpu_s": round(cpu_total, 1),
+        "cpu_floor_s": round(cpu_total / (os.cpu_count() or 1), 1),
+        "load1": round(os.getloadavg()[0], 1),
+    }
 
 
 def main() -> int:

@@ -64,6 +64,7 @@ class World:
         self.dirs: list[tuple[str, ...]] = []  # mkdir/rmdir argv run on any node
         self.leftovers: set[str] = set()
         self.head_up = threading.Event()  # the head's GCS listens
+        self.start_barrier: threading.Barrier | None = None
         self.lock = threading.Lock()  # nodes where Ray processes run that no dashboard lists
 
     def _runner(self, name: str) -> FakeRunner:
@@ -100,6 +101,8 @@ class World:
             self.leftovers.discard(name)
             return result("Stopped all 8 Ray processes.")
         assert args[0] == "start"
+        if self.start_barrier is not None:  # every node's `ray start` must be running at once
+            self.start_barrier.wait(timeout=5)
         assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == "/home/ops/.orch/clusters/tb/ray-token"
         if self.start_fails.get(name, 0) > 0:
             self.start_fails[name] -= 1

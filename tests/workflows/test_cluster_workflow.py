@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+import threading
 
 import pytest
 
@@ -56,6 +57,15 @@ def test_fresh_up_starts_every_node_and_records(env):
     assert any("3/3 nodes ALIVE" in m for m in messages)
     assert all(t == "t0k3n" for _, _, t in world.dashboard_opens)
     assert "t0k3n" not in json.dumps(res.to_dict()) and all("t0k3n" not in m for m in messages)
+
+
+def test_head_and_workers_start_at_the_same_time(env):
+    """Structural, not timed: each `ray start` waits at a barrier until all three are running;
+    a bring-up that started the nodes one after another would break the barrier."""
+    manifest, world, deps, _ = env
+    world.start_barrier = threading.Barrier(3)
+    assert up(manifest, deps).action == "start"
+    assert not world.start_barrier.broken
 
 
 def test_fresh_up_stops_a_leftover_ray_first(env):
