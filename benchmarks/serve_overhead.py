@@ -41,7 +41,7 @@ from types import SimpleNamespace
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.bench import Prompt, RequestSpec, make_client, run_concurrency  # noqa: E402
+from orchestrator.bench import ClientPool, Prompt, RequestSpec, run_concurrency  # noqa: E402
 from orchestrator.latency import percentile  # noqa: E402
 
 VARIANT_ENV = {
@@ -77,8 +77,8 @@ def measure(base_url: str, key: str | None, args) -> dict:
     prompts = [Prompt(f"Request {i}: the quick brown fox jumps over the lazy dog.") for i in range(args.requests)]
 
     async def run():
-        async with make_client(spec, args.concurrency) as client:
-            return await run_concurrency(client, spec, prompts, args.concurrency, args.requests, time.monotonic)
+        async with ClientPool(spec) as pool:
+            return await run_concurrency(pool, spec, prompts, args.concurrency, args.requests, time.monotonic)
 
     records, seconds = asyncio.run(run())
     ok = [r for r in records if r.ok]
@@ -186,6 +186,7 @@ def main() -> int:
     parser.add_argument("--output-tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--variants", default="orch", help="comma list of: " + ", ".join(VARIANT_ENV))
+    parser.add_argument("--keep-logs", action="store_true", help="keep the server logs and Ray temp dirs (printed as workdir)")
     args = parser.parse_args()
 
     from orchestrator.tinymodel import build_tiny_model
@@ -226,6 +227,12 @@ def main() -> int:
             procs.remove(proc)
     finally:
         stop_all(procs, f"{MARK}={marker}")
+        if args.keep_logs:
+            out["workdir"] = str(workdir)
+        else:
+            import shutil
+
+            shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(out, indent=2))
     return 0
 
