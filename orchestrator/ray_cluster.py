@@ -309,7 +309,7 @@ def node_problems(expected_gpus: Mapping[str, int], states: list[NodeState]) -> 
         if s is None:
             problems[name] = "not in the Ray cluster"
         elif not s.alive:
-            problems[name] = f"{s.state}" + (f" ({s.state_message})" if s.state_message else "")
+            problems[name] = f"{s.state}" + (f": {s.state_message}" if s.state_message else "")
         elif round(s.gpus_total) != gpus:
             problems[name] = f"ALIVE with {s.gpus_total:g} GPUs, expected {gpus}"
     return problems

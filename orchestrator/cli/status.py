@@ -55,17 +55,19 @@ def render_nodes(section: Any) -> Any:
     from rich.text import Text
 
     table = Table(title="nodes", title_justify="left")
-    for col in ("node", "role", "address", "ray", "ssh", "GPUs used/total", "type"):
+    # Versions get a column only when they differ between nodes; else one line below.
+    seen = {_versions(r.versions) for r in section.rows if r.versions}
+    per_node = len(seen) > 1
+    for col in ("node", "role", "address", "ray", "ssh", "GPUs", "type"):
         table.add_column(col, no_wrap=True)
-    table.add_column("python/ray/vllm/torch", overflow="fold")
+    if per_node:
+        table.add_column("python/ray/vllm/torch", overflow="fold", min_width=12)
     notes = []
     for r in section.rows:
-        v = r.versions
         gpus = "-" if r.gpus_total is None else f"{r.gpus_used or 0:g}/{r.gpus_total:g}"
         if r.gpus_total is not None and round(r.gpus_total) != r.gpus_expected:
             gpus += f" (expected {r.gpus_expected})"
-        versions = "/".join(str(x or "-") for x in (v.python, v.ray, v.vllm, v.torch)) if v else "-"
-        table.add_row(
+        cells = [
             r.name,
             r.role,
             r.address or r.host,
@@ -73,8 +75,10 @@ def render_nodes(section: Any) -> Any:
             "[green]ok[/]" if r.reachable else "[red]unreachable[/]",
             gpus,
             r.gpu_type or "-",
-            versions,
-        )
+        ]
+        if per_node:
+            cells.append("/".join(_versions(r.versions)) if r.versions else "-")
+        table.add_row(*cells)
         if r.detail:
             notes.append(Text(f"{r.name}: {r.detail}"))
     total = Text(
@@ -83,12 +87,20 @@ def render_nodes(section: Any) -> Any:
         + (f", ray {section.ray_version}" if section.ray_version else "")
         + ("" if section.healthy else "  [not healthy]")
     )
-    parts: list[Any] = [table, total, *notes]
+    parts: list[Any] = [table, total]
+    if len(seen) == 1:
+        py, ray, vllm, torch = next(iter(seen))
+        parts.append(Text(f"versions (every reachable node): python {py}, ray {ray}, vllm {vllm}, torch {torch}"))
+    parts += notes
     if section.dashboard_error:
         parts.append(Text(f"dashboard: {section.dashboard_error}", style="yellow"))
     if section.foreign_nodes:
         parts.append(Text(f"{section.foreign_nodes} other ALIVE Ray node(s) not started by orch"))
     return Group(*parts)
+
+
+def _versions(v: Any) -> tuple[str, ...]:
+    return tuple(str(x or "-") for x in (v.python, v.ray, v.vllm, v.torch))
 
 
 def render_report(report: Any) -> Any:

@@ -121,3 +121,27 @@ def test_status_without_any_cluster_or_with_two(cli_env, capsys):
         store.record_cluster(name, "f", "h", 1, manifest_json=manifest_of().model_dump_json())
     assert main(["status"]) == 2
     assert "2 clusters are recorded (a, b)" in capsys.readouterr().err
+
+
+def _render_text(renderable) -> str:
+    from rich.console import Console
+
+    console = Console(width=100, record=True, file=open("/dev/null", "w"))
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_status_versions_column_only_when_nodes_differ():
+    from orchestrator.cli.status import render_nodes
+    from orchestrator.facts import Versions
+    from orchestrator.status import NodeRow, NodesSection
+
+    def row(name, ray):
+        return NodeRow(name, "worker", "10.0.0.1", "10.0.0.1", "ALIVE", True, 8, 8.0, 2.0, "H100-80GB",
+                       versions=Versions(python="3.11.7", ray=ray, vllm="0.32.0", torch="2.13.0"))  # fmt: skip
+
+    same = _render_text(render_nodes(NodesSection([row("a", "2.60.0"), row("b", "2.60.0")])))
+    assert "versions (every reachable node): python 3.11.7, ray 2.60.0" in same and "python/ray" not in same
+    assert "2/8" in same and "4 used of 16" in same
+    differ = _render_text(render_nodes(NodesSection([row("a", "2.60.0"), row("b", "2.59.0")])))
+    assert "python/ray/vllm/torch" in differ and "2.59.0" in differ and "every reachable node" not in differ
