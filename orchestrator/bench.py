@@ -313,8 +313,13 @@ async def run_levels(
     rng = rng or random.Random(0)
     out: list[LevelRun] = []
     async with ClientPool(spec, transport) as client:
+        pre = await scrape() if scrape and warmup else None
         if warmup:
-            await run_concurrency(client, spec, prompts, 1, warmup, clock, label="warmup")
+            records, _ = await run_concurrency(client, spec, prompts, 1, warmup, clock, label="warmup")
+        if pre is not None:
+            # the first level's before-page must already hold the warmup (Ray exports late),
+            # else the warmup requests would be counted as the level's
+            await _settled_page(scrape, pre, sum(r.ok for r in records), settle, settle_timeout_s, clock, sleep)
         shapes: list[tuple[int | None, float | None]] = [(None, rate)] if rate else [(c, None) for c in concurrency]
         for conc, r in shapes:
             before = await scrape() if scrape else None
@@ -326,14 +331,28 @@ async def run_levels(
                 recs, dur = await run_concurrency(client, spec, prompts, conc, requests, clock, on_record)
                 stats = summarize(recs, dur, f"concurrency={conc}", concurrency=conc)
             after = None
-            if scrape:
-                deadline = clock() + settle_timeout_s
-                after = await scrape()
-                while settle and before is not None and not settle(before, after, stats.succeeded) and clock() < deadline:
-                    await sleep(1.0)
-                    after = await scrape()
+            if scrape and before is not None:
+                after = await _settled_page(scrape, before, stats.succeeded, settle, settle_timeout_s, clock, sleep)
             out.append(LevelRun(stats, tuple(recs), before, after))
     return out
+
+
+async def _settled_page(
+    scrape: Scrape,
+    before: str,
+    expected: int,
+    settle: Callable[[str, str, int], bool] | None,
+    timeout_s: float,
+    clock: Clock,
+    sleep: Sleep,
+) -> str:
+    """Scrape until the page counts ``expected`` more requests than ``before`` (or time runs out)."""
+    deadline = clock() + timeout_s
+    page = await scrape()
+    while settle and not settle(before, page, expected) and clock() < deadline:
+        await sleep(1.0)
+        page = await scrape()
+    return page
 
 
 def http_scraper(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> Scrape:

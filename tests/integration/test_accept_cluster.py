@@ -1,0 +1,52 @@
+"""orch accept on the shared Ray Serve LLM test-bed cluster (tiny model on CPU): every stage runs
+for real, the failure stage kills the replica's VLLM::EngineCore process on its host and measures
+the recovery, the restart stage redeploys the same revision; the report folder states each verdict.
+
+This test disrupts the session's shared application on purpose (kill, redeploy) and leaves it
+answering again: the restart stage only passes once a completion has come back.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.cli import main
+
+pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
+
+
+def test_accept_runs_every_stage_on_the_local_cluster(served_tiny, tiny_model_dir, tmp_path, monkeypatch, capsys):
+    manifest = served_tiny.manifest
+    monkeypatch.setenv(manifest.serve.api_key_env, served_tiny.api_key)
+    out = tmp_path / "accept"
+    code = main(served_tiny.cluster.cli(
+        "accept", served_tiny.manifest_path, "--out", out, "--json", "--tokenizer", tiny_model_dir,
+        "--requests", "4", "--max-concurrency", "4",
+    ))  # fmt: skip
+    printed = capsys.readouterr().out
+    data = json.loads(printed)
+    verdicts = {s["name"]: s["verdict"] for s in data["stages"]}
+    assert list(verdicts) == ["topology", "cold_load", "short_prompts", "long_prompts", "concurrency_sweep", "output_heavy", "failure", "restart"]
+    assert code == (0 if data["verdict"] == "pass" else 7)
+
+    stages = {s["name"]: s for s in data["stages"]}
+    # topology: every host of the bed probed
+    assert set(stages["topology"]["details"]["nodes"]) == {n.name for n in manifest.nodes}
+    # the failure stage really killed an engine process and saw the replica come back
+    failure = stages["failure"]
+    assert failure["verdict"] == "pass", failure["summary"]
+    assert failure["metrics"]["killed"]["process"] == "VLLM::EngineCore" and failure["metrics"]["killed"]["pid"] > 0
+    assert failure["metrics"]["unhealthy_seen_after_s"] is not None
+    assert failure["metrics"]["time_to_recovery_s"] > failure["metrics"]["unhealthy_seen_after_s"]
+    # the restart stage redeployed and got answers back
+    assert stages["restart"]["verdict"] == "pass", stages["restart"]["summary"]
+    # load stages: real requests, lengths as asked
+    long = stages["long_prompts"]["details"]["bench"]["levels"][0]
+    assert long["succeeded"] == long["requests"] and long["prompt_tokens"] >= 4 * 900
+    # the report folder
+    md = (out / "acceptance.md").read_text()
+    for name in verdicts:
+        assert f"| {name} |" in md
+    assert (out / "sweep.png").read_bytes().startswith(b"\x89PNG")
