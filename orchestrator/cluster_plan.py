@@ -2,8 +2,8 @@
 Pure: no I/O (``orchestrator.workflows.cluster`` gathers the inputs and carries the plan out).
 
 Decisions
-- nothing recorded (or recorded as down): ``start`` every node (after a `ray stop` on each, so a
-  leftover Ray cannot make `ray start` fail);
+- nothing recorded (or recorded as down): ``start`` every node (after stopping what the
+  cluster may have left there, so a leftover Ray cannot make `ray start` fail);
 - recorded with another manifest fingerprint: ``restart`` every node; the plan carries a
   readable diff of the manifests, and the nodes that left the manifest are stopped too;
 - same fingerprint, head's dashboard not answering or the head not ALIVE: ``restart`` all;
@@ -30,7 +30,7 @@ class UpPlan:
     action: Action
     reason: str
     start: tuple[str, ...] = ()  # nodes to (re)start, the head first when it is among them
-    stop: tuple[str, ...] = ()  # nodes to `ray stop` before starting
+    stop: tuple[str, ...] = ()  # nodes where the cluster's processes are stopped before starting
     removed: tuple[str, ...] = ()  # nodes of the recorded manifest that are no longer in it
     diff: tuple[str, ...] = ()
     problems: dict[str, str] = field(default_factory=dict)  # node -> why it is not healthy

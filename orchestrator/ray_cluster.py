@@ -1,5 +1,5 @@
-"""Ray on the nodes: the argv and environment of `ray start`/`ray stop`, and pure parsers of the
-Ray dashboard's JSON into ``NodeState`` values. No I/O here (``orchestrator.ray_dashboard`` talks
+"""Ray on the nodes: the argv and environment of `ray start`, the scoped stop of a cluster's
+processes, and pure parsers of the Ray dashboard's JSON into ``NodeState`` values. No I/O here (``orchestrator.ray_dashboard`` talks
 HTTP; ``orchestrator.workflows.cluster`` runs the argv through runners).
 
 Naming a node inside Ray: every node gets the custom resource ``orch_node_<name>`` with amount
@@ -12,7 +12,8 @@ Environment of the Ray processes (``ray_process_env``): the serving defaults of
 ``SERVE_ENV_DEFAULTS`` (measured in the stack notes: they more than double Serve LLM
 throughput), then the NIC pinning (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``) and
 ``VLLM_HOST_IP``, then the manifest's cluster env and node env (which win), then token auth
-(``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN_PATH``) which nothing overrides.
+(``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN_PATH``) and ``ORCH_CLUSTER=<name>``, which nothing
+overrides (the latter tags every process of the cluster so that stopping it kills only those).
 """
 
 from __future__ import annotations
@@ -46,12 +47,62 @@ SERVE_ENV_DEFAULTS: dict[str, str] = {
 GCS_WAIT_ENV = "RAY_gcs_server_port_wait_time_s"
 WORKER_GCS_WAIT_S = 60
 
-# Engine processes of vLLM that can outlive Ray's workers: vLLM v1 titles its processes
-# "VLLM::EngineCore", "VLLM::Worker_TP0", ... (vllm/utils/system_utils.py set_process_title,
-# prefix VLLM_PROCESS_NAME_PREFIX="VLLM"), and a bare server runs as
-# `python -m vllm.entrypoints.openai.api_server`. pkill -f matches the whole command line; the
-# bracket keeps the pattern from matching a shell that carries it in its own command line.
-VLLM_PROCESS_PATTERNS = ("^VLLM::", r"[v]llm\.entrypoints")
+# Every process of an orch Ray node carries ORCH_CLUSTER=<cluster name> in its environment: it is
+# set on `ray start` and inherited by the raylet, the agents, Ray's workers, Serve replicas and
+# the vLLM engine processes they spawn (also once orphaned). Stopping a node kills exactly
+# those (and processes whose command line names the cluster's Ray temp dir, with their
+# descendants), never another cluster's Ray or someone else's vLLM on the same machine, which
+# `ray stop` (no filter) and `pkill -f vllm` would kill.
+CLUSTER_ENV = "ORCH_CLUSTER"
+STOP_SCRIPT = r"""
+import importlib.util, json, os, sys, time
+try:
+    import psutil
+except ImportError:  # Ray vendors psutil under ray/thirdparty_files
+    spec = importlib.util.find_spec("ray")
+    sys.path.insert(0, os.path.join(list(spec.submodule_search_locations)[0], "thirdparty_files"))
+    import psutil
+cluster, temp = sys.argv[1], sys.argv[2].rstrip("/")
+marks = (temp + "/session_", "--temp-dir=" + temp, "--temp_dir=" + temp)
+spare = {os.getpid()} | {p.pid for p in psutil.Process().parents()}
+roots = []
+for p in psutil.process_iter(["cmdline"]):
+    if p.pid in spare:
+        continue
+    try:
+        cmd = " ".join(p.info["cmdline"] or ())
+        if any(m in cmd for m in marks) or p.environ().get("ORCH_CLUSTER") == cluster:
+            roots.append(p)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        pass
+victims = {}
+for p in roots:
+    victims[p.pid] = p
+    try:
+        victims.update((c.pid, c) for c in p.children(recursive=True) if c.pid not in spare)
+    except psutil.NoSuchProcess:
+        pass
+names = set()
+for p in victims.values():
+    try:
+        names.add(p.name())
+        p.kill()
+    except psutil.NoSuchProcess:
+        pass
+def dead(p):  # a zombie is dead; its parent (not us) reaps it
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+deadline = time.monotonic() + 15
+alive = list(victims.values())
+while alive and time.monotonic() < deadline:
+    alive = [p for p in alive if not dead(p)]
+    if alive:
+        time.sleep(0.1)
+print(json.dumps({"killed": len(victims) - len(alive), "alive": [p.pid for p in alive], "names": sorted(names)}))
+"""
+
 
 def node_resource(name: str) -> str:
     """The custom Ray resource that names an orch node (``orch_node_<name>``)."""
@@ -139,19 +190,19 @@ def worker_start_argv(manifest: Manifest, node: NodeSpec, facts: NodeFacts | Non
 
 
 def stop_argv(manifest: Manifest, node: NodeSpec) -> list[str]:
-    """`ray stop --force`: SIGKILL every Ray process of the node (it has no per-cluster filter)."""
-    return ray_argv(manifest, node, "stop", "--force")
+    """Kill (SIGKILL) every process of this cluster's Ray node here, vLLM engines included: the
+    processes tagged ``ORCH_CLUSTER`` or naming the cluster's temp dir, and their descendants.
+    Prints JSON ``{"killed": n, "alive": [pids], "names": [...]}`` (see ``parse_stop``)."""
+    return [node.python_bin(manifest), "-c", STOP_SCRIPT, manifest.name, manifest.ray.temp_dir]
 
 
-def ray_running_argv() -> list[str]:
-    """pgrep argv that succeeds (exit 0) when a Ray node runs here: its raylet or GCS process
-    (their process names, matched exactly). Exit 1: none."""
-    return ["pgrep", "-x", "--", "raylet|gcs_server"]
-
-
-def vllm_kill_argvs() -> list[list[str]]:
-    """pkill argv for each vLLM process pattern (exit 1 = nothing matched, which is fine)."""
-    return [["pkill", "-KILL", "-f", pattern] for pattern in VLLM_PROCESS_PATTERNS]
+def parse_stop(text: str) -> dict[str, Any]:
+    """The stop script's report; raises ValueError when it printed none."""
+    for line in reversed(text.strip().splitlines()):
+        if line.strip().startswith("{"):
+            data = json.loads(line)
+            return {"killed": int(data.get("killed", 0)), "alive": list(data.get("alive", [])), "names": list(data.get("names", []))}
+    raise ValueError("the stop script printed no report")
 
 
 def ray_process_env(
@@ -161,8 +212,8 @@ def ray_process_env(
     token_path: str | None = None,
     serve_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The environment `ray start` (and `ray stop`) runs with on ``node``; see the module doc for
-    the order. ``serve_env`` replaces ``SERVE_ENV_DEFAULTS`` when given."""
+    """The environment `ray start` runs with on ``node``; see the module doc for the order.
+    ``serve_env`` replaces ``SERVE_ENV_DEFAULTS`` when given."""
     env: dict[str, str] = dict(SERVE_ENV_DEFAULTS if serve_env is None else serve_env)
     if node.interface:
         env["NCCL_SOCKET_IFNAME"] = node.interface
@@ -170,6 +221,7 @@ def ray_process_env(
     env["VLLM_HOST_IP"] = node_address(node, facts)
     env.update(manifest.env)
     env.update(node.env)
+    env[CLUSTER_ENV] = manifest.name
     if manifest.ray.token_auth:
         if not token_path:
             raise ValueError("token auth is on: ray_process_env needs the node's token_path")

@@ -167,7 +167,7 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
 
     \b
     Nodes are stopped in parallel. An unreachable node is reported and does not fail the
-    command (exit 0); a node where `ray stop` itself failed makes it exit 5.
+    command (exit 0); a node where stopping failed makes it exit 5.
     """
     from rich.table import Table
 
@@ -195,6 +195,6 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
     failed = [n for n in result.nodes if not n.ok and not n.unreachable]
     if failed:
         raise ClusterError(
-            f"`ray stop` failed on {', '.join(n.node for n in failed)}: {failed[0].detail}",
+            f"stopping failed on {', '.join(n.node for n in failed)}: {failed[0].detail}",
             hint="re-run `orch down`; if it persists, log in and stop the processes by hand",
         )

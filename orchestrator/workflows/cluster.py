@@ -8,10 +8,10 @@ sleep and a progress callback. Decisions are made by the pure ``cluster_plan.pla
 up: probe every node (in parallel) -> preflight (failures stop; warnings stop without force)
 -> compare with the recorded state (nothing / heal the sick workers / restart all / start)
 -> token once (0600, local and on every node started) -> on every node to (re)start, in
-parallel and without barriers: `ray stop` if Ray runs there, token file, `ray start` (the head,
+parallel and without barriers: stop this cluster's processes there, token file, `ray start` (the head,
 and workers that wait for its GCS) -> wait until every node is ALIVE with its GPUs (through the
-head's dashboard) -> record. down: `ray stop --force` and leftover vLLM processes on every node in parallel;
-unreachable nodes are reported, not fatal.
+head's dashboard) -> record. down: kill this cluster's processes (Ray, and the vLLM engines it spawned) on every node
+in parallel; unreachable nodes are reported, not fatal.
 """
 
 from __future__ import annotations
@@ -48,9 +48,8 @@ from orchestrator.ray_cluster import (
     node_gpus,
     node_token_path,
     ray_process_env,
-    ray_running_argv,
+    parse_stop,
     stop_argv,
-    vllm_kill_argvs,
     worker_start_argv,
 )
 from orchestrator.ray_dashboard import open_dashboard, wait_for_nodes
@@ -167,31 +166,23 @@ def remove_token(runner: Runner, manifest: Manifest) -> None:
     runner.run(["rmdir", "--ignore-fail-on-non-empty", "--", path.rsplit("/", 1)[0]], timeout=30)
 
 
-def stop_node(runner: Runner, manifest: Manifest, node: NodeSpec, kill_vllm: bool = True) -> str:
-    """`ray stop --force` (every Ray process of the node) and, with ``kill_vllm``, vLLM engine
-    processes left behind. Returns a short account of what was done."""
-    runner.run(stop_argv(manifest, node), timeout=RAY_STOP_TIMEOUT_S).check(node.name)
-    killed = []
-    if kill_vllm:
-        for argv in vllm_kill_argvs():
-            res = runner.run(argv, timeout=30)
-            if res.exit_code == 0:
-                killed.append(argv[-1])
-            elif res.exit_code != 1:  # pkill: 1 = no process matched
-                res.check(node.name)
-    return "ray stopped" + (f"; killed vLLM processes matching {', '.join(killed)}" if killed else "")
-
-
-def stop_if_running(runner: Runner, manifest: Manifest, node: NodeSpec) -> str:
-    """``stop_node`` only where a raylet or GCS runs: `ray stop` costs a Python start with Ray's
-    import (seconds on a busy node) and a fresh node has nothing to stop. What a crashed node
-    may leave without a raylet (an agent holding a port) makes `ray start` fail, and ``_start``
-    then stops everything and tries again."""
-    res = runner.run(ray_running_argv(), timeout=30)
-    if res.exit_code == 1:
-        return "no Ray running"
-    res.check(node.name)
-    return stop_node(runner, manifest, node)
+def stop_node(runner: Runner, manifest: Manifest, node: NodeSpec) -> str:
+    """Kill every process of this cluster on the node (Ray and the vLLM engines it spawned, also
+    orphaned ones; nothing of another cluster or user). Returns a short account."""
+    res = runner.run(stop_argv(manifest, node), timeout=RAY_STOP_TIMEOUT_S).check(node.name)
+    try:
+        report = parse_stop(res.stdout)
+    except ValueError as exc:
+        raise CommandFailedError(f"{node.name}: stopping Ray: {exc}", node=node.name) from exc
+    if report["alive"]:
+        raise CommandFailedError(
+            f"{node.name}: processes {report['alive']} survived SIGKILL for 15 s", node=node.name,
+            hint="they may be stuck in the kernel (D state, e.g. a hung GPU driver): check `ps -o stat` on the node",
+        )  # fmt: skip
+    if not report["killed"]:
+        return "nothing was running"
+    vllm = sorted(n for n in report["names"] if n.startswith("VLLM"))
+    return f"stopped {report['killed']} processes" + (f" (vLLM: {', '.join(vllm)})" if vllm else "")
 
 
 def _start(
@@ -213,7 +204,7 @@ def _start(
         tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-3:])
         if attempt == 1 and retry():
             progress(f"`ray start` failed on {node.name} (exit {res.exit_code}); stopping it and trying once more")
-            stop_node(runner, manifest, node, kill_vllm=False)
+            stop_node(runner, manifest, node)
             continue
         raise ClusterError(
             f"`ray start` failed {'twice ' if attempt == 2 else ''}on {node.name} (exit {res.exit_code}): {tail}",
@@ -331,7 +322,7 @@ def _carry_out(
         node = manifest.node(r.node)
         try:
             if node.name in plan.stop:
-                stop_if_running(r, manifest, node)
+                stop_node(r, manifest, node)
             path = install_token(r, manifest, token) if token is not None else None
             env = ray_process_env(manifest, node, facts.get(node.name), path, options.serve_env)
             if node.name == head.name:
@@ -403,7 +394,8 @@ class DownResult:
 
 
 def down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
-    """Stop Ray and leftover vLLM on every node in parallel and remove the node's token copy.
+    """Stop this cluster's Ray and vLLM processes on every node in parallel and remove the node's
+    token copy.
     A node that cannot be reached is reported (``unreachable``), not fatal; the recorded cluster
     is marked down (the local token is kept: the next `up` reuses it)."""
     t0 = deps.clock()

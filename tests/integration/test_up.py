@@ -75,6 +75,7 @@ def test_ray_runs_with_token_auth_and_node_settings(ray_testbed_cluster):
         assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == token_path
         assert env["VLLM_HOST_IP"] == h.address
         assert env["RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING"] == "1"
+        assert env["ORCH_CLUSTER"] == name  # what `orch down` kills by
         args = c.ray_pids(h.name)[pid]
         assert f"orch_node_{h.name},1000" in args and "GPU,8" in args and "CPU,8" in args
         assert f"--node_ip_address={h.address}" in args

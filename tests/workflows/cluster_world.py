@@ -16,7 +16,7 @@ from pathlib import Path
 from orchestrator.errors import UnreachableError
 from orchestrator.facts import NicAddress, NicInfo, NodeFacts, Versions
 from orchestrator.manifest import load_manifest
-from orchestrator.ray_cluster import NodeState, node_resource
+from orchestrator.ray_cluster import STOP_SCRIPT, NodeState, node_resource
 from orchestrator.ray_dashboard import DashboardUnavailable
 from orchestrator.remote.fake import FakeRunner, result
 
@@ -62,7 +62,8 @@ class World:
         self.runners = {n.name: self._runner(n.name) for n in manifest.nodes}
         self.dashboard_opens: list[tuple[str, int, str | None]] = []
         self.dirs: list[tuple[str, ...]] = []  # mkdir/rmdir argv run on any node
-        self.leftovers: set[str] = set()
+        self.leftovers: set[str] = set()  # nodes where Ray processes of the cluster run that no dashboard lists
+        self.vllm: set[str] = set()  # nodes with orphaned vLLM engine processes of the cluster
         self.head_up = threading.Event()  # the head's GCS listens
         self.start_barrier: threading.Barrier | None = None
         self.lock = threading.Lock()  # nodes where Ray processes run that no dashboard lists
@@ -77,10 +78,8 @@ class World:
                 return result("/home/ops\n")
             if argv[:3] == (PY, "-m", "ray.scripts.scripts"):
                 return world.ray(name, argv[3:], env)
-            if argv[0] == "pgrep":  # is a raylet or GCS running here?
-                return result("4242\n") if name in world.running or name in world.leftovers else result(exit_code=1)
-            if argv[0] == "pkill":
-                return result(exit_code=1)
+            if argv[:3] == (PY, "-c", STOP_SCRIPT):
+                return world.stop(name, argv[3:])
             if argv[0] in ("mkdir", "rmdir"):
                 world.dirs.append(argv)
                 return result()
@@ -93,14 +92,23 @@ class World:
 
         return FakeRunner(name, default=respond)
 
+    def stop(self, name, args):
+        assert list(args) == [self.manifest.name, self.manifest.ray.temp_dir]
+        names = []
+        if name in self.running or name in self.leftovers:
+            names += ["raylet", "gcs_server"] if name == "head" else ["raylet"]
+        if name in self.vllm:
+            names += ["VLLM::EngineCore"]
+        self.running.pop(name, None)
+        self.leftovers.discard(name)
+        self.vllm.discard(name)
+        if name == "head":
+            self.head_up.clear()
+        return result(json.dumps({"killed": len(names), "alive": [], "names": names}))
+
     def ray(self, name, args, env):
-        if args[0] == "stop":
-            self.running.pop(name, None)
-            if name == "head":
-                self.head_up.clear()
-            self.leftovers.discard(name)
-            return result("Stopped all 8 Ray processes.")
         assert args[0] == "start"
+        assert env["ORCH_CLUSTER"] == self.manifest.name
         if self.start_barrier is not None:  # every node's `ray start` must be running at once
             self.start_barrier.wait(timeout=5)
         assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == "/home/ops/.orch/clusters/tb/ray-token"
@@ -171,11 +179,23 @@ class World:
         return out
 
     def ray_calls(self, node=None, verb=None):
+        """Calls that stop (the stop script) or start (`ray start`) Ray, per node in order."""
         calls = []
         for name, r in self.runners.items():
             if node and name != node:
                 continue
-            calls += [c for c in r.ran(PY, "-m", "ray.scripts.scripts") if verb is None or c.argv[3] == verb]
+            for c in r.calls:
+                v = self.verb(c.argv)
+                if v and (verb is None or v == verb):
+                    calls.append(c)
         return calls
 
+    def verb(self, argv):
+        if argv[:3] == (PY, "-c", STOP_SCRIPT):
+            return "stop"
+        if argv[:4] == (PY, "-m", "ray.scripts.scripts", "start"):
+            return "start"
+        return None
 
+    def verbs(self, node):
+        return [self.verb(c.argv) for c in self.ray_calls(node)]

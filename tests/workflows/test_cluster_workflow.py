@@ -41,10 +41,9 @@ def test_fresh_up_starts_every_node_and_records(env):
     w1 = world.ray_calls("w1", "start")[0].argv
     assert w1[w1.index("--address") + 1] == "192.168.7.1:26379"
     assert w1[w1.index("--node-ip-address") + 1] == "192.168.7.2"
-    # every node was asked whether Ray runs there (nothing did: no `ray stop`), then started
+    # on every node: the cluster's leftovers stopped (none here), then Ray started
     for name in ("head", "w1", "w2"):
-        assert [c.argv[3] for c in world.ray_calls(name)] == ["start"]
-        assert world.runners[name].ran("pgrep", "-x", "--", "raylet|gcs_server")
+        assert world.verbs(name) == ["stop", "start"]
         f = world.runners[name].files["/home/ops/.orch/clusters/tb/ray-token"]
         assert f.content == b"t0k3n\n" and f.mode == 0o600
     assert ("mkdir", "-p", "-m", "700", "--", "/home/ops/.orch/clusters/tb") in world.dirs
@@ -70,10 +69,9 @@ def test_head_and_workers_start_at_the_same_time(env):
 
 def test_fresh_up_stops_a_leftover_ray_first(env):
     manifest, world, deps, _ = env
-    world.leftovers.add("w1")  # e.g. started by hand, or the state folder was lost
-    up(manifest, deps)
-    assert [c.argv[3] for c in world.ray_calls("w1")] == ["stop", "start"]
-    assert [c.argv[3] for c in world.ray_calls("w2")] == ["start"]
+    world.leftovers.add("w1")  # e.g. the state folder was lost while the cluster ran
+    assert up(manifest, deps).action == "start"
+    assert world.verbs("w1") == ["stop", "start"] and "w1" in world.running
 
 
 def test_second_up_does_nothing_and_says_so(env):
@@ -94,9 +92,9 @@ def test_dead_worker_is_restarted_alone(env):
     res = up(manifest, deps)
     assert res.action == "heal" and res.started == ["w2"]
     assert "w2 (DEAD" in res.plan.reason
-    assert [c.argv[3] for c in world.ray_calls("w2")] == ["start", "start"]
-    assert [c.argv[3] for c in world.ray_calls("head")] == ["start"]
-    assert [c.argv[3] for c in world.ray_calls("w1")] == ["start"]
+    assert world.verbs("w2") == ["stop", "start", "stop", "start"]
+    assert world.verbs("head") == ["stop", "start"]
+    assert world.verbs("w1") == ["stop", "start"]
     assert world.running["head"].node_id == head_id
     assert deps.state.get_cluster("tb").node_ids["w2"] == world.running["w2"].node_id
 
@@ -193,7 +191,7 @@ def test_worker_start_failing_twice_names_every_failed_node(tmp_path):
         up(manifest, deps)
     assert "`ray start` failed twice on w1" in err.value.message and "failed twice on w2" in err.value.message
     assert "timed out during startup" in err.value.message
-    assert [c.argv[3] for c in world.ray_calls("w1")] == ["start", "stop", "start"]
+    assert world.verbs("w1") == ["stop", "start", "stop", "start"]
     assert deps.state.get_cluster("tb") is None
 
 
@@ -203,8 +201,8 @@ def test_a_start_that_fails_once_is_stopped_and_retried(tmp_path):
     messages: list[str] = []
     res = up(manifest, _deps_for(world, tmp_path, messages))
     assert res.action == "start" and set(world.running) == {"head", "w1", "w2"}
-    assert [c.argv[3] for c in world.ray_calls("w2")] == ["start", "stop", "start"]
-    assert [c.argv[3] for c in world.ray_calls("w1")] == ["start"]
+    assert world.verbs("w2") == ["stop", "start", "stop", "start"]
+    assert world.verbs("w1") == ["stop", "start"]
     assert any("failed on w2 (exit 1); stopping it and trying once more" in m for m in messages)
 
 
@@ -215,8 +213,8 @@ def test_head_start_failure_is_the_error_and_workers_are_not_retried(tmp_path):
     with pytest.raises(ClusterError) as err:
         up(manifest, deps)
     assert err.value.message.startswith("`ray start` failed twice on head")
-    assert [c.argv[3] for c in world.ray_calls("head")] == ["start", "stop", "start"]
-    assert [c.argv[3] for c in world.ray_calls("w1")] == ["start"]  # no second try: the head is gone
+    assert world.verbs("head") == ["stop", "start", "stop", "start"]
+    assert world.verbs("w1") == ["stop", "start"]  # no second try: the head is gone
     assert deps.state.get_cluster("tb") is None
 
 
@@ -235,14 +233,14 @@ def test_down_reports_unreachable_node_and_stops_the_others(env):
     manifest, world, deps, _ = env
     up(manifest, deps)
     world.unreachable.add("w1")
+    world.vllm.add("head")  # an engine left behind by a Serve replica
     res = down(manifest, deps)
     by = {n.node: n for n in res.nodes}
     assert by["head"].ok and by["w2"].ok and not by["w1"].ok and by["w1"].unreachable
     assert "connection refused" in by["w1"].detail
     assert set(world.running) == {"w1"}
+    assert by["head"].detail == "stopped 3 processes (vLLM: VLLM::EngineCore); token removed"
     for name in ("head", "w2"):
-        pk = world.runners[name].ran("pkill")
-        assert [c.argv for c in pk[-2:]] == [("pkill", "-KILL", "-f", "^VLLM::"), ("pkill", "-KILL", "-f", r"[v]llm\.entrypoints")]
         assert world.runners[name].files == {}  # the node's token copy is gone
         assert ("rmdir", "--ignore-fail-on-non-empty", "--", "/home/ops/.orch/clusters/tb") in [
             c.argv for c in world.runners[name].calls
