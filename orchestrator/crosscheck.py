@@ -12,9 +12,9 @@ frontend (after HTTP parsing and tokenization) to the first token leaving the ou
 the client's from sending to receiving the first token. TPOT on both sides is
 (last token - first token) / (N - 1) and matches closely. ``ttft_from_headers`` (first token minus
 response headers, the client's nearest view of vLLM's starting point) separates the HTTP ingress
-from the rest. Measured on a CPU-starved 2-core host: vLLM's frontend loop drains queued engine
-outputs without yielding while a tiny model decodes faster than it streams, so tokens leave the
-server well after vLLM stamped them; the TTFT difference is then the server's own front-end.
+from the rest. Measured with the tiny CPU model (docs/bench.md): at low concurrency vLLM writes the
+stream well after its frontend stamped the first token, so TTFT differs far beyond 10% while TPOT
+and TTFT meet where the engine is the bottleneck.
 """
 
 from __future__ import annotations

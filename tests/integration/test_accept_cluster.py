@@ -45,6 +45,9 @@ def test_accept_runs_every_stage_on_the_local_cluster(served_tiny, tiny_model_di
     # load stages: real requests, lengths as asked
     long = stages["long_prompts"]["details"]["bench"]["levels"][0]
     assert long["succeeded"] == long["requests"] and long["prompt_tokens"] >= 4 * 900
+    # vLLM's metrics were found through Ray's discovery file and count exactly the stage's requests
+    short = stages["short_prompts"]["details"]["bench"]["levels"][0]
+    assert short["crosscheck"]["tpot"]["server_count"] == short["requests"] == 4
     # the report folder
     md = (out / "acceptance.md").read_text()
     for name in verdicts:
