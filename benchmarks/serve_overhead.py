@@ -48,7 +48,12 @@ VARIANT_ENV = {
     "defaults": {},
     "haproxy": {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"},
     "orch": None,  # ray_cluster.SERVE_ENV_DEFAULTS
+    "throughput": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"},  # added to orch's
+    "omp": None,  # orch's, with OMP_NUM_THREADS = the node's cores in the app's runtime_env
 }
+# Ray sets OMP_NUM_THREADS to an actor's CPU count (1 for the LLMServer replica) when it is not
+# set; the "omp" variant measures what giving the engine every core changes.
+DIRECT_STREAMING_VARIANTS = ("orch", "throughput", "omp")
 MARK = "ORCH_SERVE_OVERHEAD_RUN"
 
 
@@ -104,7 +109,9 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
     from orchestrator.serve_client import ServeClient
     from orchestrator.serve_config import AppTarget, ServingPlan, deploy_body, render_app
 
-    serve_env = dict(SERVE_ENV_DEFAULTS if VARIANT_ENV[variant] is None else VARIANT_ENV[variant])
+    serve_env = dict(SERVE_ENV_DEFAULTS if variant in DIRECT_STREAMING_VARIANTS else VARIANT_ENV[variant])
+    if variant in DIRECT_STREAMING_VARIANTS and VARIANT_ENV[variant]:
+        serve_env.update(VARIANT_ENV[variant])
     ports = {k: free_port() for k in ("gcs", "dash", "client", "metrics", "stats", "fb_http", "fb_grpc", "agent", "agent_grpc")}
     env = {**env, **serve_env, "ORCH_SERVE_OVERHEAD_RAY": f"{env[MARK]}-{variant}", "RAY_SERVE_HAPROXY_METRICS_PORT": str(ports["metrics"]), "RAY_SERVE_HAPROXY_STATS_PORT": str(ports["stats"]),
            "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(ports["fb_http"]), "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(ports["fb_grpc"])}  # fmt: skip
@@ -130,7 +137,9 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
     app = rendered.with_api_key(key) if key else rendered.app
     if not key:
         app["args"]["llm_configs"][0]["engine_kwargs"].pop("api_key")
-    if variant != "orch":
+    if variant == "omp":
+        app["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
+    if variant not in DIRECT_STREAMING_VARIANTS:
         app["runtime_env"]["env_vars"].pop("RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", None)
         app.pop("deployments", None)  # no LLMRouter without direct streaming
     with ServeClient(dash, token) as serve:
@@ -206,7 +215,7 @@ def main() -> int:
         bare_url = f"http://127.0.0.1:{bare_port}"
         wait_http(bare_url + "/health", 600)
         for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
-            vkey = key if variant == "orch" else None
+            vkey = key if variant in DIRECT_STREAMING_VARIANTS else None
             proc, serve_url = start_serve(variant, model, free_port(), env, workdir, vkey)
             procs.append(proc)
             measure(bare_url, None, argparse.Namespace(**{**vars(args), "requests": 16}))  # warm-up both
