@@ -179,9 +179,9 @@ class StateStore:
             ) from exc
         try:
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA busy_timeout=30000")
             if not self._migrated:
+                _ensure_wal(conn)
                 self._migrate(conn)
                 self._migrated = True
             yield conn
@@ -413,6 +413,21 @@ def write_secret(path: Path, text: str) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def _ensure_wal(conn: sqlite3.Connection, attempts: int = 100) -> None:
+    """Switch the database to WAL (persistent: once per database). The switch needs the database
+    to itself and SQLite answers "database is locked" at once, without the busy timeout, when
+    another connection is in it: retry briefly, and stop as soon as anyone made it WAL."""
+    for _ in range(attempts):
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+            return
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError:
+            time.sleep(0.02)
+    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        raise sqlite3.OperationalError("could not switch the state database to WAL: it stays locked")
 
 
 def _check_status(status: str) -> None:
