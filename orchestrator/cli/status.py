@@ -39,14 +39,20 @@ def resolve_manifest(cluster_yaml: Path | None, state_dir: Path):
     return Manifest.model_validate_json(records[0].manifest_json)
 
 
-def collect(manifest: Any, state_dir: Path, accept_new_host_keys: bool = False):
+def collect(manifest: Any, state_dir: Path, accept_new_host_keys: bool = False, capacity_cache: dict | None = None):
+    """Nodes from Ray's dashboard, then the serving section (Serve app, revision, engine figures).
+
+    ``capacity_cache`` keeps each replica's start-up KV-cache line across --watch refreshes, so a
+    replica's log is read once."""
     from orchestrator.cli.cluster import make_deps
+    from orchestrator.serving_status import node_refs
     from orchestrator.workflows.cluster import status_nodes
+    from orchestrator.workflows.serving_status import ServingDeps, gather_serving
 
     deps = make_deps(manifest, state_dir, accept_new_host_keys, lambda _m: None)
     report = status_nodes(manifest, deps)
-    # Further sections go here: report = report.with_serving(<serving section of manifest>)
-    return report
+    serving = gather_serving(manifest, ServingDeps.from_cluster(deps, capacity_cache), node_refs(report.nodes))
+    return report.with_serving(serving)
 
 
 def render_nodes(section: Any) -> Any:
@@ -108,7 +114,10 @@ def render_report(report: Any) -> Any:
     from rich.text import Text
 
     parts: list[Any] = [Text(f"cluster {report.cluster}", style="bold"), render_nodes(report.nodes)]
-    # A serving section renders itself here once its owner provides render_serving(report.serving).
+    if report.serving is not None:
+        from orchestrator.cli.status_serving import render_serving
+
+        parts.append(render_serving(report.serving))
     return Group(*parts)
 
 
@@ -131,8 +140,9 @@ def status(ctx: click.Context, cluster_yaml: Path | None, as_json: bool, watch: 
     """
     state_dir: Path = ctx.obj["state_dir"]
     manifest = resolve_manifest(cluster_yaml, state_dir)
+    cache: dict = {}
     if not watch:
-        report = collect(manifest, state_dir, accept_new_host_keys)
+        report = collect(manifest, state_dir, accept_new_host_keys, cache)
         if as_json:
             print_json(report.to_dict())
         else:
@@ -141,13 +151,13 @@ def status(ctx: click.Context, cluster_yaml: Path | None, as_json: bool, watch: 
     try:
         if as_json:
             while True:
-                print_json(collect(manifest, state_dir, accept_new_host_keys).to_dict())
+                print_json(collect(manifest, state_dir, accept_new_host_keys, cache).to_dict())
                 time.sleep(interval)
         from rich.live import Live
 
         with Live(console=console(), auto_refresh=False) as live:
             while True:
-                live.update(render_report(collect(manifest, state_dir, accept_new_host_keys)), refresh=True)
+                live.update(render_report(collect(manifest, state_dir, accept_new_host_keys, cache)), refresh=True)
                 time.sleep(interval)
     except KeyboardInterrupt:
         return

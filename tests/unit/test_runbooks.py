@@ -17,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent.parent
 RUNBOOKS = REPO / "runbooks"
 SECTIONS = ("## Symptom", "## How orch detects it", "## Fix", "## Verify")
-REGISTRIES = ("orchestrator.preflight", "orchestrator.doctor")
+REGISTRIES = ("orchestrator.preflight", "orchestrator.doctor", "orchestrator.serving_status")
 
 
 def registered_codes() -> dict[str, str]:
