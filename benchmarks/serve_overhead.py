@@ -50,10 +50,11 @@ VARIANT_ENV = {
     "orch": None,  # ray_cluster.SERVE_ENV_DEFAULTS
     "throughput": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"},  # added to orch's
     "omp": None,  # orch's, with OMP_NUM_THREADS = the node's cores in the app's runtime_env
+    "raw1": None,  # orch's env but OMP_NUM_THREADS left to Ray (1 for the replica)
 }
 # Ray sets OMP_NUM_THREADS to an actor's CPU count (1 for the LLMServer replica) when it is not
 # set; the "omp" variant measures what giving the engine every core changes.
-DIRECT_STREAMING_VARIANTS = ("orch", "throughput", "omp")
+DIRECT_STREAMING_VARIANTS = ("orch", "throughput", "omp", "raw1")
 MARK = "ORCH_SERVE_OVERHEAD_RUN"
 
 
@@ -129,11 +130,13 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
             "--num-cpus", "8", "--temp-dir", str(temp), "--disable-usage-stats", "--resources", json.dumps({node_resource("bench"): 1000})]  # fmt: skip
     proc = subprocess.Popen(argv, env=env, stdout=(workdir / f"ray-{variant}.log").open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     dash = f"http://127.0.0.1:{ports['dash']}"
-    wait_http(dash + "/api/version", 120, headers={"Authorization": f"Bearer {token}"})
+    wait_http(dash + "/api/version", 300, headers={"Authorization": f"Bearer {token}"})
     manifest = SimpleNamespace(accelerator="cpu", nodes=[SimpleNamespace(interface=None)], env={"VLLM_CPU_KVCACHE_SPACE": "1"},
                                serve=SimpleNamespace(http_port=http_port, http_host="127.0.0.1"))  # fmt: skip
+    # orch's render gives the engine the node's cores (OMP_NUM_THREADS); "raw1" keeps Ray's 1.
+    cores = None if variant == "raw1" else (os.cpu_count() or 1)
     rendered = render_app(manifest, ServingPlan(tp=1, pp=1, max_model_len=1024), AppTarget("orch-r1", "/", "tiny", str(model)),
-                          node_resource=node_resource)  # fmt: skip
+                          node_resource=node_resource, cpu_threads=cores)  # fmt: skip
     app = rendered.with_api_key(key) if key else rendered.app
     if not key:
         app["args"]["llm_configs"][0]["engine_kwargs"].pop("api_key")

@@ -238,7 +238,7 @@ def placement(
     return bundles, "PACK"
 
 
-def serving_env(manifest: Any, plan: ServingPlan, defaults: ServeDefaults) -> dict[str, str]:
+def serving_env(manifest: Any, plan: ServingPlan, defaults: ServeDefaults, cpu_threads: int | None = None) -> dict[str, str]:
     """runtime_env env_vars: the cluster env, NCCL/Gloo interfaces when uniform, CPU KV space."""
     env: dict[str, str] = dict(DIRECT_STREAMING_ENV)
     nodes = list(getattr(manifest, "nodes", []) or [])
@@ -252,6 +252,10 @@ def serving_env(manifest: Any, plan: ServingPlan, defaults: ServeDefaults) -> di
     if getattr(manifest, "accelerator", "gpu") == "cpu":
         gib = plan.kv_cache_gib if plan.kv_cache_gib else defaults.cpu_kv_cache_gib
         env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(math.ceil(gib))))
+        if cpu_threads:
+            # Ray sets OMP_NUM_THREADS to the replica actor's CPU count (1) when it is unset, and
+            # the vLLM engine process inherits it: a CPU engine then computes on one core.
+            env["OMP_NUM_THREADS"] = str(int(cpu_threads))
     env.update({str(k): str(v) for k, v in (getattr(manifest, "env", None) or {}).items()})
     return env
 
@@ -279,6 +283,7 @@ def render_app(
     stage_nodes: Sequence[str] | None = None,
     defaults: ServeDefaults = ServeDefaults(),
     extra_engine_kwargs: Mapping[str, Any] | None = None,
+    cpu_threads: int | None = None,
 ) -> RenderedApp:
     """Render one application through the jinja2 template. Pure (reads the template file)."""
     import jinja2
@@ -324,7 +329,7 @@ def render_app(
         "api_key_placeholder": API_KEY_PLACEHOLDER,
         "bundles": bundles,
         "strategy": strategy,
-        "env_vars": serving_env(manifest, plan, defaults),
+        "env_vars": serving_env(manifest, plan, defaults, cpu_threads),
         "num_replicas": plan.replicas,
         "autoscaling": autoscaling,
         "max_ongoing_requests": max_ongoing(plan, defaults),

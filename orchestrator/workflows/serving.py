@@ -264,6 +264,18 @@ def check_ready(apis: ClusterApis, route: str, model: str, api_key: str, deps: S
     return result
 
 
+def node_cores(manifest: Manifest, runners: Mapping[str, Runner]) -> int | None:
+    """The fewest cores (`nproc`) of the nodes, on a CPU cluster (a CPU engine's thread count)."""
+    if manifest.accelerator != "cpu":
+        return None
+    counts = []
+    for runner in runners.values():
+        res = runner.run(["nproc"], timeout=20)
+        if res.ok and res.stdout.strip().isdigit():
+            counts.append(int(res.stdout.strip()))
+    return min(counts) if counts else None
+
+
 def wait_for_route(apis: ClusterApis, route: str, name: str, deps: ServingDeps, options: RolloutOptions) -> None:
     """Until the endpoint's proxy maps ``route`` to application ``name`` (None: cannot tell)."""
     deadline = deps.clock() + options.probe_timeout_s
@@ -295,7 +307,8 @@ def check_model_path(manifest: Manifest, runners: Mapping[str, Runner], source: 
         )
 
 
-DesiredFactory = Callable[[list], Desired]  # Ray nodes (with usage; [] when unknown) -> Desired
+# (Ray nodes with usage, [] when unknown; cores of the smallest node, None when unknown) -> Desired
+DesiredFactory = Callable[[list, "int | None"], Desired]
 
 
 def execute(manifest: Manifest, build: DesiredFactory, api_key: str | None, deps: ServingDeps, options: RolloutOptions) -> RolloutResult:
@@ -303,7 +316,7 @@ def execute(manifest: Manifest, build: DesiredFactory, api_key: str | None, deps
     cluster = deps.state.get_cluster(manifest.name)
     if cluster is None or cluster.state != "up":
         if options.dry_run:
-            desired = build([])
+            desired = build([], None)
             deps.validate(desired.rendered.app)
             decision = decisions.Decision(decisions.FRESH, f"cluster {manifest.name!r} is not up: this is the config a first rollout would apply")
             return RolloutResult(action="dry_run:" + decision.kind, decision=decision.to_dict(), cluster=manifest.name,
@@ -317,7 +330,7 @@ def execute(manifest: Manifest, build: DesiredFactory, api_key: str | None, deps
     token = deps.state.read_token(manifest.name) if manifest.ray.token_auth else None
     with deps.open_runners(manifest) as runners, deps.open_apis(manifest, runners, token) as apis:
         nodes = apis.nodes()
-        desired = build(nodes)
+        desired = build(nodes, node_cores(manifest, runners))
         deps.validate(desired.rendered.app)
         status = apis.serve.status()
         current, serving = serving_now(deps.state, manifest.name, status)

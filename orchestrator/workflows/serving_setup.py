@@ -154,7 +154,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
         plan_json["reasons"] = [*plan_json.get("reasons", []), f"replicas set to {request.replicas} by --replicas"]
     weights_per_node = plan.weights_gib_per_gpu * min(plan.tp * plan.pp, max(1, plan.gpus_per_node))
 
-    def build(nodes: list) -> Desired:
+    def build(nodes: list, cores: int | None = None) -> Desired:
         accel, note = accelerator_type_for(manifest, nodes)
         stage_nodes = None
         if manifest.accelerator != "cpu" and serving_plan.pp > 1 and serving_plan.replicas == 1:
@@ -168,7 +168,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
         rendered = render_app(
             manifest, serving_plan, AppTarget("orch-candidate", "/", served, source),
             node_resource=node_resource, accelerator_type=accel, stage_nodes=stage_nodes,
-            defaults=defaults, extra_engine_kwargs=engine_extra,
+            defaults=defaults, extra_engine_kwargs=engine_extra, cpu_threads=cores,
         )  # fmt: skip
         if note:
             rendered = RenderedApp(app=rendered.app, stage_nodes=rendered.stage_nodes, notes=(*rendered.notes, note))
@@ -202,7 +202,7 @@ def desired_for_revision(state: StateStore, cluster: str, to: int | None):
     served = meta.get("served_name") or llm.get("model_loading_config", {}).get("model_id") or target.model
     source = meta.get("model_source") or llm.get("model_loading_config", {}).get("model_source") or ""
 
-    def build(nodes: list) -> Desired:
+    def build(nodes: list, cores: int | None = None) -> Desired:
         return Desired(model=target.model, served_name=served, model_source=source, rendered=RenderedApp(app=app),
                        plan=dict(target.plan), rollback_of=target.number)  # fmt: skip
 

@@ -129,7 +129,7 @@ def test_405b_shaped_plan_places_8_bundles_on_each_of_2_nodes(ray_testbed_cluste
     with c.dashboard() as dash:
         nodes = dash.nodes_with_usage()
     request = RolloutRequest(model="llama3-405b", model_path="/models/llama3-405b", tp=8, pp=2, replicas=1, max_model_len=8192)
-    desired = desired_for_model(manifest, request)(nodes)
+    desired = desired_for_model(manifest, request)(nodes, None)
     llm = desired.rendered.llm_config
     assert desired.rendered.stage_nodes is not None and len(set(desired.rendered.stage_nodes)) == 2
     options = LLMServer.get_deployment_options(LLMConfig.model_validate(llm))

@@ -122,8 +122,9 @@ def world(tmp_path):
     w.manifest, w.model, w.state, w.clock = manifest, model, state, Clock()
     w.serve, w.endpoint, w.nodes = FakeServe(), FakeEndpoint(), _nodes()
     w.runners = {
-        "head": FakeRunner("head", default=result()).on(Prefix("tail"), result(stdout="INFO start\nValueError: from the log\n")),
-        "w1": FakeRunner("w1", default=result()),
+        "head": FakeRunner("head", default=result()).on(Prefix("tail"), result(stdout="INFO start\nValueError: from the log\n"))
+        .on(("nproc",), result(stdout="4\n")),
+        "w1": FakeRunner("w1", default=result()).on(("nproc",), result(stdout="2\n")),
     }
     w.validated = []
 
@@ -153,6 +154,8 @@ def test_first_rollout_deploys_on_the_public_route_and_records_a_ready_revision(
     (app,) = world.serve.bodies[0]["applications"]
     assert app["name"] == "orch-r1" and app["route_prefix"] == "/"
     assert app["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == [KEY]
+    # A CPU engine gets the cores of the smallest node (Ray would leave it OMP_NUM_THREADS=1).
+    assert app["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "2"
     assert world.validated and world.validated[0]["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == ["<redacted>"]
     rev = world.state.current_revision("wf")
     assert rev.number == 1 and rev.status == "ready" and KEY not in json.dumps(rev.config)
