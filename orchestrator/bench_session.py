@@ -49,7 +49,7 @@ class BenchOptions:
     seed: int = 0
     warmup: int = 2
     timeout_s: float = 300.0
-    settle_timeout_s: float = 30.0
+    settle_timeout_s: float = 60.0  # Ray exports every few seconds; a loaded node lags more
     stream_interval: int | None = None
 
 

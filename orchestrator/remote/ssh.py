@@ -12,6 +12,7 @@ One SSH connection per runner, opened on first use and reused by every command.
 from __future__ import annotations
 
 import errno
+import logging
 import math
 import re
 import select
@@ -36,6 +37,10 @@ from orchestrator.errors import (
 )
 from orchestrator.remote import known_hosts as kh
 from orchestrator.remote.runner import CommandResult
+
+# paramiko logs every connection at INFO ('Connected (version 2.0, ...)') from its transport
+# threads; orch reports connection problems as typed errors, so only its warnings are kept.
+logging.getLogger("paramiko").setLevel(logging.WARNING)
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Grace between orch giving up on a command and the node's `timeout` killing it (TERM, then KILL).

@@ -2,7 +2,8 @@
 
 Tests marked ``ends_cluster`` take the shared Ray cluster of tests/fixtures/cluster.py down;
 they run after every other test of the session so that the cluster is started once, not again
-after each of them (``ray_testbed_cluster`` would bring it back, at ~1 minute a time).
+after each of them (``ray_testbed_cluster`` would bring it back, at ~1 minute a time). Tests
+marked ``disrupts_serving`` (orch accept kills an engine and redeploys) run just before them.
 """
 
 from __future__ import annotations
@@ -10,10 +11,15 @@ from __future__ import annotations
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "ends_cluster: takes the shared test-bed Ray cluster down (runs last)")
+    config.addinivalue_line(
+        "markers", "disrupts_serving: kills or redeploys the shared served app (runs after the tests that read it)"
+    )
 
 
 def pytest_collection_modifyitems(session, config, items):
-    last = [item for item in items if item.get_closest_marker("ends_cluster")]
-    if last:
-        rest = [item for item in items if not item.get_closest_marker("ends_cluster")]
-        items[:] = rest + last
+    def rank(item) -> int:
+        if item.get_closest_marker("ends_cluster"):
+            return 2
+        return 1 if item.get_closest_marker("disrupts_serving") else 0
+
+    items.sort(key=rank)  # stable: the order inside each group is kept

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.cli import main
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
+pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm, pytest.mark.disrupts_serving]
 
 
 def test_accept_runs_every_stage_on_the_local_cluster(served_tiny, tiny_model_dir, tmp_path, monkeypatch, capsys):
