@@ -3,17 +3,19 @@
 
 - The KV-cache capacity shown is the one the engine logged: the replica's worker log is read
   here independently (the host's Ray temp dir, as this machine sees it) and compared.
-- The live figures move: requests sent between two status reads show up in the TTFT/TPOT window
+- The live figures move: `orch bench` run between two status reads shows up in the TTFT/TPOT window
   of the second read (Ray exports the engine's series every few seconds: polled, bounded).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
-import httpx
 import pytest
+
+from orchestrator.cli import main
 
 from orchestrator.serving_status import node_refs
 from orchestrator.workflows.cluster import status_nodes
@@ -45,8 +47,9 @@ def _logged_line(served, serving) -> str:
     return next(line for line in files[0].read_text(errors="replace").splitlines() if "KV cache size:" in line)
 
 
-def test_capacity_equals_the_engine_log_and_metrics_move(served_tiny):
+def test_capacity_equals_the_engine_log_and_metrics_move(served_tiny, monkeypatch, capsys):
     served = served_tiny
+    monkeypatch.setenv(served.manifest.serve.api_key_env, served.api_key)
     deps = served.cluster.deps()
     first = _status(served, deps)
     assert first.app_status == "RUNNING", first.problems
@@ -63,11 +66,14 @@ def test_capacity_equals_the_engine_log_and_metrics_move(served_tiny):
     assert model.capacity.max_concurrency == float(conc)
 
     before = model.live.ttft.count if model.live and model.live.ttft else 0
-    headers = {"Authorization": f"Bearer {served.api_key}"}
-    for i in range(REQUESTS):
-        resp = httpx.post(f"{served.endpoint}/v1/completions", headers=headers, timeout=120,
-                          json={"model": "tiny", "prompt": f"status test {i}", "max_tokens": 8, "ignore_eos": True})  # fmt: skip
-        assert resp.status_code == 200, resp.text
+    # the load comes from `orch bench` against the cluster (its endpoint, its key variable)
+    code = main(served.cluster.cli(
+        "bench", served.manifest_path, "--concurrency", "2", "--requests", str(REQUESTS),
+        "--prompt-tokens", "16", "--output-tokens", "8", "--warmup", "0", "--json",
+    ))  # fmt: skip
+    assert code == 0
+    bench = json.loads(capsys.readouterr().out)
+    assert bench["levels"][0]["succeeded"] == REQUESTS
 
     def moved():
         s = _status(served, deps)

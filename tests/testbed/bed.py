@@ -39,8 +39,9 @@ class HostSpec:
     "4xA100-40GB", "none", "mig", "broken"). ``nics``: extra NICs, only "ib0" (a second network
     shared by the hosts that have one). ``shm_size``: size of the host's own /dev/shm ("1g";
     None: the machine's). ``pythonpath``: dirs put first on the host's PYTHONPATH.
-    ``versions``: distribution -> version recorded in a dist-info dir on that PYTHONPATH, so
-    ``importlib.metadata.version(dist)`` answers it on this host (``import ray`` is unchanged).
+    ``versions``: distribution -> version really installed for this host (``pip install
+    --no-deps --target``, cached under ~/.cache/orch/testbed) and put first on its PYTHONPATH:
+    ``import ray`` and ``importlib.metadata`` both give that version there.
     ``expected_gpus``: the node's ``gpus`` in ``manifest_yaml`` (default: what it has, min 1)."""
 
     gpus: str = "8xH100-80GB"
@@ -198,12 +199,9 @@ class Testbed:
         h.ray_dir.mkdir()
         network.create_host_netns(self.run_id, h.index, self.subnets, with_ib=h.ib_address is not None)
         gpus.install(h.profile, h.bin_dir, f"{self.run_id}/{h.name}")
-        for dist, version in h.spec.versions.items():
-            info = h.dir / "site" / f"{dist.replace('-', '_')}-{version}.dist-info"
-            info.mkdir()
-            (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        installed = [str(real_install(dist, version)) for dist, version in h.spec.versions.items()]
         sshd.keygen(h.host_key, f"orchtb-{self.run_id}-{h.name}")
-        pythonpath = list(h.spec.pythonpath) + ([str(h.dir / "site")] if h.spec.versions else [])
+        pythonpath = list(h.spec.pythonpath) + installed
         h.sshd_config.write_text(
             sshd.render_config(
                 host_dir=h.dir,
@@ -388,3 +386,33 @@ def check_capabilities() -> str | None:
         return f"`ip netns` does not work here: {probe.stderr.strip()}"
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation dir
     return None
+
+
+def real_install(dist: str, version: str) -> Path:
+    """A real install of ``dist==version`` (no dependencies) in a cached folder, made once.
+
+    A host that carries another version of a package gets the package itself, not a stand-in:
+    the wheel comes from the package index the first time (ray 2.59.0: 79 MB, a few seconds).
+    """
+    import fcntl
+
+    base = Path(os.environ.get("ORCH_TESTBED_CACHE") or Path.home() / ".cache" / "orch" / "testbed")
+    target = base / f"site-{dist}-{version}"
+    done = target / ".orch-installed"
+    if done.exists():
+        return target
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / f".lock-{dist}-{version}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent test sessions install it once
+        if not done.exists():
+            tmp = base / f".tmp-{dist}-{version}-{os.getpid()}"
+            argv = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+                    "--disable-pip-version-check", "--target", str(tmp), f"{dist}=={version}"]  # fmt: skip
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+            if out.returncode != 0:
+                raise RuntimeError(f"could not install {dist}=={version} for a test host: {out.stderr[-2000:]}")
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.rename(target)
+            done.write_text(f"{dist}=={version}\n")
+    return target
