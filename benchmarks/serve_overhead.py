@@ -144,7 +144,6 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
         app["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
     if variant not in DIRECT_STREAMING_VARIANTS:
         app["runtime_env"]["env_vars"].pop("RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", None)
-        app.pop("deployments", None)  # no LLMRouter without direct streaming
     with ServeClient(dash, token) as serve:
         serve.apply(deploy_body([app], manifest))
         deadline = time.monotonic() + 900

@@ -115,9 +115,6 @@ class ServeDefaults:
     cpus_per_cpu_worker: float = 1
     cpu_kv_cache_gib: float = 1  # VLLM_CPU_KVCACHE_SPACE when the plan gives none
     autoscaling_max_replicas: int | None = None  # set: autoscale between plan.replicas and this
-    # How long a deleted application's LLMRouter stays up (HAProxy may still route to it until
-    # it reloads its config; 2 s, Serve's default, lost one request in ~800 during a switch).
-    router_grace_s: float = 10
 
 
 @dataclass(frozen=True)
@@ -336,7 +333,6 @@ def render_app(
         "health_check_period_s": defaults.health_check_period_s,
         "health_check_timeout_s": defaults.health_check_timeout_s,
         "graceful_shutdown_timeout_s": defaults.graceful_shutdown_timeout_s,
-        "router_grace_s": defaults.router_grace_s,
     }
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
