@@ -41,6 +41,22 @@ SERVE_ENV_DEFAULTS: dict[str, str] = {
     "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
 }
 
+# HAProxy (RAY_SERVE_ENABLE_HA_PROXY) binds fixed ports on every node besides serve.http_port.
+# They follow the manifest's http_port (offsets from Ray 2.60's defaults at 8000), so two clusters
+# on one machine, or a moved http_port, do not collide; the manifest's env can still set them.
+HAPROXY_PORT_OFFSETS: dict[str, int] = {
+    "RAY_SERVE_HAPROXY_METRICS_PORT": 9101 - 8000,
+    "RAY_SERVE_HAPROXY_STATS_PORT": 8404 - 8000,
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": 8500 - 8000,
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": 9500 - 8000,
+}
+
+
+def haproxy_ports(http_port: int) -> dict[str, str]:
+    """HAProxy's side ports for a Serve HTTP port (the defaults for 8000)."""
+    return {name: str(http_port + offset) for name, offset in HAPROXY_PORT_OFFSETS.items()}
+
+
 # A worker started together with its head waits this long for the head's GCS to listen:
 # Ray's connect loop in ray/_private/node.py (_init_gcs_client) retries once a second,
 # 20 times by default, or RAY_gcs_server_port_wait_time_s times when that is set.
@@ -215,6 +231,8 @@ def ray_process_env(
     """The environment `ray start` runs with on ``node``; see the module doc for the order.
     ``serve_env`` replaces ``SERVE_ENV_DEFAULTS`` when given."""
     env: dict[str, str] = dict(SERVE_ENV_DEFAULTS if serve_env is None else serve_env)
+    if env.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
+        env.update(haproxy_ports(manifest.serve.http_port))
     if node.interface:
         env["NCCL_SOCKET_IFNAME"] = node.interface
         env["GLOO_SOCKET_IFNAME"] = node.interface

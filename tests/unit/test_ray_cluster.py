@@ -242,3 +242,15 @@ def test_bad_payloads():
         parse_nodes({"result": False, "msg": "boom", "data": {}})
     with pytest.raises(DashboardFormatError):
         parse_nodes({"result": True, "data": {"result": {}}})
+
+
+def test_haproxy_side_ports_follow_the_serve_http_port():
+    from orchestrator.ray_cluster import haproxy_ports
+
+    assert haproxy_ports(8000) == {
+        "RAY_SERVE_HAPROXY_METRICS_PORT": "9101",
+        "RAY_SERVE_HAPROXY_STATS_PORT": "8404",
+        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": "8500",
+        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": "9500",
+    }
+    assert haproxy_ports(18000)["RAY_SERVE_FALLBACK_PROXY_HTTP_PORT"] == "18500"
