@@ -397,7 +397,10 @@ class _Forward:
         except (OSError, ValueError, EOFError, paramiko.SSHException):
             pass  # either side closed (or the forward was closed): end this tunnelled connection
         finally:
-            chan.close()
+            try:
+                chan.close()
+            except (OSError, EOFError, paramiko.SSHException):
+                pass  # the SSH transport is already gone: nothing left to close on its side
             conn.close()
 
     def close(self) -> None:
