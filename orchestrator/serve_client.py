@@ -21,7 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from orchestrator.errors import ServeError
+from orchestrator.ray_dashboard import DashboardClient
 from orchestrator.serve_config import redact
 
 APPLICATIONS_PATH = "/api/serve/applications/"
@@ -213,30 +216,17 @@ def failure_messages(app: AppStatus) -> list[str]:
     return out
 
 
-class ServeClient:
-    """Synchronous client of Serve's REST API on a dashboard URL (the tunnel's local end)."""
+class ServeClient(DashboardClient):
+    """Synchronous client of Serve's REST API on a dashboard URL (the tunnel's local end); the
+    connection, token header and lifetime are the dashboard client's, the errors are Serve's."""
 
     def __init__(self, base_url: str, token: str | None, timeout: float = 30.0, transport: Any = None) -> None:
-        import httpx
-
-        self._httpx = httpx
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, transport=transport)
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> ServeClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(base_url, token, timeout=timeout, transport=transport)
 
     def _call(self, method: str, json_body: Any = None) -> Any:
         try:
             resp = self._http.request(method, APPLICATIONS_PATH, json=json_body)
-        except self._httpx.TransportError as exc:
+        except httpx.TransportError as exc:
             raise ServeApiError(
                 f"the Ray dashboard at {self.base_url} did not answer {method} {APPLICATIONS_PATH}: {type(exc).__name__}",
                 hint="is the cluster up? `orch status` shows it; `orch up CLUSTER_YAML` starts it",
