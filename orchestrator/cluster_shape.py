@@ -191,3 +191,32 @@ def shape_from_facts(manifest: Any, facts: Mapping[str, Any]) -> ClusterShape:
         if links:
             nvlink = all(links)
     return ClusterShape(gpn, declared.nodes, mem, names, nvlink, declared.notes)
+
+
+@dataclass(frozen=True)
+class _RecordedGpu:
+    name: str
+    memory_total_mib: int | None
+
+
+@dataclass(frozen=True)
+class _RecordedTopology:
+    nvlink: bool | None
+
+
+@dataclass(frozen=True)
+class RecordedFacts:
+    """The part of a node's recorded facts (``NodeFacts.to_dict()``) that sizes a plan."""
+
+    gpus: tuple[_RecordedGpu, ...]
+    topology: _RecordedTopology | None
+
+
+def recorded_facts(nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, RecordedFacts]:
+    """node name -> RecordedFacts, from the JSON `orch up` kept; for ``shape_from_facts``."""
+    out: dict[str, RecordedFacts] = {}
+    for name, d in nodes.items():
+        gpus = tuple(_RecordedGpu(str(g.get("name") or ""), g.get("memory_total_mib")) for g in d.get("gpus") or ())
+        topo = d.get("topology")
+        out[name] = RecordedFacts(gpus, _RecordedTopology(topo.get("nvlink")) if isinstance(topo, Mapping) else None)
+    return out

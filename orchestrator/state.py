@@ -22,7 +22,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -379,6 +379,26 @@ class StateStore:
         if not name or "/" in name or name.startswith("."):
             raise ValueError(f"bad cluster name for a folder: {name!r}")
         return self.state_dir / "clusters" / name
+
+    def facts_path(self, name: str) -> Path:
+        """The node facts (JSON) that the last `orch up` of the cluster probed."""
+        return self.cluster_dir(name) / "facts.json"
+
+    def save_facts(self, name: str, facts: Mapping[str, Mapping[str, Any]]) -> None:
+        """Keep what `orch up` probed (node name -> ``NodeFacts.to_dict()``) for the planner."""
+        path = self.facts_path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"probed_at": self._clock(), "nodes": dict(facts)}, default=str))
+        tmp.replace(path)
+
+    def load_facts(self, name: str) -> dict[str, dict[str, Any]] | None:
+        try:
+            data = json.loads(self.facts_path(name).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        nodes = data.get("nodes") if isinstance(data, dict) else None
+        return nodes if isinstance(nodes, dict) else None
 
     def token_path(self, name: str) -> Path:
         """Where the cluster's Ray auth token lives locally (mode 0600)."""

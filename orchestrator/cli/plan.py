@@ -23,12 +23,16 @@ DEFAULT_GPU_TYPE = "H100-80GB"
 DEFAULT_GPUS_PER_NODE = 8
 
 
-def _shape(cluster: Path | None, gpu_type: str | None, gpu_memory_gib: float | None, gpus_per_node: int | None, nodes: int | None, nvlink: bool | None) -> ClusterShape:
+def _shape(cluster: Path | None, gpu_type: str | None, gpu_memory_gib: float | None, gpus_per_node: int | None, nodes: int | None, nvlink: bool | None, state_dir: Path | None = None) -> ClusterShape:
     notes: tuple[str, ...] = ()
     if cluster is not None:
         from orchestrator.manifest import load_manifest_file
+        from orchestrator.state import StateStore
+        from orchestrator.workflows.cluster import planning_shape
 
-        base = shape_from_manifest(load_manifest_file(cluster))
+        manifest = load_manifest_file(cluster)
+        # when this manifest is up, the GPUs `orch up` probed; else what it declares
+        base = planning_shape(manifest, StateStore(state_dir)) if state_dir is not None else shape_from_manifest(manifest)
         if not any(v is not None for v in (gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink)):
             return base
         gpu_type = gpu_type or base.gpu_type
@@ -83,7 +87,7 @@ def seed_tables(spec: ModelSpec, plan: ParallelPlan, gpu_bytes: float | None) ->
 
 @click.command("plan")
 @click.option("--model", "model", required=True, help=f"Catalog name ({', '.join(CATALOG)}), a Hugging Face model folder, or a config.json.")
-@click.option("--cluster", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Take the shape from this cluster.yaml.")
+@click.option("--cluster", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Take the shape from this cluster.yaml (from the GPUs `orch up` probed when it is up).")
 @click.option("--gpu-type", default=None, help=f"GPU type: {', '.join(GPU_TYPES)} or {CPU} [default {DEFAULT_GPU_TYPE}].")
 @click.option("--gpu-memory-gib", type=click.FloatRange(min=0, min_open=True), default=None, help="Memory per GPU in GiB (CUDA's total), instead of the type's.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help=f"GPUs per node [default {DEFAULT_GPUS_PER_NODE}].")
@@ -97,7 +101,8 @@ def seed_tables(spec: ModelSpec, plan: ParallelPlan, gpu_bytes: float | None) ->
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
 @click.option("--nvlink/--no-nvlink", default=None, help="Whether GPUs in a node share NVLink [default: the GPU type's usual board].")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def plan(model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype, nvlink, as_json) -> None:
+@click.pass_context
+def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype, nvlink, as_json) -> None:
     """Size MODEL on a cluster: weights, KV cache, B_max, and the TP/PP choice with its reasons.
 
     \b
@@ -109,7 +114,8 @@ def plan(model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp, pp,
     if gpu_type is not None and gpu_type.lower() == CPU and (tp or 1) * (pp or 1) > 1:
         raise UsageError("--tp/--pp do not apply to --gpu-type cpu (one replica per node)")
     spec = resolve_model(model)
-    shape = _shape(cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink)
+    state_dir = ctx.obj.get("state_dir") if isinstance(ctx.obj, dict) else None
+    shape = _shape(cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink, state_dir)
     options = PlanOptions(
         tp=tp,
         pp=pp,

@@ -124,6 +124,8 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
       orch rollout --model /models/my-llama --served-name my-llama --max-model-len 8192
     """
     from orchestrator.cli.cluster import progress_display
+    from orchestrator.state import StateStore
+    from orchestrator.workflows.cluster import planning_shape
     from orchestrator.workflows.serving import RolloutOptions, execute
     from orchestrator.workflows.serving_setup import RolloutRequest, desired_for_model
 
@@ -137,7 +139,8 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s)
     api_key = os.environ.get(manifest.serve.api_key_env) or None
     with progress_display(enabled=not as_json) as progress:
-        result = execute(manifest, desired_for_model(manifest, request), api_key, _deps(manifest, state_dir, progress), options)
+        shape = planning_shape(manifest, StateStore(state_dir))
+        result = execute(manifest, desired_for_model(manifest, request, shape=shape), api_key, _deps(manifest, state_dir, progress), options)
     _print_result(result, as_json, dry_run)
 
 

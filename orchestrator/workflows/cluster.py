@@ -54,6 +54,7 @@ from orchestrator.ray_cluster import (
 )
 from orchestrator.ray_dashboard import open_dashboard, wait_for_nodes
 from orchestrator.remote.runner import Runner, fan_out
+from orchestrator.cluster_shape import ClusterShape
 from orchestrator.state import StateStore
 from orchestrator.status import StatusReport, build_nodes_section
 
@@ -274,6 +275,8 @@ def up(manifest: Manifest, deps: ClusterDeps, options: UpOptions = UpOptions()) 
                 dashboard_error = exc.message
         plan = plan_up(manifest, record, expected, states, dashboard_error)
         common = dict(plan=plan, findings=findings, facts=facts, head_address=head_address)
+        if not options.dry_run:  # what the nodes have, for `orch plan --cluster` and rollout
+            deps.state.save_facts(name, {n: f.to_dict() for n, f in good.items()})
         if not plan.changes_anything:
             return UpResult(name, "nothing", f"nothing to do: {plan.reason}", nodes=states or [],
                             seconds=deps.clock() - t0, **common)  # fmt: skip
@@ -461,3 +464,20 @@ def status_nodes(manifest: Manifest, deps: ClusterDeps) -> StatusReport:
         dash["error"] = f"the head is unreachable: {reach[head.name]}"
     section = build_nodes_section(manifest, dash.get("states"), reach, dash.get("error"), dash.get("ray_version"))
     return StatusReport(name, section, recorded=record.to_dict() if record else None)
+
+
+def planning_shape(manifest: Manifest, state: StateStore) -> ClusterShape:
+    """The shape to plan on: the GPUs `orch up` probed when this manifest is the one up, else
+    what the manifest declares (preflight has already held the nodes to it)."""
+    from dataclasses import replace
+
+    from orchestrator.cluster_shape import recorded_facts, shape_from_facts, shape_from_manifest
+
+    record = state.get_cluster(manifest.name)
+    probed = None
+    if record is not None and record.state == "up" and record.fingerprint == manifest.fingerprint():
+        probed = state.load_facts(manifest.name)
+    if not probed:
+        return shape_from_manifest(manifest)
+    shape = shape_from_facts(manifest, recorded_facts(probed))
+    return replace(shape, notes=shape.notes + ("shape from the GPUs that `orch up` probed on the nodes",))

@@ -122,8 +122,9 @@ def accelerator_type_for(manifest: Manifest, nodes: list) -> tuple[str | None, s
     return None, f"Ray reports no {key} resource on the nodes: accelerator_type left out"
 
 
-def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: ServeDefaults = ServeDefaults()):
-    """A factory (Ray nodes -> Desired) for `orch rollout --model ...`."""
+def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: ServeDefaults = ServeDefaults(), shape=None):
+    """A factory (Ray nodes -> Desired) for `orch rollout --model ...`. ``shape``: the cluster
+    shape to plan on (``workflows.cluster.planning_shape``); default: the manifest's."""
     from orchestrator.capacity import PlanOptions
     from orchestrator.catalog import resolve_model
     from orchestrator.cluster_shape import shape_from_manifest
@@ -136,7 +137,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
         kv_cache_gib=request.kv_cache_gib, dtype=request.dtype, kv_cache_dtype=request.kv_cache_dtype,
         **({"gpu_memory_utilization": request.gpu_memory_utilization} if request.gpu_memory_utilization else {}),
     )  # fmt: skip
-    plan = plan_model(spec, shape_from_manifest(manifest), options)
+    plan = plan_model(spec, shape if shape is not None else shape_from_manifest(manifest), options)
     if not plan.fits:
         raise PlanError(
             f"{spec.name} does not fit this cluster: " + "; ".join(plan.reasons[-2:]),

@@ -275,3 +275,33 @@ def test_status_when_head_unreachable(env):
     assert report.nodes.dashboard_error.startswith("the head is unreachable")
     assert all(r.ray_state == "UNKNOWN" for r in report.nodes.rows)
     assert {r.name for r in report.nodes.rows if r.reachable} == {"w1", "w2"}
+
+
+def test_planning_shape_uses_the_gpus_up_probed_only_for_the_manifest_that_is_up(tmp_path):
+    """`orch up` keeps what nvidia-smi reported; the planner sizes on it while that manifest is up."""
+    from orchestrator.cluster_shape import shape_from_manifest
+    from orchestrator.manifest import load_manifest
+    from orchestrator.state import StateStore
+    from orchestrator.workflows.cluster import planning_shape
+
+    text = (
+        "name: c\nnodes:\n"
+        "  - {name: h, host: 192.0.2.10, role: head, gpus: 8, gpu_type: H100-80GB}\n"
+        "  - {name: w, host: 192.0.2.11, gpus: 8, gpu_type: H100-80GB}\n"
+    )
+    manifest = load_manifest(text, tmp_path / "cluster.yaml")
+    state = StateStore(tmp_path / "state")
+    assert planning_shape(manifest, state) == shape_from_manifest(manifest)  # nothing up yet
+
+    pcie = {"name": "NVIDIA H100 PCIe", "memory_total_mib": 81559}
+    probed = {n: {"gpus": [dict(pcie, index=i) for i in range(8)], "topology": {"nvlink": False}} for n in ("h", "w")}
+    state.save_facts("c", probed)
+    state.record_cluster("c", manifest.fingerprint(), "192.0.2.10", 8265)
+    shape = planning_shape(manifest, state)
+    assert shape.gpus_per_node == 8 and shape.nodes == 2
+    assert shape.nvlink is False  # as probed (the manifest's H100-80GB alone says SXM/NVLink)
+    assert any("probed" in note for note in shape.notes)
+
+    changed = load_manifest(text.replace("name: c", "name: c\nenv: {X: '1'}"), tmp_path / "cluster.yaml")
+    assert changed.fingerprint() != manifest.fingerprint()
+    assert not any("probed" in note for note in planning_shape(changed, state).notes)
