@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from orchestrator.errors import ClusterError
+from orchestrator.errors import ClusterError, OrchError
 from orchestrator.ray_cluster import NodeState, node_problems, parse_nodes, parse_usage, with_usage
 
 RUNBOOK_NOT_JOINED = "runbooks/RAY_NODE_NOT_JOINED.md"
@@ -46,19 +46,32 @@ class DashboardClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+    # The two failures every dashboard request shares; a client of another API on the same
+    # dashboard (ServeClient) overrides them to raise its own error kind.
+    def _unavailable(self, what: str, exc: httpx.TransportError) -> OrchError:
+        return DashboardUnavailable(
+            f"the Ray dashboard at {self.base_url} did not answer {what}: {type(exc).__name__}: {exc}",
+            hint="is Ray running on the head? `orch up CLUSTER_YAML` starts it",
+        )
+
+    def _refused(self, what: str, status_code: int) -> OrchError:
+        return DashboardRefused(
+            f"the Ray dashboard refused orch's token ({status_code} on {what})",
+            hint="the cluster was started with another token; `orch down` then `orch up` restarts it with orch's",
+        )
+
+    def _send(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
+        """One request; no answer and a refused token become errors, other statuses are returned."""
         try:
-            resp = self._http.get(path, params=params)
+            resp = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            raise DashboardUnavailable(
-                f"the Ray dashboard at {self.base_url} did not answer {path}: {type(exc).__name__}: {exc}",
-                hint="is Ray running on the head? `orch up CLUSTER_YAML` starts it",
-            ) from exc
+            raise self._unavailable(what, exc) from exc
         if resp.status_code in (401, 403):
-            raise DashboardRefused(
-                f"the Ray dashboard refused orch's token ({resp.status_code} on {path})",
-                hint="the cluster was started with another token; `orch down` then `orch up` restarts it with orch's",
-            )
+            raise self._refused(what, resp.status_code)
+        return resp
+
+    def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        resp = self._send("GET", path, path, params=params)
         if resp.status_code >= 400:
             raise ClusterError(f"the Ray dashboard answered {resp.status_code} on {path}: {resp.text[:200]}")
         try:

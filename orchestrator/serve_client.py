@@ -223,20 +223,21 @@ class ServeClient(DashboardClient):
     def __init__(self, base_url: str, token: str | None, timeout: float = 30.0, transport: Any = None) -> None:
         super().__init__(base_url, token, timeout=timeout, transport=transport)
 
+    def _unavailable(self, what: str, exc: httpx.TransportError) -> ServeApiError:
+        return ServeApiError(
+            f"the Ray dashboard at {self.base_url} did not answer {what}: {type(exc).__name__}",
+            hint="is the cluster up? `orch status` shows it; `orch up CLUSTER_YAML` starts it",
+        )
+
+    def _refused(self, what: str, status_code: int) -> ServeApiError:
+        return ServeApiError(
+            f"the Ray dashboard refused orch's token ({status_code} on {what})",
+            hint="the cluster was started with another token; `orch down` then `orch up` restarts it",
+            status_code=status_code,
+        )
+
     def _call(self, method: str, json_body: Any = None) -> Any:
-        try:
-            resp = self._http.request(method, APPLICATIONS_PATH, json=json_body)
-        except httpx.TransportError as exc:
-            raise ServeApiError(
-                f"the Ray dashboard at {self.base_url} did not answer {method} {APPLICATIONS_PATH}: {type(exc).__name__}",
-                hint="is the cluster up? `orch status` shows it; `orch up CLUSTER_YAML` starts it",
-            ) from exc
-        if resp.status_code in (401, 403):
-            raise ServeApiError(
-                f"the Ray dashboard refused orch's token ({resp.status_code} on {method} {APPLICATIONS_PATH})",
-                hint="the cluster was started with another token; `orch down` then `orch up` restarts it",
-                status_code=resp.status_code,
-            )
+        resp = self._send(method, APPLICATIONS_PATH, f"{method} {APPLICATIONS_PATH}", json=json_body)
         if resp.status_code >= 400:
             # Serve answers a refused config with its validation error as text: show its end.
             text = resp.text.strip()
