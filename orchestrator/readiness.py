@@ -70,15 +70,3 @@ def unauthenticated_status(base_url: str, route_prefix: str, model: str, timeout
     except httpx.HTTPError:
         return None
     return resp.status_code
-
-
-def routes(base_url: str, timeout_s: float = 5.0) -> dict[str, str] | None:
-    """Serve's route table as the endpoint's proxy has it (``/-/routes``: route -> app), or None."""
-    try:
-        resp = httpx.get(base_url.rstrip("/") + "/-/routes", timeout=timeout_s)
-        if resp.status_code != 200:
-            return None
-        data = resp.json()
-    except (httpx.HTTPError, ValueError):
-        return None
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None

@@ -5,10 +5,12 @@ with what Serve runs now, and picks one of:
 
 - ``noop``: the serving revision has the same fingerprint and its application is RUNNING.
 - ``fresh``: nothing serves yet (first rollout, or Serve lost the app): deploy on the public route.
-- ``side_by_side``: the cluster has room for a second copy: the new revision comes up as a second
-  application on its own route, is probed there, then takes the public route; the old one is
-  deleted only after that. No request fails during the change, and a failure leaves the old
-  revision untouched.
+- ``side_by_side``: the cluster has room for a second copy: the new revision comes up as a
+  candidate application on its own route and must answer a real completion there; then the live
+  application takes the new config and Serve rolls it with a surge (the new replica beside the
+  old one, the old one stopped once the new one is healthy). The public route and its router
+  never change hands, so no request fails during the change; a failure before the switch leaves
+  the old revision untouched.
 - ``in_place``: no room for a second copy and ``--allow-downtime`` was given: the old application
   is replaced; the downtime is about one cold load (estimated).
 - ``refuse``: no room and no ``--allow-downtime``: say so with the downtime estimate.
@@ -34,7 +36,6 @@ REFUSE = "refuse"
 
 APP_PREFIX = "orch-r"
 CANDIDATE_ROUTE_PREFIX = "/_orch/r"
-RETIRED_ROUTE_PREFIX = "/_orch/retired-r"
 
 # Downtime estimate of an in-place change when no cold load was measured for this model.
 DISK_GIB_PER_S = 1.0  # sequential read of safetensors from a local NVMe/network store, per node
@@ -51,10 +52,6 @@ def app_name(revision: int) -> str:
 
 def candidate_route(revision: int) -> str:
     return f"{CANDIDATE_ROUTE_PREFIX}{revision}"
-
-
-def retired_route(revision: int) -> str:
-    return f"{RETIRED_ROUTE_PREFIX}{revision}"
 
 
 def revision_of_app(name: str) -> int | None:

@@ -111,6 +111,10 @@ class ServeDefaults:
     # A CPU engine busy with a batch can take seconds to answer its health check.
     health_check_timeout_s: float = 30
     graceful_shutdown_timeout_s: float = 30
+    # When the live application's config changes (the switch of a side-by-side rollout), Serve
+    # starts the new replicas beside the old ones and stops an old one only once its replacement
+    # is healthy: 100 = a whole second copy, which `orch rollout` checked has room.
+    max_surge_percent: int = 100
     max_ongoing_requests: int | None = None  # None: from the plan's max concurrency
     cpus_per_cpu_worker: float = 1
     cpu_kv_cache_gib: float = 1  # VLLM_CPU_KVCACHE_SPACE when the plan gives none
@@ -249,6 +253,12 @@ def serving_env(manifest: Any, plan: ServingPlan, defaults: ServeDefaults, cpu_t
     if getattr(manifest, "accelerator", "gpu") == "cpu":
         gib = plan.kv_cache_gib if plan.kv_cache_gib else defaults.cpu_kv_cache_gib
         env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(math.ceil(gib))))
+        # vLLM's CPU backend pins its compute threads to cores it picks on its own ("auto"),
+        # unaware of other engines on the node. A side-by-side rollout runs two engines on a
+        # node (the candidate beside the serving copy): both were pinned to the same core and
+        # the serving one's busy loop starved the candidate (its worker got 1% of a core for
+        # 9 minutes while importing, on the test bed). Unpinned, the kernel shares the cores.
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         if cpu_threads:
             # Ray sets OMP_NUM_THREADS to the replica actor's CPU count (1) when it is unset, and
             # the vLLM engine process inherits it: a CPU engine then computes on one core.
@@ -333,6 +343,7 @@ def render_app(
         "health_check_period_s": defaults.health_check_period_s,
         "health_check_timeout_s": defaults.health_check_timeout_s,
         "graceful_shutdown_timeout_s": defaults.graceful_shutdown_timeout_s,
+        "max_surge_percent": defaults.max_surge_percent,
     }
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),

@@ -50,7 +50,6 @@ class Endpoint(Protocol):
 
     def probe(self, route_prefix: str, model: str, api_key: str | None) -> ProbeResult: ...
     def unauthenticated_status(self, route_prefix: str, model: str) -> int | None: ...
-    def routes(self) -> dict[str, str] | None: ...
 
 
 @dataclass
@@ -179,8 +178,21 @@ def serving_now(state: StateStore, cluster: str, status: ServeStatus) -> tuple[R
 # ------------------------------------------------------------------------------ watching
 
 
-def wait_for_app(serve: ServeApi, name: str, timeout_s: float, deps: ServingDeps, poll_s: float) -> AppStatus:
-    """Poll Serve until ``name`` is RUNNING; the live view goes to ``deps.progress``."""
+def _settled(app: AppStatus, since: float | None) -> bool:
+    """RUNNING, and when ``since`` is given (the deploy time before a config change): deployed
+    after it, with every replica RUNNING (a surge leaves old replicas STOPPING for a while)."""
+    if app.status != APP_RUNNING:
+        return False
+    if since is None:
+        return True
+    if app.last_deployed_time_s is None or app.last_deployed_time_s == since:
+        return False
+    return all(r.state == "RUNNING" for d in app.deployments for r in d.replicas)
+
+
+def wait_for_app(serve: ServeApi, name: str, timeout_s: float, deps: ServingDeps, poll_s: float, since: float | None = None) -> AppStatus:
+    """Poll Serve until ``name`` is RUNNING (and, with ``since``, has taken a newer config); the
+    live view goes to ``deps.progress``."""
     deadline = deps.clock() + timeout_s
     last_line = ""
     app: AppStatus | None = None
@@ -191,7 +203,7 @@ def wait_for_app(serve: ServeApi, name: str, timeout_s: float, deps: ServingDeps
             if line != last_line:
                 deps.progress(line)
                 last_line = line
-            if app.status == APP_RUNNING:
+            if _settled(app, since):
                 return app
             if app.failed:
                 raise _Failure(f"application {name} is {app.status}", _app_error(app))
@@ -274,18 +286,6 @@ def node_cores(manifest: Manifest, runners: Mapping[str, Runner]) -> int | None:
         if res.ok and res.stdout.strip().isdigit():
             counts.append(int(res.stdout.strip()))
     return min(counts) if counts else None
-
-
-def wait_for_route(apis: ClusterApis, route: str, name: str, deps: ServingDeps, options: RolloutOptions) -> None:
-    """Until the endpoint's proxy maps ``route`` to application ``name`` (None: cannot tell)."""
-    deadline = deps.clock() + options.probe_timeout_s
-    while True:
-        table = apis.endpoint.routes()
-        if table is None or table.get(route) == name:
-            return
-        if deps.clock() >= deadline:
-            raise _Failure(f"the proxy still routes {route} to {table.get(route)} instead of {name}")
-        deps.sleep(min(options.poll_s, 0.5))
 
 
 # ------------------------------------------------------------------------------ the rollout
@@ -388,11 +388,21 @@ def _carry_out(manifest, desired, api_key, fingerprint, decision, current, servi
         result.first_token_s = probe.first_token_s
         step(f"{app.name} answered a completion ({probe.output_tokens} tokens) {result.cold_load_s:.1f} s after the apply")
         if side:
-            public = app.renamed(app.name, PUBLIC_ROUTE)
+            # The switch: the live application takes the new config and Serve rolls it with a
+            # surge (max_surge_percent): the new replica starts beside the old one, which serves
+            # until its replacement is healthy. The route and the application's router never
+            # change hands, so no request finds nobody to answer it (deleting the old app and
+            # moving the route made HAProxy refuse a few: "router_unreachable"). The candidate,
+            # which proved the config with a real completion, is removed by the same apply.
+            since = status.app(old_live).last_deployed_time_s
+            public = app.renamed(old_live, PUBLIC_ROUTE)
             apis.serve.apply(deploy_body([public.with_api_key(api_key)], manifest))
-            step(f"moved the public route to {app.name}; {old_live} is being deleted")
-            wait_for_route(apis, PUBLIC_ROUTE, app.name, deps, options)
+            result.app_name = meta["app_name"] = old_live
+            step(f"{old_live} on {PUBLIC_ROUTE} takes revision {number}'s config: its new replica starts beside the old one, "
+                 f"which serves until the new one is healthy; candidate {app.name} removed")  # fmt: skip
+            wait_for_app(apis.serve, old_live, options.timeout_s, deps, options.poll_s, since=since)
             check_ready(apis, PUBLIC_ROUTE, desired.served_name, api_key, deps, options)
+            step(f"{old_live} serves revision {number}; the old replica is gone")
     except _Failure as failure:
         detail = failure.detail
         if not detail or "Traceback" in (detail or ""):

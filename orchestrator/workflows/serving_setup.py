@@ -222,9 +222,6 @@ class HttpEndpoint:
     def unauthenticated_status(self, route_prefix: str, model: str) -> int | None:
         return readiness.unauthenticated_status(self.base_url, route_prefix, model)
 
-    def routes(self) -> dict[str, str] | None:
-        return readiness.routes(self.base_url)
-
 
 @contextmanager
 def open_cluster_apis(manifest: Manifest, runners: Mapping[str, Runner], token: str | None) -> Iterator[ClusterApis]:

@@ -57,47 +57,93 @@ def test_request_without_the_api_key_gets_401(served_tiny):
     assert _chat(served_tiny.endpoint, "wrong-key").status_code == 401
 
 
+class BackgroundClient:
+    """Sends small completions to the public endpoint, one after another, until stopped; counts
+    answers with tokens and everything else (with the first errors' text)."""
+
+    def __init__(self, served, pause_s: float = 0.05) -> None:
+        self.served, self.pause_s = served, pause_s
+        self.ok, self.fail, self.errors = 0, 0, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        headers = {"Authorization": f"Bearer {self.served.api_key}"}
+        with httpx.Client(timeout=60) as http:
+            while not self._stop.is_set():
+                try:
+                    r = http.post(f"{self.served.endpoint}/v1/completions", headers=headers,
+                                  json={"model": "tiny", "prompt": "hi", "max_tokens": 2})  # fmt: skip
+                    good = r.status_code == 200 and r.json()["usage"]["completion_tokens"] > 0
+                    detail = f"{r.status_code} {r.text[:200]}"
+                except httpx.HTTPError as exc:
+                    good, detail = False, repr(exc)[:200]
+                if good:
+                    self.ok += 1
+                else:
+                    self.fail += 1
+                    self.errors.append(detail)
+                time.sleep(self.pause_s)
+
+    def __enter__(self) -> BackgroundClient:
+        self._thread.start()
+        time.sleep(1.0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        time.sleep(2.0)
+        self._stop.set()
+        self._thread.join(60)
+
+
 def test_missing_model_path_fails_and_the_previous_revision_answers_throughout(served_tiny):
     from orchestrator.errors import RolloutFailed
     from orchestrator.state import StateStore
 
-    stop = threading.Event()
-    counts = {"ok": 0, "fail": 0, "errors": []}
-
-    def client() -> None:
-        with httpx.Client(timeout=60) as http:
-            while not stop.is_set():
-                try:
-                    r = http.post(f"{served_tiny.endpoint}/v1/completions", headers={"Authorization": f"Bearer {served_tiny.api_key}"},
-                                  json={"model": "tiny", "prompt": "hi", "max_tokens": 2})  # fmt: skip
-                    good = r.status_code == 200 and r.json()["usage"]["completion_tokens"] > 0
-                except httpx.HTTPError as exc:
-                    good, r = False, exc
-                counts["ok" if good else "fail"] += 1
-                if not good:
-                    counts["errors"].append(str(getattr(r, "text", r))[:200])
-                time.sleep(0.1)
-
-    thread = threading.Thread(target=client, daemon=True)
-    thread.start()
-    try:
-        time.sleep(1.0)
-        missing = "/nonexistent/models/tiny-missing"
-        with pytest.raises(RolloutFailed) as err:
-            served_tiny.rollout(model="tiny", model_path=missing, max_model_len=2048)
-        time.sleep(2.0)
-    finally:
-        stop.set()
-        thread.join(30)
+    missing = "/nonexistent/models/tiny-missing"
+    with BackgroundClient(served_tiny) as client, pytest.raises(RolloutFailed) as err:
+        served_tiny.rollout(model="tiny", model_path=missing, max_model_len=2048)
     assert missing in err.value.message and err.value.rolled_back
-    assert counts["fail"] == 0, counts["errors"][:5]
-    assert counts["ok"] > 5
+    assert client.fail == 0, client.errors[:5]
+    assert client.ok > 5
     state = StateStore(served_tiny.cluster.state_dir)
     current = state.current_revision(served_tiny.manifest.name)
     assert current.number == served_tiny.first.revision
     failed = state.list_revisions(served_tiny.manifest.name)[-1]
     assert failed.status == "failed" and missing in (failed.error or "")
     assert _chat(served_tiny.endpoint, served_tiny.api_key).status_code == 200
+
+
+def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(served_tiny):
+    """Issue 5: a new revision comes up beside the old one (candidate route, real completion),
+    then the live application takes it with a Serve surge; a client sending requests the whole
+    time sees no failure. The change (max_num_seqs) leaves what later tests read (max_model_len,
+    the application's name, the key) as it was."""
+    from orchestrator.state import StateStore
+
+    with BackgroundClient(served_tiny) as client:
+        res = served_tiny.rollout(engine_args=(("max_num_seqs", 64),))
+    assert res.action == "side_by_side", res.decision
+    assert client.fail == 0, (client.fail, client.errors[:5])
+    assert client.ok > 20
+    assert res.app_name == served_tiny.first.app_name  # the live application took the new config
+    state = StateStore(served_tiny.cluster.state_dir)
+    revisions = {r.number: r.status for r in state.list_revisions(served_tiny.manifest.name)}
+    assert revisions[res.revision] == "ready" and revisions[served_tiny.first.revision] == "superseded"
+    from orchestrator.remote import open_runners
+    from orchestrator.serve_client import open_serve_client
+
+    manifest = served_tiny.manifest
+    token = state.read_token(manifest.name)
+    with open_runners(manifest, served_tiny.cluster.bed.known_hosts, nodes=[manifest.head.name]) as runners:
+        with open_serve_client(runners[manifest.head.name], manifest.ray.dashboard_port, token) as serve:
+            status = serve.status()
+    names = sorted(status.applications)
+    assert names == [res.app_name], names  # the candidate is gone
+    app = status.app(res.app_name)
+    engine = app.deployed_config["args"]["llm_configs"][0]["engine_kwargs"]
+    assert engine["max_num_seqs"] == 64 and engine["max_model_len"] == 1024
+    assert [r.state for d in app.deployments for r in d.replicas] == ["RUNNING"] * sum(len(d.replicas) for d in app.deployments)
 
 
 PG_DRIVER = r"""

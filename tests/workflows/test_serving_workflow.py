@@ -58,12 +58,18 @@ class FakeServe:
         self.polls: dict[str, int] = {}
         self.scripts = scripts or {}
         self.message = message
+        self.deployed: dict[str, float] = {}
 
     def apply(self, body):
+        """Like Serve: a new application, or a changed config of an existing one, deploys again
+        (its script restarts and its last_deployed_time_s moves on); an unchanged one stays."""
         self.bodies.append(copy.deepcopy(body))
         names = {a["name"] for a in body["applications"]}
         self.apps = {n: a for n, a in self.apps.items() if n in names}
         for app in body["applications"]:
+            if self.apps.get(app["name"]) != app:
+                self.polls[app["name"]] = 0
+                self.deployed[app["name"]] = self.deployed.get(app["name"], 0.0) + 1.0
             self.apps[app["name"]] = copy.deepcopy(app)
 
     def status(self):
@@ -76,7 +82,8 @@ class FakeServe:
             dep_status = {"RUNNING": "HEALTHY", "DEPLOY_FAILED": "DEPLOY_FAILED"}.get(st, "UPDATING")
             rep = ReplicaStatus("r1", "RUNNING" if st == "RUNNING" else "STARTING", node_id="n-head", log_file_path=f"/serve/replica_{name}.log")
             dep = DeploymentStatus("LLMServer:tiny", dep_status, message=self.message if st == "DEPLOY_FAILED" else "", replicas=(rep,))
-            out[name] = AppStatus(name, st, route_prefix=cfg["route_prefix"], deployments=(dep,), deployed_config=cfg)
+            out[name] = AppStatus(name, st, route_prefix=cfg["route_prefix"], last_deployed_time_s=self.deployed[name],
+                                  deployments=(dep,), deployed_config=cfg)  # fmt: skip
         return ServeStatus(applications=out, http_port=8000)
 
 
@@ -92,9 +99,6 @@ class FakeEndpoint:
 
     def unauthenticated_status(self, route, model):
         return self.unauth
-
-    def routes(self):
-        return None
 
 
 def _nodes(cpus_used=0.0):
@@ -156,6 +160,8 @@ def test_first_rollout_deploys_on_the_public_route_and_records_a_ready_revision(
     assert app["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == [KEY]
     # A CPU engine gets the cores of the smallest node (Ray would leave it OMP_NUM_THREADS=1).
     assert app["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "2"
+    # ...unpinned, so that a candidate engine beside the serving one gets its share of the cores.
+    assert app["runtime_env"]["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     assert world.validated and world.validated[0]["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == ["<redacted>"]
     rev = world.state.current_revision("wf")
     assert rev.number == 1 and rev.status == "ready" and KEY not in json.dumps(rev.config)
@@ -177,16 +183,81 @@ def test_a_rotated_key_is_a_new_revision(world):
     assert world.rollout(key=KEY + "-rotated").action == "side_by_side"
 
 
-def test_change_with_room_comes_up_beside_the_old_one_then_takes_the_route(world):
+def _llm(app):
+    return app["args"]["llm_configs"][0]
+
+
+def test_change_with_room_is_proved_as_a_candidate_then_the_live_app_takes_it_with_a_surge(world):
     world.rollout()
     res = world.rollout(max_model_len=2048)
     assert res.action == "side_by_side" and res.revision == 2
     first, switch = world.serve.bodies[1:]
     assert [(a["name"], a["route_prefix"]) for a in first["applications"]] == [("orch-r1", "/"), ("orch-r2", "/_orch/r2")]
-    assert [(a["name"], a["route_prefix"]) for a in switch["applications"]] == [("orch-r2", "/")]
-    assert ("/_orch/r2", "tiny", KEY) in world.endpoint.probes  # probed on its own route before the switch
+    assert _llm(first["applications"][0])["engine_kwargs"]["max_model_len"] == 1024  # the live app untouched
+    # The switch: the live application keeps its name and route and takes the new config; Serve
+    # surges it (new replica beside the old one); the candidate goes.
+    (live,) = switch["applications"]
+    assert (live["name"], live["route_prefix"]) == ("orch-r1", "/")
+    assert _llm(live)["engine_kwargs"]["max_model_len"] == 2048
+    assert _llm(live)["deployment_config"]["max_surge_percent"] == 100
+    probes = world.endpoint.probes
+    assert probes.index(("/_orch/r2", "tiny", KEY)) < len(probes) - 1 and probes[-1] == ("/", "tiny", KEY)
+    assert res.app_name == "orch-r1" and load_meta(world.state, "wf", 2)["app_name"] == "orch-r1"
     statuses = {r.number: r.status for r in world.state.list_revisions("wf")}
     assert statuses == {1: "superseded", 2: "ready"}
+    # The next rollout finds revision 2 serving in orch-r1: the same request is a no-op.
+    assert world.rollout(max_model_len=2048).action == "noop"
+
+
+def test_switch_waits_until_the_live_app_has_taken_the_new_config(world):
+    world.rollout()
+    # Serve still reports the old deployment as RUNNING for two polls after the switch's PUT.
+    real_apply = world.serve.apply
+
+    def apply(body):
+        real_apply(body)
+        if len(world.serve.bodies) == 3:
+            world.serve.scripts["orch-r1"] = ["RUNNING", "DEPLOYING", "RUNNING"]
+            world.serve.deployed["orch-r1"] -= 1.0  # not moved on yet
+
+    world.serve.apply = apply
+    statuses = []
+    real_status = world.serve.status
+
+    def status():
+        st = real_status()
+        app = st.app("orch-r1")
+        if app is not None and len(world.serve.bodies) == 3:
+            statuses.append(app.status)
+            if app.status == "DEPLOYING":
+                world.serve.deployed["orch-r1"] += 1.0
+        return st
+
+    world.serve.status = status
+    res = world.rollout(max_model_len=2048)
+    assert res.action == "side_by_side"
+    assert statuses[:3] == ["RUNNING", "DEPLOYING", "RUNNING"]  # the first RUNNING was not taken for done
+
+
+def test_failed_surge_puts_the_old_config_back_on_the_live_app(world):
+    world.rollout()
+    real_apply = world.serve.apply
+
+    def apply(body):
+        real_apply(body)
+        if len(world.serve.bodies) == 3:  # the switch
+            world.serve.scripts["orch-r1"] = ["DEPLOYING", "DEPLOY_FAILED"]
+        elif len(world.serve.bodies) == 4:  # the restore
+            world.serve.scripts["orch-r1"] = ["RUNNING"]
+
+    world.serve.apply = apply
+    world.serve.message = TRACEBACK
+    with pytest.raises(RolloutFailed) as err:
+        world.rollout(max_model_len=2048)
+    assert err.value.rolled_back and "orch-r1 is DEPLOY_FAILED" in err.value.message
+    (restored,) = world.serve.bodies[-1]["applications"]
+    assert restored["name"] == "orch-r1" and _llm(restored)["engine_kwargs"]["max_model_len"] == 1024
+    assert world.state.current_revision("wf").number == 1 and world.state.get_revision("wf", 2).status == "failed"
 
 
 def test_failed_side_by_side_leaves_the_old_revision_serving_and_quotes_the_replica(world):
