@@ -15,6 +15,7 @@ Variants (the environment of `ray start`, i.e. the Serve controller/proxies/repl
   defaults  Ray Serve defaults (Python proxy -> OpenAiIngress replica -> LLMServer replica)
   haproxy   RAY_SERVE_ENABLE_HA_PROXY=1 RAY_SERVE_ENABLE_DIRECT_INGRESS=1
   orch      haproxy + RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1 (orch's default: ray_cluster.SERVE_ENV_DEFAULTS)
+  nice0     orch's, with Ray's workers (the replica, the vLLM engine) at nice 0 instead of Ray's 15
 The API key needs direct streaming (vLLM's own app): for defaults/haproxy it is left out.
 
 Everything started is stopped at the end (process groups, then any process carrying this run's
@@ -49,12 +50,14 @@ VARIANT_ENV = {
     "haproxy": {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1"},
     "orch": None,  # ray_cluster.SERVE_ENV_DEFAULTS
     "throughput": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"},  # added to orch's
-    "omp": None,  # orch's, with OMP_NUM_THREADS = the node's cores in the app's runtime_env
+    "omp": None,  # orch's, but OMP_NUM_THREADS = all the node's cores (orch's former setting)
     "raw1": None,  # orch's env but OMP_NUM_THREADS left to Ray (1 for the replica)
+    "nice0": {"RAY_worker_niceness": "0"},  # orch's, with Ray's workers at nice 0 instead of 15
 }
 # Ray sets OMP_NUM_THREADS to an actor's CPU count (1 for the LLMServer replica) when it is not
-# set; the "omp" variant measures what giving the engine every core changes.
-DIRECT_STREAMING_VARIANTS = ("orch", "throughput", "omp", "raw1")
+# set; orch gives a CPU engine the node's cores but one (the other is left to vLLM's scheduler
+# process and the front end); the "omp" variant measures what giving it every core changes.
+DIRECT_STREAMING_VARIANTS = ("orch", "throughput", "omp", "raw1", "nice0")
 MARK = "ORCH_SERVE_OVERHEAD_RUN"
 
 
@@ -133,10 +136,10 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
     wait_http(dash + "/api/version", 300, headers={"Authorization": f"Bearer {token}"})
     manifest = SimpleNamespace(accelerator="cpu", nodes=[SimpleNamespace(interface=None)], env={"VLLM_CPU_KVCACHE_SPACE": "1"},
                                serve=SimpleNamespace(http_port=http_port, http_host="127.0.0.1"))  # fmt: skip
-    # orch's render gives the engine the node's cores (OMP_NUM_THREADS); "raw1" keeps Ray's 1.
+    # orch's render gives the engine the node's cores but one (OMP_NUM_THREADS); "raw1" keeps Ray's 1.
     cores = None if variant == "raw1" else (os.cpu_count() or 1)
     rendered = render_app(manifest, ServingPlan(tp=1, pp=1, max_model_len=1024), AppTarget("orch-r1", "/", "tiny", str(model)),
-                          node_resource=node_resource, cpu_threads=cores)  # fmt: skip
+                          node_resource=node_resource, node_cores=cores)  # fmt: skip
     app = rendered.with_api_key(key) if key else rendered.app
     if not key:
         app["args"]["llm_configs"][0]["engine_kwargs"].pop("api_key")

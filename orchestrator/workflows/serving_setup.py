@@ -169,7 +169,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
         rendered = render_app(
             manifest, serving_plan, AppTarget("orch-candidate", "/", served, source),
             node_resource=node_resource, accelerator_type=accel, stage_nodes=stage_nodes,
-            defaults=defaults, extra_engine_kwargs=engine_extra, cpu_threads=cores,
+            defaults=defaults, extra_engine_kwargs=engine_extra, node_cores=cores,
         )  # fmt: skip
         if note:
             rendered = RenderedApp(app=rendered.app, stage_nodes=rendered.stage_nodes, notes=(*rendered.notes, note))

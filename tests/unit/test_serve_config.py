@@ -67,6 +67,23 @@ def test_cpu_render_uses_cpu_accelerator_and_one_bundle_per_worker(local_manifes
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the manifest's env, as a string
     dep = llm["deployment_config"]
     assert dep["num_replicas"] == 1 and dep["health_check_timeout_s"] == 30 and dep["graceful_shutdown_timeout_s"] == 30
+    assert dep["max_surge_percent"] == 100  # the side-by-side switch: new replica beside the old one
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    assert "OMP_NUM_THREADS" not in env  # nobody said how many cores the nodes have
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(1, "1"), (2, "1"), (16, "15")])
+def test_cpu_engine_computes_on_all_cores_but_one(local_manifest, cores, threads):
+    sp = ServingPlan(tp=1, pp=1, max_model_len=1024)
+    app = render_app(local_manifest, sp, _target(), node_resource=node_resource, node_cores=cores).app
+    assert app["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == threads
+
+
+def test_gpu_render_leaves_cpu_threading_alone(manifest_405b):
+    plan = plan_model(resolve_model("llama3-405b"), shape_from_manifest(manifest_405b), PlanOptions(max_model_len=8192))
+    app = render_app(manifest_405b, ServingPlan.from_parallel_plan(plan), _target(), node_resource=node_resource, node_cores=64).app
+    env = app["runtime_env"]["env_vars"]
+    assert "OMP_NUM_THREADS" not in env and "VLLM_CPU_OMP_THREADS_BIND" not in env
 
 
 def test_405b_plan_pins_each_stage_to_its_node(manifest_405b):

@@ -127,8 +127,8 @@ def world(tmp_path):
     w.serve, w.endpoint, w.nodes = FakeServe(), FakeEndpoint(), _nodes()
     w.runners = {
         "head": FakeRunner("head", default=result()).on(Prefix("tail"), result(stdout="INFO start\nValueError: from the log\n"))
-        .on(("nproc",), result(stdout="4\n")),
-        "w1": FakeRunner("w1", default=result()).on(("nproc",), result(stdout="2\n")),
+        .on(("nproc",), result(stdout="8\n")),
+        "w1": FakeRunner("w1", default=result()).on(("nproc",), result(stdout="4\n")),
     }
     w.validated = []
 
@@ -158,8 +158,9 @@ def test_first_rollout_deploys_on_the_public_route_and_records_a_ready_revision(
     (app,) = world.serve.bodies[0]["applications"]
     assert app["name"] == "orch-r1" and app["route_prefix"] == "/"
     assert app["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == [KEY]
-    # A CPU engine gets the cores of the smallest node (Ray would leave it OMP_NUM_THREADS=1).
-    assert app["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "2"
+    # A CPU engine computes on the smallest node's cores but one (left to its scheduler process
+    # and the front end); Ray would leave it OMP_NUM_THREADS=1.
+    assert app["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "3"
     # ...unpinned, so that a candidate engine beside the serving one gets its share of the cores.
     assert app["runtime_env"]["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     assert world.validated and world.validated[0]["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == ["<redacted>"]
