@@ -312,10 +312,22 @@ async def run_levels(
     """
     rng = rng or random.Random(0)
     out: list[LevelRun] = []
+    # Every request of the run gets its own prompt while the list lasts (warmup first, then each
+    # level its own slice): a level that resent the previous level's prompts would have vLLM's
+    # prefix cache answer their prefill (measured: 2,048-token prompts, TTFT median 88 ms at
+    # concurrency 1 and 42 ms at 4, the same prompts again).
+    cursor = 0
+
+    def take(n: int) -> list[Prompt]:
+        nonlocal cursor
+        chunk = [prompts[(cursor + i) % len(prompts)] for i in range(n)]
+        cursor += n
+        return chunk
+
     async with ClientPool(spec, transport) as client:
         pre = await scrape() if scrape and warmup else None
         if warmup:
-            records, _ = await run_concurrency(client, spec, prompts, 1, warmup, clock, label="warmup")
+            records, _ = await run_concurrency(client, spec, take(warmup), 1, warmup, clock, label="warmup")
         if pre is not None:
             # the first level's before-page must already hold the warmup (Ray exports late),
             # else the warmup requests would be counted as the level's
@@ -323,12 +335,13 @@ async def run_levels(
         shapes: list[tuple[int | None, float | None]] = [(None, rate)] if rate else [(c, None) for c in concurrency]
         for conc, r in shapes:
             before = await scrape() if scrape else None
+            level_prompts = take(requests)
             if r:
-                recs, dur = await run_rate(client, spec, prompts, r, requests, clock, sleep, rng, on_record)
+                recs, dur = await run_rate(client, spec, level_prompts, r, requests, clock, sleep, rng, on_record)
                 stats = summarize(recs, dur, f"rate={r:g}/s", rate=r)
             else:
                 assert conc is not None
-                recs, dur = await run_concurrency(client, spec, prompts, conc, requests, clock, on_record)
+                recs, dur = await run_concurrency(client, spec, level_prompts, conc, requests, clock, on_record)
                 stats = summarize(recs, dur, f"concurrency={conc}", concurrency=conc)
             after = None
             if scrape and before is not None:

@@ -46,11 +46,18 @@ class BenchOptions:
     tokenizer: Path | None = None
     api_key: str | None = field(default=None, repr=False)
     metrics_urls: tuple[str, ...] = ()
-    seed: int = 0
+    seed: int | None = None  # None: a fresh one per run (see resolved_seed)
     warmup: int = 2
     timeout_s: float = 300.0
     settle_timeout_s: float = 60.0  # Ray exports every few seconds; a loaded node lags more
     stream_interval: int | None = None
+
+
+def resolved_seed(seed: int | None) -> int:
+    """The run's seed: the given one, else a fresh one. A fixed default would send the same
+    prompts every run, and vLLM's prefix cache would answer the second run's prefill from cache
+    (measured: 2,048-token prompts, TTFT median 88 ms on the first run, 15 ms on the repeat)."""
+    return seed if seed is not None else random.SystemRandom().randrange(2**31)
 
 
 def multi_scraper(urls: Sequence[str], api_key: str | None = None, timeout_s: float = 10.0) -> Callable[[], Awaitable[str]]:
@@ -126,7 +133,8 @@ def run_bench(
         timeout_s=opts.timeout_s,
         stream_interval=opts.stream_interval,
     )
-    rng = random.Random(opts.seed)
+    seed = resolved_seed(opts.seed)
+    rng = random.Random(seed)
     levels = 1 if opts.rate else len(opts.concurrency)
     n_prompts = min(opts.requests * levels + opts.warmup, 4096)
     if count_tokens is None and opts.tokenizer is None and transport is None:
@@ -176,7 +184,7 @@ def run_bench(
         "requests": opts.requests,
         "concurrency": list(opts.concurrency) if not opts.rate else None,
         "rate": opts.rate,
-        "seed": opts.seed,
+        "seed": seed,
         "warmup": opts.warmup,
         "metrics_urls": list(opts.metrics_urls),
         "stream_interval": opts.stream_interval,

@@ -136,6 +136,28 @@ class Histogram:
     def mean(self) -> float | None:
         return self.sum / self.count if self.count > 0 else None
 
+    def midpoint_mean(self) -> float | None:
+        """The mean if every observation sat at its bucket's midpoint (the first bucket's from 0);
+        None when any fell in the +Inf bucket. Ray's metrics export rebuilds a histogram from
+        bucket counts at the midpoints, so under Ray Serve LLM ``sum`` is this estimate."""
+        if self.count <= 0:
+            return None
+        total, lower, below = 0.0, 0.0, 0.0
+        for le, cum in self.buckets:
+            n = cum - below
+            if n > 0:
+                if math.isinf(le):
+                    return None
+                total += n * (lower + le) / 2
+            lower, below = (le if not math.isinf(le) else lower), cum
+        return total / self.count
+
+    @property
+    def sum_from_midpoints(self) -> bool:
+        """Whether ``sum`` is exactly the bucket-midpoint estimate (not a measured sum)."""
+        est = self.midpoint_mean()
+        return est is not None and self.mean is not None and math.isclose(self.mean, est, rel_tol=1e-9, abs_tol=1e-12)
+
     def quantile(self, q: float) -> float | None:
         """Prometheus histogram_quantile: linear interpolation inside the bucket holding rank q*count.
         The first bucket interpolates from 0; a rank in the +Inf bucket returns the last finite bound."""

@@ -131,10 +131,11 @@ def print_results(result: dict) -> None:
             if c["agrees"] is None:
                 out.print(f"cross-check {fig.upper()}: vLLM recorded nothing for this run")
                 continue
+            estimated = " (vLLM's from bucket midpoints, Ray's export)" if c.get("server_mean_estimated") else ""
             out.print(
                 f"cross-check {fig.upper()}: vLLM median {f(c['server_median_ms'], 2)} ms, orch {f(c['client_median_binned_ms'], 2)} ms "
-                f"({c['median_diff'] * 100:+.1f}%); mean vLLM {f(c['server_mean_ms'], 2)}, orch {f(c['client_mean_ms'], 2)} "
-                f"({c['mean_diff'] * 100:+.1f}%) -> {'agrees' if c['agrees'] else 'DIFFERS'} within 10%"
+                f"({c['median_diff'] * 100:+.1f}%) -> medians {'agree' if c['agrees'] else 'DIFFER'} within 10%; "
+                f"mean vLLM {f(c['server_mean_ms'], 2)}, orch {f(c['client_mean_ms'], 2)} ({c['mean_diff'] * 100:+.1f}%){estimated}"
             )
     else:
         out.print("cross-check: no metrics page (give --metrics-url)")
@@ -149,7 +150,7 @@ def _common(fn):
         click.option("--metrics-url", multiple=True, help="Prometheus page(s) with vLLM's metrics (repeatable; default: discovered)."),
         click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local model folder: exact prompt lengths."),
         click.option("--chat", is_flag=True, help="Use /v1/chat/completions instead of /v1/completions."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of prompts and arrivals."),
+        click.option("--seed", type=int, default=None, help="Seed of prompts and arrivals [default: a new one per run, printed in the results; a repeated seed resends the same prompts, which vLLM's prefix cache then answers from cache]."),
         click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True, help="Per-request timeout (s)."),
         click.option("--json", "json_mode", is_flag=True, help="Print the results as JSON."),
         click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write results.json, report.md and plots here."),

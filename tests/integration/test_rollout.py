@@ -15,6 +15,8 @@ import time
 import httpx
 import pytest
 
+from tests.fixtures.serving import MAX_MODEL_LEN
+
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
 
 
@@ -142,7 +144,7 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     assert names == [res.app_name], names  # the candidate is gone
     app = status.app(res.app_name)
     engine = app.deployed_config["args"]["llm_configs"][0]["engine_kwargs"]
-    assert engine["max_num_seqs"] == 64 and engine["max_model_len"] == 1024
+    assert engine["max_num_seqs"] == 64 and engine["max_model_len"] == MAX_MODEL_LEN
     assert [r.state for d in app.deployments for r in d.replicas] == ["RUNNING"] * sum(len(d.replicas) for d in app.deployments)
 
 

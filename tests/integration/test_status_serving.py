@@ -20,6 +20,7 @@ from orchestrator.cli import main
 from orchestrator.serving_status import node_refs
 from orchestrator.workflows.cluster import status_nodes
 from orchestrator.workflows.serving_status import ServingDeps, ServingOptions, gather_serving
+from tests.fixtures.serving import MAX_MODEL_LEN
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
 
@@ -62,7 +63,7 @@ def test_capacity_equals_the_engine_log_and_metrics_move(served_tiny, monkeypatc
     length, conc = re.search(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", line).groups()
     assert model.capacity.source == "log"
     assert model.capacity.tokens == tokens
-    assert model.capacity.max_model_len == int(length.replace(",", "")) == 1024
+    assert model.capacity.max_model_len == int(length.replace(",", "")) == MAX_MODEL_LEN
     assert model.capacity.max_concurrency == float(conc)
 
     before = model.live.ttft.count if model.live and model.live.ttft else 0

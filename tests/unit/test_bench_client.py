@@ -175,3 +175,31 @@ def test_run_levels_scrapes_around_each_level_and_waits_for_lagging_metrics():
     # the warmup must show in the page before the first level starts (Ray exports late)
     assert settles[0] == ("pre-warmup", "warm", 1)
     assert settles[1] == ("before-1", "stale", 3)
+
+
+def test_run_levels_sends_each_prompt_once_so_the_prefix_cache_cannot_answer_a_level():
+    sent = []
+
+    def handler(request):
+        sent.append(json.loads(request.content)["prompt"])
+        return httpx.Response(200, content=GOOD)
+
+    prompts = [Prompt(f"p{i}") for i in range(2 + 3 * 4)]
+    runs = asyncio.run(
+        run_levels(SPEC, prompts, concurrency=(1, 2, 4), requests=4, warmup=2, clock=FakeClock(), transport=transport_of(handler))
+    )
+    assert [r.stats.requests for r in runs] == [4, 4, 4]
+    assert sorted(sent) == sorted(p.text for p in prompts)  # warmup 2 + 3 levels x 4, no repeats
+    assert sent[:2] == ["p0", "p1"] and set(sent[2:6]) == {"p2", "p3", "p4", "p5"}  # warmup, then level 1's slice
+
+
+def test_run_levels_reuses_prompts_only_when_the_list_runs_out():
+    sent = []
+
+    def handler(request):
+        sent.append(json.loads(request.content)["prompt"])
+        return httpx.Response(200, content=GOOD)
+
+    asyncio.run(run_levels(SPEC, [Prompt("a"), Prompt("b"), Prompt("c")], concurrency=(1, 1), requests=2, warmup=0,
+                           clock=FakeClock(), transport=transport_of(handler)))  # fmt: skip
+    assert sent == ["a", "b", "c", "a"]

@@ -113,3 +113,25 @@ def test_real_ray_serve_llm_export_is_read_under_its_ray_name():
         assert delta.count == 16 and 0 < delta.mean < 5 and delta.quantile(0.5) is not None
     idle = prom.parse_text((DATA / "ray-serve-llm-0.32-idle.txt").read_text())
     assert prom.histogram(idle, prom.TTFT, {"model_name": "tiny"}) is None  # no request yet: no series
+
+
+def test_ray_export_sum_is_the_bucket_midpoint_estimate_and_vllm_own_is_not(pages):
+    # Ray rebuilds exported histograms from bucket counts at the midpoints
+    # (open_telemetry_metric_recorder.record_histogram_aggregated_batch), so under Ray Serve LLM
+    # sum/count is not a measured mean; vLLM's own /metrics has the real sum.
+    after = prom.parse_text((DATA / "ray-serve-llm-0.32-after.txt").read_text())
+    after2 = prom.parse_text((DATA / "ray-serve-llm-0.32-after2.txt").read_text())
+    for name in (prom.TTFT, prom.TPOT):
+        delta = prom.histogram(after2, name, {"model_name": "tiny"}).minus(prom.histogram(after, name, {"model_name": "tiny"}))
+        assert delta.sum_from_midpoints, (name, delta.mean, delta.midpoint_mean())
+    before, bare_after = pages
+    for name in (prom.TTFT, prom.TPOT):
+        delta = prom.histogram(bare_after, name, {"model_name": "tiny"}).minus(prom.histogram(before, name, {"model_name": "tiny"}))
+        assert not delta.sum_from_midpoints and delta.midpoint_mean() is not None
+
+
+def test_midpoint_mean():
+    h = prom.Histogram("x", ((0.1, 2.0), (0.2, 6.0), (math.inf, 6.0)), 2 * 0.05 + 4 * 0.15, 6.0)
+    assert h.midpoint_mean() == pytest.approx((2 * 0.05 + 4 * 0.15) / 6) and h.sum_from_midpoints
+    assert not prom.Histogram("x", ((0.1, 2.0), (0.2, 6.0), (math.inf, 6.0)), 0.5, 6.0).sum_from_midpoints
+    assert prom.Histogram("x", ((0.1, 2.0), (math.inf, 3.0)), 1.0, 3.0).midpoint_mean() is None  # one beyond the last bound
