@@ -359,14 +359,17 @@ def _carry_out(manifest, desired, api_key, fingerprint, decision, current, servi
     number = state.next_revision(name)
     app = desired.rendered.renamed(decisions.app_name(number), PUBLIC_ROUTE)
     side = decision.kind == decisions.SIDE_BY_SIDE
+    old_live = serving.app_name if serving.live else None
+    # What the revision serves as: side by side, the live application takes its config at the
+    # switch (the candidate on its own route is only the proof), so that is what is recorded.
+    served_as = app.renamed(old_live, PUBLIC_ROUTE) if side and old_live else app
     if side:
         app = app.renamed(app.name, decisions.candidate_route(number))
-    rev = state.add_revision(name, desired.model, plan=desired.plan, config_fingerprint=fingerprint, config=app.app)
+    rev = state.add_revision(name, desired.model, plan=desired.plan, config_fingerprint=fingerprint, config=served_as.app)
     number = rev.number
     result.revision, result.app_name = number, app.name
     meta: dict[str, Any] = {"app_name": app.name, "decision": decision.to_dict(), "served_name": desired.served_name,
                             "model_source": desired.model_source, "rollback_of": desired.rollback_of, "steps": result.steps}  # fmt: skip
-    old_live = serving.app_name if serving.live else None
     old_config = status.app(old_live).deployed_config if old_live else None
 
     def step(text: str) -> None:
@@ -395,8 +398,7 @@ def _carry_out(manifest, desired, api_key, fingerprint, decision, current, servi
             # moving the route made HAProxy refuse a few: "router_unreachable"). The candidate,
             # which proved the config with a real completion, is removed by the same apply.
             since = status.app(old_live).last_deployed_time_s
-            public = app.renamed(old_live, PUBLIC_ROUTE)
-            apis.serve.apply(deploy_body([public.with_api_key(api_key)], manifest))
+            apis.serve.apply(deploy_body([served_as.with_api_key(api_key)], manifest))
             result.app_name = meta["app_name"] = old_live
             step(f"{old_live} on {PUBLIC_ROUTE} takes revision {number}'s config: its new replica starts beside the old one, "
                  f"which serves until the new one is healthy; candidate {app.name} removed")  # fmt: skip
@@ -423,7 +425,7 @@ def _carry_out(manifest, desired, api_key, fingerprint, decision, current, servi
         state.update_revision(name, current.number, "rolled_back" if desired.rollback_of is not None else "superseded")
     meta.update({"cold_load_s": result.cold_load_s, "first_token_s": result.first_token_s})
     save_meta(state, name, number, meta)
-    result.config = app.renamed(app.name, PUBLIC_ROUTE).app
+    result.config = served_as.app if side else app.renamed(app.name, PUBLIC_ROUTE).app
     return result
 
 

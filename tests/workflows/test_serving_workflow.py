@@ -16,6 +16,7 @@ from orchestrator.ray_cluster import NodeState
 from orchestrator.readiness import ProbeResult
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.serve_client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
+from orchestrator.serving_status import revision_app
 from orchestrator.state import StateStore
 from orchestrator.workflows.serving import ClusterApis, RolloutOptions, ServingDeps, execute, load_meta
 from orchestrator.workflows.serving_setup import RolloutRequest, desired_for_model, desired_for_revision
@@ -204,6 +205,10 @@ def test_change_with_room_is_proved_as_a_candidate_then_the_live_app_takes_it_wi
     probes = world.endpoint.probes
     assert probes.index(("/_orch/r2", "tiny", KEY)) < len(probes) - 1 and probes[-1] == ("/", "tiny", KEY)
     assert res.app_name == "orch-r1" and load_meta(world.state, "wf", 2)["app_name"] == "orch-r1"
+    # The revision records what it serves as (orch status finds its application from it).
+    stored = world.state.get_revision("wf", 2).config
+    assert (stored["name"], stored["route_prefix"]) == ("orch-r1", "/") and revision_app(world.state.get_revision("wf", 2))[0] == "orch-r1"
+    assert (res.config["name"], res.config["route_prefix"]) == ("orch-r1", "/")
     statuses = {r.number: r.status for r in world.state.list_revisions("wf")}
     assert statuses == {1: "superseded", 2: "ready"}
     # The next rollout finds revision 2 serving in orch-r1: the same request is a no-op.
