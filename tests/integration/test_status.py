@@ -37,6 +37,7 @@ except OSError as e:
 """
 
 
+@pytest.mark.disrupts_serving  # the served app's replica may live on the killed node (after a surge it moved)
 def test_killed_worker_raylet_shows_dead_and_up_restarts_only_it(ray_testbed_cluster, capsys):
     c = ray_testbed_cluster
     before = {h.name: c.raylet_pid(h.name) for h in c.bed.hosts}
