@@ -1,27 +1,23 @@
-"""Plan + manifest + facts -> the Ray Serve LLM application config. Pure, except validation.
+"""Plan + manifest + facts -> the Ray Serve LLM application config. Pure.
 
 Owns the rendering of ``cluster-templates/serve-app.yaml.j2`` (one Serve application running one
 model through ``ray.serve.llm:build_openai_app``), the placement layout (TP inside a node, stage
 *i* of the pipeline pinned to its node through the per-node custom resource that ``orch up``
 registered), the API-key handling (the rendered config carries a placeholder; the real key only
-exists in the body of the PUT), the config fingerprint that makes a rollout idempotent, and the
-validation of the rendered ``llm_configs`` with Ray Serve LLM's own ``LLMConfig`` model (imported
-lazily: it pulls in vLLM and torch) so that a bad field fails before anything is applied.
+exists in the body of the PUT) and the config fingerprint that makes a rollout idempotent.
+Validation with Ray Serve LLM's own ``LLMConfig`` lives in ``serve_validate``.
 
-No I/O except ``validate_app`` (imports ray/vllm) and reading the template file.
+No I/O except reading the template file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
-import logging
 import math
-import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -420,97 +416,3 @@ def config_fingerprint(app: Mapping[str, Any], api_key: str | None = None) -> st
             ]
     blob = json.dumps({"app": body, "key": key_digest(api_key)}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-# ----------------------------------------------------------------------------------------------
-# Validation with Ray Serve LLM's own models (lazy: imports ray.serve.llm, vllm, torch)
-
-_FIELD_HINTS = {
-    "engine_kwargs": "an engine argument vLLM does not accept: check --max-model-len/--dtype/--engine-arg",
-    "deployment_config": "check --replicas and the Serve deployment settings",
-    "accelerator_type": "set gpu_type in the manifest to a GPU Ray knows (H100-80GB, A100-40GB, L4, ...)",
-    "placement_group_config": "the placement bundles orch rendered are invalid: report it with --debug output",
-    "model_loading_config": "check --model and --served-name",
-}
-
-
-def _problem_lines(exc: Any, prefix: str) -> list[tuple[str, str]]:
-    """(field path, message) per pydantic error; a validator that wrapped another model's
-    ValidationError (Serve's DeploymentConfig, ModelLoadingConfig) is unwrapped to its fields."""
-    out = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        path = f"{prefix}.{loc}" if loc else prefix
-        cause = getattr((err.get("ctx") or {}).get("error"), "__cause__", None)
-        if cause is not None and hasattr(cause, "errors"):
-            try:
-                out.extend(_problem_lines(cause, path))
-                continue
-            except Exception:  # a cause without pydantic's errors() shape: keep the outer message
-                pass
-        out.append((path, str(err.get("msg", ""))))
-    return out
-
-
-def validate_app(app: Mapping[str, Any], check_engine_args: bool = True) -> None:
-    """Validate each rendered llm_config with Ray Serve LLM's ``LLMConfig`` (and vLLM's argument
-    names). Raises ServeConfigError naming the field path; ray/vllm are imported here only."""
-    from pydantic import ValidationError
-
-    # Importing ray.serve.llm configures vLLM's and Ray's loggers, which write to stderr; the
-    # CLI's own output must stay clean, so silence fd 2 for the import only.
-    with _silenced_stderr():
-        from ray.serve.llm import LLMConfig
-    # The import set up Ray's JSON log handler on the root logger at INFO: keep httpx's
-    # per-request lines (orch's own Serve and probe calls) out of the command's output.
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-    configs = app.get("args", {}).get("llm_configs", [])
-    if len(configs) != 1:
-        raise ServeConfigError(f"application {app.get('name')!r} must serve exactly one model, has {len(configs)}")
-    prefix = f"applications[{app.get('name')}].args.llm_configs[0]"
-    try:
-        llm_config = LLMConfig.model_validate(copy.deepcopy(configs[0]))
-    except ValidationError as exc:
-        problems = _problem_lines(exc, prefix)
-        first_field = problems[0][0].removeprefix(prefix + ".").split(".")[0] if problems else ""
-        raise ServeConfigError(
-            f"invalid Serve LLM config: {problems[0][0]}: {problems[0][1]}",
-            hint=_FIELD_HINTS.get(first_field, "fix the named field"),
-            problems=[f"{path}: {msg}" for path, msg in problems],
-        ) from exc
-    if check_engine_args:
-        _check_engine_kwargs(llm_config, prefix)
-
-
-def _check_engine_kwargs(llm_config: Any, prefix: str) -> None:
-    try:
-        with _silenced_stderr():
-            llm_config.get_engine_config()
-    except ImportError:
-        return  # no vLLM on the control machine: the nodes validate it at start
-    except (ValueError, TypeError) as exc:
-        raise ServeConfigError(
-            f"invalid Serve LLM config: {prefix}.engine_kwargs: {exc}",
-            hint=_FIELD_HINTS["engine_kwargs"],
-        ) from exc
-
-
-@contextlib.contextmanager
-def _silenced_stderr() -> Iterator[None]:
-    saved = null = None
-    try:
-        saved = os.dup(2)
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 2)
-    except OSError:
-        saved = None
-    try:
-        yield
-    finally:
-        if saved is not None:
-            os.dup2(saved, 2)
-            os.close(saved)
-        if null is not None:
-            os.close(null)

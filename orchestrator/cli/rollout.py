@@ -39,7 +39,7 @@ def load_cluster_manifest(cluster_yaml: Path | None, state_dir: Path):
 def _deps(manifest: Any, state_dir: Path, progress):
     from orchestrator.cli.cluster import known_hosts_path
     from orchestrator.remote import open_runners
-    from orchestrator.serve_config import validate_app
+    from orchestrator.serve_validate import validate_app
     from orchestrator.state import StateStore
     from orchestrator.workflows.serving import ServingDeps
     from orchestrator.workflows.serving_setup import open_cluster_apis

@@ -24,8 +24,8 @@ from orchestrator.serve_config import (
     redact,
     render_app,
     stage_nodes_for,
-    validate_app,
 )
+from orchestrator.serve_validate import validate_app
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "cluster-templates"
 
