@@ -425,7 +425,7 @@ def _carry_out(manifest, desired, api_key, fingerprint, decision, current, servi
         state.update_revision(name, current.number, "rolled_back" if desired.rollback_of is not None else "superseded")
     meta.update({"cold_load_s": result.cold_load_s, "first_token_s": result.first_token_s})
     save_meta(state, name, number, meta)
-    result.config = served_as.app if side else app.renamed(app.name, PUBLIC_ROUTE).app
+    result.config = served_as.app
     return result
 
 
