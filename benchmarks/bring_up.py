@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.manifest import load_manifest  # noqa: E402
+from orchestrator.manifest.model import load_manifest  # noqa: E402
 from orchestrator.remote import open_runners  # noqa: E402
 from orchestrator.state import StateStore  # noqa: E402
 from orchestrator.workflows.cluster import ClusterDeps, UpOptions, down, up  # noqa: E402

@@ -2,7 +2,7 @@
 
 A trivial OpenAI-style streaming endpoint (raw asyncio, HTTP/1.1 keep-alive, chunked SSE: a few
 token chunks, a usage chunk, [DONE], all sent at once) runs in a separate process pinned to the
-other core(s); orch's client (``orchestrator.bench.run_concurrency``, the code ``orch bench``
+other core(s); orch's client (``orchestrator.bench.loadgen.run_concurrency``, the code ``orch bench``
 runs) is pinned to one core with ``os.sched_setaffinity``. Prints JSON:
 {"req_per_s": ..., "target_req_per_s": 500, ...}.
 
@@ -73,7 +73,7 @@ def serve(sock: socket.socket, tokens: int, cores: set[int]) -> None:
 
 
 def measure(port: int, requests: int, concurrency: int, tokens: int) -> dict:
-    from orchestrator.bench import ClientPool, Prompt, RequestSpec, run_concurrency
+    from orchestrator.bench.loadgen import ClientPool, Prompt, RequestSpec, run_concurrency
 
     spec = RequestSpec(base_url=f"http://127.0.0.1:{port}", model="m", output_tokens=tokens)
     prompts = [Prompt("hello world")]

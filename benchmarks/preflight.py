@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import yaml  # noqa: E402
 
-from orchestrator import inventory  # noqa: E402
-from orchestrator.manifest import load_manifest  # noqa: E402
+from orchestrator.nodes import inventory  # noqa: E402
+from orchestrator.manifest.model import load_manifest  # noqa: E402
 from orchestrator.remote import open_runners  # noqa: E402
 from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: E402
 

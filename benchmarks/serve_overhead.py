@@ -7,7 +7,7 @@ Ray cluster per Serve variant running the same tiny model through ``ray.serve.ll
 config orch renders (``serve_config.render_app``, CPU layout, vLLM's api_key on). Both servers
 are up at once and measured in alternating rounds (bare, serve, bare, serve, ...), so both see
 the same cores (the idle one does not compete) and the same machine noise. Each round sends the
-same load with orch's own load generator (``orchestrator.bench``): 64 streamed completions of 64
+same load with orch's own load generator (``orchestrator.bench.loadgen``): 64 streamed completions of 64
 output tokens (ignore_eos), 16 in flight. Prints one JSON object: per server the output tok/s and
 TTFT p50/p95 of every round and their medians, and the ratios serve/bare.
 
@@ -42,8 +42,8 @@ from types import SimpleNamespace
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.bench import ClientPool, Prompt, RequestSpec, run_concurrency  # noqa: E402
-from orchestrator.latency import percentile  # noqa: E402
+from orchestrator.bench.loadgen import ClientPool, Prompt, RequestSpec, run_concurrency  # noqa: E402
+from orchestrator.bench.latency import percentile  # noqa: E402
 
 VARIANT_ENV = {
     "defaults": {},
@@ -109,9 +109,9 @@ def start_bare(model: Path, port: int, env: dict, log: Path) -> subprocess.Popen
 
 
 def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: Path, key: str | None) -> tuple[subprocess.Popen, str]:
-    from orchestrator.ray_cluster import SERVE_ENV_DEFAULTS, node_resource
-    from orchestrator.serve_client import ServeClient
-    from orchestrator.serve_config import AppTarget, ServingPlan, deploy_body, render_app
+    from orchestrator.cluster.ray_nodes import SERVE_ENV_DEFAULTS, node_resource
+    from orchestrator.serve.client import ServeClient
+    from orchestrator.serve.config import AppTarget, ServingPlan, deploy_body, render_app
 
     serve_env = dict(SERVE_ENV_DEFAULTS if variant in DIRECT_STREAMING_VARIANTS else VARIANT_ENV[variant])
     if variant in DIRECT_STREAMING_VARIANTS and VARIANT_ENV[variant]:
@@ -203,7 +203,7 @@ def main() -> int:
     parser.add_argument("--keep-logs", action="store_true", help="keep the server logs and Ray temp dirs (printed as workdir)")
     args = parser.parse_args()
 
-    from orchestrator.tinymodel import build_tiny_model
+    from orchestrator.plan.tinymodel import build_tiny_model
 
     model = build_tiny_model()
     marker = secrets.token_hex(8)
@@ -213,7 +213,7 @@ def main() -> int:
     key = "bench-" + secrets.token_hex(16)
     procs: list[subprocess.Popen] = []
     out: dict = {"load": {"requests": args.requests, "output_tokens": args.output_tokens, "concurrency": args.concurrency, "ignore_eos": True},
-                 "cpus": os.cpu_count(), "model": "tiny (orchestrator.tinymodel)", "variants": {}}  # fmt: skip
+                 "cpus": os.cpu_count(), "model": "tiny (orchestrator.plan.tinymodel)", "variants": {}}  # fmt: skip
     try:
         bare_port = free_port()
         procs.append(start_bare(model, bare_port, env, workdir / "bare.log"))

@@ -21,7 +21,7 @@ say() { printf '\n== %s\n' "$*"; }
 # The variable that holds the key, and the model store, as the manifest names them.
 read -r KEY_VAR MODEL_STORE HTTP_PORT < <("$BIN/python" - "$MANIFEST" <<'PY'
 import sys
-from orchestrator.manifest import load_manifest_file
+from orchestrator.manifest.model import load_manifest_file
 m = load_manifest_file(sys.argv[1])
 print(m.serve.api_key_env, m.model_store or "", m.serve.http_port)
 PY
@@ -42,7 +42,7 @@ say "1/5 tiny model (random weights, built locally in a few seconds)"
 "$BIN/python" - "$MODEL_STORE" <<'PY'
 import sys
 from pathlib import Path
-from orchestrator.tinymodel import build_tiny_model
+from orchestrator.plan.tinymodel import build_tiny_model
 store = sys.argv[1]
 dest = Path(store).expanduser() / "tiny" if store else None
 print(f"model folder: {build_tiny_model(dest)}")

@@ -3,7 +3,7 @@
 bench: load against an OpenAI-compatible endpoint (the cluster's Serve endpoint from
 CLUSTER_YAML, or --url), a concurrency sweep or Poisson arrivals at --rate, cross-checked with
 vLLM's own Prometheus histograms. accept: seed 001's staged acceptance test (see
-orchestrator/acceptance.py); exit code 7 when a stage fails.
+orchestrator/accept/stages.py); exit code 7 when a stage fails.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ _LEVEL_HELP = "Concurrency levels, e.g. 1,4,16,64 (a sweep: one level after anot
 
 
 def _levels(text: str) -> tuple[int, ...]:
-    from orchestrator.latency import parse_levels
+    from orchestrator.bench.latency import parse_levels
 
     try:
         return tuple(parse_levels(text))
@@ -35,11 +35,11 @@ def _resolve_target(
     metrics_url: tuple[str, ...],
 ) -> dict:
     """URL, model, API key and metrics pages from the flags and, when given, the manifest."""
-    from orchestrator import bench_target
+    from orchestrator.bench import target as bench_target
 
     manifest = None
     if cluster_yaml is not None:
-        from orchestrator.manifest import load_manifest_file
+        from orchestrator.manifest.model import load_manifest_file
 
         manifest = load_manifest_file(cluster_yaml)
     if url is None and manifest is None:
@@ -77,7 +77,7 @@ def _progress_runner(opts, json_mode: bool):
     """Run the bench under a rich progress bar (stderr), one task per level."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from orchestrator.bench_session import run_bench
+    from orchestrator.bench.session import run_bench
     from orchestrator.cli.output import console
 
     labels = [f"rate={opts.rate:g}/s"] if opts.rate else [f"concurrency={c}" for c in opts.concurrency]
@@ -173,7 +173,7 @@ def _common(fn):
 def bench(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, chat, seed, timeout_s, json_mode, out,
           concurrency, rate, requests, prompt_tokens, output_tokens, warmup, stream_interval):
     """Measure TTFT, TPOT and throughput against an OpenAI-compatible endpoint."""
-    from orchestrator.bench_session import BenchOptions
+    from orchestrator.bench.session import BenchOptions
     from orchestrator.cli.output import console, print_json
 
     if rate is not None and rate <= 0:
@@ -187,7 +187,7 @@ def bench(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, ch
     )
     result, _runs = _progress_runner(opts, json_mode)
     if out is not None:
-        from orchestrator.report import write_bench_report
+        from orchestrator.bench.report import write_bench_report
 
         paths = write_bench_report(result, out, targets=target["targets"])
         result["files"] = {k: str(v) for k, v in paths.items()}
@@ -209,7 +209,7 @@ def bench(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, ch
 def accept(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, chat, seed, timeout_s, json_mode, out,
            requests, max_concurrency, max_model_len, skip):
     """Run seed 001's staged acceptance test on the running cluster."""
-    from orchestrator.cli.accept_run import run_accept
+    from orchestrator.cli.accept import run_accept
 
     if cluster_yaml is None:
         raise UsageError("orch accept needs CLUSTER_YAML", hint="orch accept cluster.yaml --out accept-report")

@@ -1,6 +1,6 @@
 """`orch rollout` and `orch rollback`: flags, live view, result. CLI only.
 
-The work is done by ``orchestrator.workflows.serving``; this module loads the manifest (the
+The work is done by ``orchestrator.workflows.rollout``; this module loads the manifest (the
 CLUSTER_YAML argument, or the cluster recorded by `orch up` when there is exactly one), reads the
 API key from the environment variable the manifest names (never printed), builds the real
 dependencies and prints the decision, the plan, the rendered config (key redacted) or the result.
@@ -19,7 +19,7 @@ from orchestrator.errors import StateError, UsageError
 
 
 def load_cluster_manifest(cluster_yaml: Path | None, state_dir: Path):
-    from orchestrator.manifest import load_manifest, load_manifest_file
+    from orchestrator.manifest.model import load_manifest, load_manifest_file
     from orchestrator.state import StateStore
 
     if cluster_yaml is not None:
@@ -39,10 +39,10 @@ def load_cluster_manifest(cluster_yaml: Path | None, state_dir: Path):
 def _deps(manifest: Any, state_dir: Path, progress):
     from orchestrator.cli.cluster import known_hosts_path
     from orchestrator.remote import open_runners
-    from orchestrator.serve_validate import validate_app
+    from orchestrator.serve.validate import validate_app
     from orchestrator.state import StateStore
-    from orchestrator.workflows.serving import ServingDeps
-    from orchestrator.workflows.serving_setup import open_cluster_apis
+    from orchestrator.workflows.rollout import ServingDeps
+    from orchestrator.workflows.rollout_setup import open_cluster_apis
 
     known_hosts = known_hosts_path(manifest, state_dir)
     return ServingDeps(
@@ -78,7 +78,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
     if dry_run:
         import yaml
 
-        from orchestrator.serve_config import redact
+        from orchestrator.serve.config import redact
 
         out.print(f"[bold]plan[/bold] for {result.model}: TP={result.plan.get('tp')} PP={result.plan.get('pp')} "
                   f"replicas={result.plan.get('replicas')} max_model_len={result.plan.get('max_model_len')}")  # fmt: skip
@@ -126,8 +126,8 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
     from orchestrator.cli.cluster import progress_display
     from orchestrator.state import StateStore
     from orchestrator.workflows.cluster import planning_shape
-    from orchestrator.workflows.serving import RolloutOptions, execute
-    from orchestrator.workflows.serving_setup import RolloutRequest, desired_for_model
+    from orchestrator.workflows.rollout import RolloutOptions, execute
+    from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model
 
     state_dir = ctx.obj["state_dir"]
     manifest = load_cluster_manifest(cluster_yaml, state_dir)
@@ -162,8 +162,8 @@ def rollback(ctx, cluster_yaml, to, dry_run, allow_downtime, timeout_s, as_json)
     """
     from orchestrator.cli.cluster import progress_display
     from orchestrator.state import StateStore
-    from orchestrator.workflows.serving import RolloutOptions, execute
-    from orchestrator.workflows.serving_setup import desired_for_revision
+    from orchestrator.workflows.rollout import RolloutOptions, execute
+    from orchestrator.workflows.rollout_setup import desired_for_revision
 
     state_dir = ctx.obj["state_dir"]
     manifest = load_cluster_manifest(cluster_yaml, state_dir)

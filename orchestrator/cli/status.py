@@ -1,7 +1,7 @@
 """`orch status [CLUSTER_YAML]`: nodes (and, when its owner adds it, serving). CLI only.
 
 The report is built by ``orchestrator.workflows.cluster.status_nodes`` (a ``StatusReport`` from
-``orchestrator.status``). Rendering is one function per section (``render_nodes``; a serving
+``orchestrator.status.nodes``). Rendering is one function per section (``render_nodes``; a serving
 section gets its own ``render_serving``), assembled by ``render_report``; ``collect`` is where
 further sections are added to the report (see the marked place).
 """
@@ -23,7 +23,7 @@ def resolve_manifest(cluster_yaml: Path | None, state_dir: Path):
     """The manifest from the file, or the one recorded by `orch up` when exactly one cluster is
     recorded (what was brought up, even if the file changed since)."""
     from orchestrator.errors import StateError, UsageError
-    from orchestrator.manifest import Manifest, load_manifest_file
+    from orchestrator.manifest.model import Manifest, load_manifest_file
     from orchestrator.state import StateStore
 
     if cluster_yaml is not None:
@@ -45,9 +45,9 @@ def collect(manifest: Any, state_dir: Path, accept_new_host_keys: bool = False, 
     ``capacity_cache`` keeps each replica's start-up KV-cache line across --watch refreshes, so a
     replica's log is read once."""
     from orchestrator.cli.cluster import make_deps
-    from orchestrator.serving_status import node_refs
+    from orchestrator.status.serving import node_refs
     from orchestrator.workflows.cluster import status_nodes
-    from orchestrator.workflows.serving_status import ServingDeps, gather_serving
+    from orchestrator.workflows.status import ServingDeps, gather_serving
 
     deps = make_deps(manifest, state_dir, accept_new_host_keys, lambda _m: None)
     report = status_nodes(manifest, deps)

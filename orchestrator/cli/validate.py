@@ -12,7 +12,7 @@ import click
 
 from orchestrator.cli.output import print_json
 from orchestrator.errors import ManifestError
-from orchestrator.manifest import HINT, load_manifest_file
+from orchestrator.manifest.model import HINT, load_manifest_file
 
 
 @click.command("validate")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from orchestrator.remote.runner import CommandResult, NodeOutcome, Runner, fan_out
 
 if TYPE_CHECKING:
-    from orchestrator.manifest import Manifest, NodeSpec
+    from orchestrator.manifest.model import Manifest, NodeSpec
 
 __all__ = ["CommandResult", "NodeOutcome", "Runner", "connect", "fan_out", "open_runners"]
 

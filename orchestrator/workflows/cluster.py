@@ -24,8 +24,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator import inventory, preflight, probes
-from orchestrator.cluster_plan import UpPlan, plan_up
+from orchestrator.nodes import inventory
+
+from orchestrator.preflight import run as preflight
+
+from orchestrator.nodes import probes
+from orchestrator.cluster.up_plan import UpPlan, plan_up
 from orchestrator.errors import (
     AuthenticationError,
     ClusterError,
@@ -36,10 +40,10 @@ from orchestrator.errors import (
     RemoteError,
     UnreachableError,
 )
-from orchestrator.facts import NodeFacts, Versions
-from orchestrator.manifest import Manifest, NodeSpec
-from orchestrator.preflight import Finding
-from orchestrator.ray_cluster import (
+from orchestrator.nodes.facts import NodeFacts, Versions
+from orchestrator.manifest.model import Manifest, NodeSpec
+from orchestrator.preflight.run import Finding
+from orchestrator.cluster.ray_nodes import (
     GCS_WAIT_ENV,
     WORKER_GCS_WAIT_S,
     NodeState,
@@ -52,11 +56,11 @@ from orchestrator.ray_cluster import (
     stop_argv,
     worker_start_argv,
 )
-from orchestrator.ray_dashboard import open_dashboard, wait_for_nodes
+from orchestrator.cluster.dashboard import open_dashboard, wait_for_nodes
 from orchestrator.remote.runner import Runner, fan_out
-from orchestrator.cluster_shape import ClusterShape
+from orchestrator.plan.shape import ClusterShape
 from orchestrator.state import StateStore
-from orchestrator.status import StatusReport, build_nodes_section
+from orchestrator.status.nodes import StatusReport, build_nodes_section
 
 Progress = Callable[[str], None]
 RunnerOpener = Callable[[Manifest], AbstractContextManager[Mapping[str, Runner]]]
@@ -471,7 +475,7 @@ def planning_shape(manifest: Manifest, state: StateStore) -> ClusterShape:
     what the manifest declares (preflight has already held the nodes to it)."""
     from dataclasses import replace
 
-    from orchestrator.cluster_shape import recorded_facts, shape_from_facts, shape_from_manifest
+    from orchestrator.plan.shape import recorded_facts, shape_from_facts, shape_from_manifest
 
     record = state.get_cluster(manifest.name)
     probed = None

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.preflight import finding
+from orchestrator.preflight.run import finding
 from orchestrator.state import StateStore
 from orchestrator.workflows.cluster import ClusterDeps
 from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
@@ -133,8 +133,8 @@ def _render_text(renderable) -> str:
 
 def test_status_versions_column_only_when_nodes_differ():
     from orchestrator.cli.status import render_nodes
-    from orchestrator.facts import Versions
-    from orchestrator.status import NodeRow, NodesSection
+    from orchestrator.nodes.facts import Versions
+    from orchestrator.status.nodes import NodeRow, NodesSection
 
     def row(name, ray):
         return NodeRow(name, "worker", "10.0.0.1", "10.0.0.1", "ALIVE", True, 8, 8.0, 2.0, "H100-80GB",

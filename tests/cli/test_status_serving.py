@@ -7,7 +7,7 @@ import json
 from rich.console import Console
 
 from orchestrator.cli.status_serving import render_serving, render_serving_to, serving_json
-from orchestrator.serving_status import NodeRef, ProbeResult
+from orchestrator.status.serving import NodeRef, ProbeResult
 from tests.unit.test_serving_status import LOGGED, NODE_ID, build, payload
 
 
@@ -57,8 +57,8 @@ def test_json_is_the_values_dict():
 
 
 def test_nothing_deployed():
-    from orchestrator.serve_client import parse_serve_status
-    from orchestrator.serving_status import build_serving_status
+    from orchestrator.serve.client import parse_serve_status
+    from orchestrator.status.serving import build_serving_status
 
     s = build_serving_status(parse_serve_status({"applications": {}}), revision=None)
     assert s.problems == () and not s.healthy

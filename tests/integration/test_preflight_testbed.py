@@ -9,10 +9,10 @@ import time
 import pytest
 import yaml
 
-from orchestrator import inventory
-from orchestrator.facts import NodeFacts
-from orchestrator.manifest import load_manifest
-from orchestrator.preflight import run_checks
+from orchestrator.nodes import inventory
+from orchestrator.nodes.facts import NodeFacts
+from orchestrator.manifest.model import load_manifest
+from orchestrator.preflight.run import run_checks
 from orchestrator.remote import open_runners
 from tests.testbed import HostSpec
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.ray_dashboard import DashboardRefused
+from orchestrator.cluster.dashboard import DashboardRefused
 from orchestrator.workflows.cluster import status_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray]

@@ -17,9 +17,9 @@ import pytest
 
 from orchestrator.cli import main
 
-from orchestrator.serving_status import node_refs
+from orchestrator.status.serving import node_refs
 from orchestrator.workflows.cluster import status_nodes
-from orchestrator.workflows.serving_status import ServingDeps, ServingOptions, gather_serving
+from orchestrator.workflows.status import ServingDeps, ServingOptions, gather_serving
 from tests.fixtures.serving import MAX_MODEL_LEN
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]

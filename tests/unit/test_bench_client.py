@@ -10,7 +10,7 @@ import random
 import httpx
 import pytest
 
-from orchestrator.bench import ClientPool, Prompt, RequestSpec, run_concurrency, run_levels, run_rate, send_request
+from orchestrator.bench.loadgen import ClientPool, Prompt, RequestSpec, run_concurrency, run_levels, run_rate, send_request
 
 
 class FakeClock:
@@ -143,7 +143,7 @@ def test_rate_level_sleeps_until_each_seeded_poisson_arrival():
             return await run_rate(pool, SPEC, [Prompt("a")], 5.0, 20, clock, fake_sleep, random.Random(3))
 
     records, _ = asyncio.run(go())
-    from orchestrator.latency import poisson_arrivals
+    from orchestrator.bench.latency import poisson_arrivals
 
     expected = poisson_arrivals(5.0, 20, random.Random(3))
     assert len(records) == 20

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from orchestrator.bench_prompts import approximate_prompts, calibrate_words_per_token, exact_prompts, load_tokenizer
-from orchestrator.bench_target import parse_discovery
+from orchestrator.bench.prompts import approximate_prompts, calibrate_words_per_token, exact_prompts, load_tokenizer
+from orchestrator.bench.target import parse_discovery
 
 
 @pytest.mark.parametrize("tokens", [1, 17, 128, 900])

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.acceptance import AcceptancePlan, StageResult, Targets
-from orchestrator.acceptance_cluster import app_health, collective_env, engine_replica
-from orchestrator.acceptance_report import acceptance_dict, write_acceptance_report
-from orchestrator.crosscheck import FigureCheck
-from orchestrator.latency import RequestRecord, summarize
-from orchestrator.report import SCHEMA, bench_result, level_dict, render_markdown, write_bench_report
-from orchestrator.serve_client import AppStatus, DeploymentStatus, ReplicaStatus
+from orchestrator.accept.stages import AcceptancePlan, StageResult, Targets
+from orchestrator.workflows.accept import app_health, collective_env, engine_replica
+from orchestrator.accept.report import acceptance_dict, write_acceptance_report
+from orchestrator.bench.crosscheck import FigureCheck
+from orchestrator.bench.latency import RequestRecord, summarize
+from orchestrator.bench.report import SCHEMA, bench_result, level_dict, render_markdown, write_bench_report
+from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -46,7 +46,7 @@ def test_bench_report_files_schema_and_png(tmp_path):
 
 
 def test_markdown_without_crosscheck_or_successes():
-    from orchestrator.latency import summarize
+    from orchestrator.bench.latency import summarize
 
     failed = level_dict(summarize([RequestRecord(ok=False, error_kind="connection", error="refused")], 1.0, "concurrency=1", 1))
     md = render_markdown(bench_result({"url": "u", "model": "m", "endpoint": "completions"}, {}, [failed]), None)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import prometheus as prom
-from orchestrator.engine_stats import (
+from orchestrator.bench import prometheus as prom
+from orchestrator.status.engine_stats import (
     KvCapacity,
     keep_metric_lines,
     kv_capacity_from_metrics,

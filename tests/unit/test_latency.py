@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.latency import (
+from orchestrator.bench.latency import (
     Distribution,
     RequestRecord,
     parse_levels,

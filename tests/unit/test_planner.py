@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.capacity import PlanOptions, stage_capacities
-from orchestrator.catalog import CATALOG, ModelSpec, spec_from_config
-from orchestrator.cluster_shape import GIB, ClusterShape, make_shape
+from orchestrator.plan.capacity import PlanOptions, stage_capacities
+from orchestrator.plan.catalog import CATALOG, ModelSpec, spec_from_config
+from orchestrator.plan.shape import GIB, ClusterShape, make_shape
 from orchestrator.errors import PlanError
-from orchestrator.memory import (
+from orchestrator.plan.memory import (
     KIB,
     b_max,
     count_params,
@@ -24,7 +24,7 @@ from orchestrator.memory import (
     stage_weight_bytes,
     weight_bytes,
 )
-from orchestrator.planner import evaluate, plan_model, replicas_for
+from orchestrator.plan.planner import evaluate, plan_model, replicas_for
 
 # ---- seed 000, exactly as its code cell counts (vocab 128000, no norms, Wq/Wo = D x D) ----
 

@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import preflight, probes
+from orchestrator.preflight import run as preflight
+
+from orchestrator.nodes import probes
 from orchestrator.errors import HostKeyUnknownError, UnreachableError
-from orchestrator.facts import ModelPathInfo, NodeFacts, Versions
-from orchestrator.manifest import load_manifest
-from orchestrator.preflight import CODES, Finding, run_checks
+from orchestrator.nodes.facts import ModelPathInfo, NodeFacts, Versions
+from orchestrator.manifest.model import load_manifest
+from orchestrator.preflight.run import CODES, Finding, run_checks
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "probes"
 GIB = 1 << 30
@@ -483,6 +485,6 @@ def test_finding_refuses_an_unregistered_code():
     ],
 )
 def test_gpu_type_matching(gpu_type, name, mem, ok):
-    from orchestrator.preflight_gpu import _gpu_type_matches
+    from orchestrator.preflight.gpu_checks import _gpu_type_matches
 
     assert _gpu_type_matches(gpu_type, name, mem) is ok

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import probes
-from orchestrator.probes import ProbeParseError
+from orchestrator.nodes import probes
+from orchestrator.nodes.probes import ProbeParseError
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "probes"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import prometheus as prom
+from orchestrator.bench import prometheus as prom
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.facts import NicAddress, NicInfo, NodeFacts
-from orchestrator.manifest import load_manifest
-from orchestrator.ray_cluster import (
+from orchestrator.nodes.facts import NicAddress, NicInfo, NodeFacts
+from orchestrator.manifest.model import load_manifest
+from orchestrator.cluster.ray_nodes import (
     CLUSTER_ENV,
     NODE_RESOURCE_AMOUNT,
     SERVE_ENV_DEFAULTS,
@@ -91,7 +91,7 @@ def test_worker_argv_joins_head_and_falls_back_to_host(manifest):
 
 
 def test_gpus_as_probed_else_manifest(manifest):
-    from orchestrator.facts import GpuInfo
+    from orchestrator.nodes.facts import GpuInfo
 
     w1 = manifest.node("w1")
     probed = NodeFacts(node="w1", host="h", nvidia_smi=True, gpus=tuple(GpuInfo(i, "H100", 81559, "550") for i in range(4)))
@@ -245,7 +245,7 @@ def test_bad_payloads():
 
 
 def test_haproxy_side_ports_follow_the_serve_http_port():
-    from orchestrator.ray_cluster import haproxy_ports
+    from orchestrator.cluster.ray_nodes import haproxy_ports
 
     assert haproxy_ports(8000) == {
         "RAY_SERVE_HAPROXY_METRICS_PORT": "9101",

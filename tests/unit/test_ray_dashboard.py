@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from orchestrator.errors import ClusterError
-from orchestrator.ray_cluster import parse_nodes
-from orchestrator.ray_dashboard import DashboardClient, DashboardRefused, DashboardUnavailable, wait_for_nodes
+from orchestrator.cluster.ray_nodes import parse_nodes
+from orchestrator.cluster.dashboard import DashboardClient, DashboardRefused, DashboardUnavailable, wait_for_nodes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ray_dashboard"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.serve_client import ServeApiError, ServeClient, failure_messages, parse_serve_status
+from orchestrator.serve.client import ServeApiError, ServeClient, failure_messages, parse_serve_status
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve"
 

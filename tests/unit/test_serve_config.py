@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.capacity import PlanOptions
-from orchestrator.catalog import resolve_model
-from orchestrator.cluster_shape import shape_from_manifest
-from orchestrator.manifest import load_manifest_file
-from orchestrator.planner import plan_model
-from orchestrator.ray_cluster import node_resource
-from orchestrator.serve_config import (
+from orchestrator.plan.capacity import PlanOptions
+from orchestrator.plan.catalog import resolve_model
+from orchestrator.plan.shape import shape_from_manifest
+from orchestrator.manifest.model import load_manifest_file
+from orchestrator.plan.planner import plan_model
+from orchestrator.cluster.ray_nodes import node_resource
+from orchestrator.serve.config import (
     API_KEY_PLACEHOLDER,
     AppTarget,
     ServeConfigError,
@@ -25,7 +25,7 @@ from orchestrator.serve_config import (
     render_app,
     stage_nodes_for,
 )
-from orchestrator.serve_validate import validate_app
+from orchestrator.serve.validate import validate_app
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "cluster-templates"
 

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator import prometheus as prom
-from orchestrator.serve_client import parse_serve_status
-from orchestrator.serving_status import (
+from orchestrator.bench import prometheus as prom
+from orchestrator.serve.client import parse_serve_status
+from orchestrator.status.serving import (
     ENDPOINT_PROBE_FAILED,
     NODE_HEARTBEAT_LOST,
     NODE_UNREACHABLE,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.doctor import CODES
-from orchestrator.signatures import (
+from orchestrator.doctor.diagnose import CODES
+from orchestrator.doctor.signatures import (
     EVIDENCE_MAX_CHARS,
     SIGNATURE_CODES,
     SIGNATURES,

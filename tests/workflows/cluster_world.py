@@ -14,10 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from orchestrator.errors import UnreachableError
-from orchestrator.facts import NicAddress, NicInfo, NodeFacts, Versions
-from orchestrator.manifest import load_manifest
-from orchestrator.ray_cluster import STOP_SCRIPT, NodeState, node_resource
-from orchestrator.ray_dashboard import DashboardUnavailable
+from orchestrator.nodes.facts import NicAddress, NicInfo, NodeFacts, Versions
+from orchestrator.manifest.model import load_manifest
+from orchestrator.cluster.ray_nodes import STOP_SCRIPT, NodeState, node_resource
+from orchestrator.cluster.dashboard import DashboardUnavailable
 from orchestrator.remote.fake import FakeRunner, result
 
 PY = "/opt/venv/bin/python"

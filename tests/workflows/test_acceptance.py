@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.acceptance import (
+from orchestrator.accept.stages import (
     ERROR,
     FAIL,
     PASS,
@@ -174,7 +174,7 @@ def test_run_acceptance_runs_every_stage_records_errors_and_skips():
 
 @pytest.mark.parametrize("verdicts, expected", [([PASS, SKIPPED], PASS), ([PASS, FAIL], FAIL), ([ERROR], FAIL)])
 def test_overall_verdict(verdicts, expected):
-    from orchestrator.acceptance import StageResult
+    from orchestrator.accept.stages import StageResult
 
     assert overall([StageResult(str(i), v, "") for i, v in enumerate(verdicts)]) == expected
 

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from orchestrator.errors import ClusterError
-from orchestrator.preflight import finding
+from orchestrator.preflight.run import finding
 from orchestrator.state import StateStore
 from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
 from orchestrator.workflows.cluster import ClusterDeps, PreflightStopped, UpOptions, down, status_nodes, up
@@ -163,7 +163,7 @@ def test_check_only_runs_no_ray_command(env):
 
 
 def test_unreachable_node_fails_preflight_with_real_checks(tmp_path):
-    from orchestrator.preflight import run_checks
+    from orchestrator.preflight.run import run_checks
 
     manifest = manifest_of()
     world = World(manifest, unreachable={"w2"})
@@ -279,8 +279,8 @@ def test_status_when_head_unreachable(env):
 
 def test_planning_shape_uses_the_gpus_up_probed_only_for_the_manifest_that_is_up(tmp_path):
     """`orch up` keeps what nvidia-smi reported; the planner sizes on it while that manifest is up."""
-    from orchestrator.cluster_shape import shape_from_manifest
-    from orchestrator.manifest import load_manifest
+    from orchestrator.plan.shape import shape_from_manifest
+    from orchestrator.manifest.model import load_manifest
     from orchestrator.state import StateStore
     from orchestrator.workflows.cluster import planning_shape
 

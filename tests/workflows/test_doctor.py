@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.doctor import CODES, collect_logs, diagnose
+from orchestrator.doctor.diagnose import CODES, collect_logs, diagnose
 from orchestrator.errors import UnreachableError
-from orchestrator.logscan import ScanLimits
-from orchestrator.manifest import load_manifest
+from orchestrator.doctor.logscan import ScanLimits
+from orchestrator.manifest.model import load_manifest
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.remote.local import LocalRunner
 

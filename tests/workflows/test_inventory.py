@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import inventory, probes
+from orchestrator.nodes import inventory
+
+from orchestrator.nodes import probes
 from orchestrator.errors import CommandTimeoutError, UnreachableError
-from orchestrator.facts import NodeFacts
-from orchestrator.manifest import load_manifest
-from orchestrator.preflight import run_checks
-from orchestrator.probe_scripts import (
+from orchestrator.nodes.facts import NodeFacts
+from orchestrator.manifest.model import load_manifest
+from orchestrator.preflight.run import run_checks
+from orchestrator.nodes.probe_scripts import (
     CONNECT_SCRIPT,
     IB_SYSFS_SCRIPT,
     LISTEN_SCRIPT,

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import UnreachableError
-from orchestrator.manifest import load_manifest
+from orchestrator.manifest.model import load_manifest
 from orchestrator.remote.fake import FakeRunner
 from orchestrator.remote.local import LocalRunner
-from orchestrator.serve_client import ServeApiError, parse_serve_status
-from orchestrator.serving_status import ENDPOINT_PROBE_FAILED, SERVE_API_ERROR, NodeRef, ProbeResult
+from orchestrator.serve.client import ServeApiError, parse_serve_status
+from orchestrator.status.serving import ENDPOINT_PROBE_FAILED, SERVE_API_ERROR, NodeRef, ProbeResult
 from orchestrator.state import StateStore
-from orchestrator.workflows.serving_status import ServingDeps, ServingOptions, gather_serving, probe_completion
+from orchestrator.workflows.status import ServingDeps, ServingOptions, gather_serving, probe_completion
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 NODE_ID = "fb356170c7eeea9b674844e2204ed80ed204358c9e6c6ae6afcb634d"

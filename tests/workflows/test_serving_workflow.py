@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import RolloutFailed, StateError, UsageError
-from orchestrator.manifest import load_manifest
-from orchestrator.ray_cluster import NodeState
-from orchestrator.readiness import ProbeResult
+from orchestrator.manifest.model import load_manifest
+from orchestrator.cluster.ray_nodes import NodeState
+from orchestrator.serve.readiness import ProbeResult
 from orchestrator.remote.fake import FakeRunner, Prefix, result
-from orchestrator.serve_client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
-from orchestrator.serving_status import revision_app
+from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
+from orchestrator.status.serving import revision_app
 from orchestrator.state import StateStore
-from orchestrator.workflows.serving import ClusterApis, RolloutOptions, ServingDeps, execute, load_meta
-from orchestrator.workflows.serving_setup import RolloutRequest, desired_for_model, desired_for_revision
+from orchestrator.workflows.rollout import ClusterApis, RolloutOptions, ServingDeps, execute, load_meta
+from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model, desired_for_revision
 
 KEY = "key-for-tests-0123456789"
 MANIFEST = """

@@ -1,0 +1,1 @@
+"""Acceptance test: stages and their report."""

@@ -1,0 +1,1 @@
+"""Benchmarks: load generator, prompts, targets, SSE decoding, latency math, Prometheus histograms, reports."""

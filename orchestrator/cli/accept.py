@@ -1,0 +1,95 @@
+"""``orch accept`` behind its flags: build the plan from the manifest and the current revision,
+wire the cluster, print each stage as it ends, write the report folder, exit 7 on a failed stage."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orchestrator.errors import AcceptanceFailed
+
+
+def _max_model_len(state, cluster: str) -> int | None:
+    rev = state.current_revision(cluster)
+    if rev is None:
+        return None
+    for source in (rev.plan or {}, rev.config or {}):
+        found = _find_key(source, "max_model_len")
+        if isinstance(found, int):
+            return found
+    return None
+
+
+def _find_key(obj: Any, key: str) -> Any:
+    if isinstance(obj, dict):
+        if key in obj:
+            return obj[key]
+        for v in obj.values():
+            got = _find_key(v, key)
+            if got is not None:
+                return got
+    elif isinstance(obj, list):
+        for v in obj:
+            got = _find_key(v, key)
+            if got is not None:
+                return got
+    return None
+
+
+def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat: bool, seed: int, timeout_s: float,
+               json_mode: bool, out: Path | None, requests: int, max_concurrency: int, max_model_len: int | None,
+               skip: tuple[str, ...]) -> None:  # fmt: skip
+    from orchestrator.accept.stages import STAGES, AcceptancePlan, Targets, run_acceptance
+    from orchestrator.workflows.accept import ClusterAcceptanceEnv
+    from orchestrator.accept.report import RUNBOOK, acceptance_dict, write_acceptance_report
+    from orchestrator.bench.session import BenchOptions
+    from orchestrator.cli.cluster import known_hosts_path
+    from orchestrator.cli.output import console, print_json
+    from orchestrator.errors import UsageError
+    from orchestrator.remote import open_runners
+    from orchestrator.serve.client import open_serve_client
+    from orchestrator.state import StateStore
+
+    unknown = [s for s in skip if s not in STAGES]
+    if unknown:
+        raise UsageError(f"--skip {', '.join(unknown)}: no such stage", hint="stages: " + ", ".join(STAGES))
+    manifest = target["manifest"]
+    state_dir = ctx.obj["state_dir"]
+    state = StateStore(state_dir)
+    t = manifest.targets
+    targets = Targets(t.ttft_p95_ms, t.tpot_p95_ms, t.max_error_rate) if t else Targets()
+    mml = max_model_len or _max_model_len(state, manifest.name) or 1024
+    plan = AcceptancePlan(targets=targets, max_model_len=mml, requests=requests, max_concurrency=max_concurrency, skip=skip)
+    bench = BenchOptions(
+        base_url=target["url"], model=target["model"], tokenizer=tokenizer, api_key=target["api_key"],
+        metrics_urls=target["metrics"], seed=seed, timeout_s=timeout_s, endpoint="chat" if chat else "completions", warmup=1,
+        settle_timeout_s=target["settle_s"],
+    )  # fmt: skip
+    out_dir = out or Path(f"accept-{manifest.name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    err = console(stderr=True)
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+    def on_stage(res) -> None:
+        mark = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]", "error": "[red]ERROR[/]", "skipped": "[yellow]skipped[/]"}[res.verdict]
+        err.print(f"{mark} {res.name} ({res.seconds:.0f} s): {res.summary}")
+
+    token = state.read_token(manifest.name)
+    with open_runners(manifest, known_hosts_path(manifest, state_dir)) as runners:
+        head = runners[manifest.head.name]
+        with open_serve_client(head, manifest.ray.dashboard_port, token) as serve:
+            env = ClusterAcceptanceEnv(manifest, state, runners, serve, bench)
+            err.print(f"accepting {manifest.name}: {target['model']} at {target['url']} (max_model_len {mml}); report in {out_dir}")
+            results = run_acceptance(env, plan, on_stage)
+    data = acceptance_dict(results, plan, {"cluster": manifest.name, "model": target["model"], "url": target["url"]}, started)
+    paths = write_acceptance_report(data, out_dir)
+    data["files"] = {k: str(v) for k, v in paths.items()}
+    if json_mode:
+        print_json(data)
+    else:
+        console().print(f"verdict: {data['verdict'].upper()}  report: {paths['markdown']}")
+    failed = [s["name"] for s in data["stages"] if s["verdict"] in ("fail", "error")]
+    if failed:
+        raise AcceptanceFailed(f"acceptance failed: {', '.join(failed)}", hint=f"read {paths['markdown']} and {RUNBOOK}")

@@ -1,0 +1,385 @@
+"""Ray on the nodes: the argv and environment of `ray start`, the scoped stop of a cluster's
+processes, and pure parsers of the Ray dashboard's JSON into ``NodeState`` values. No I/O here (``orchestrator.cluster.dashboard`` talks
+HTTP; ``orchestrator.workflows.cluster`` runs the argv through runners).
+
+Naming a node inside Ray: every node gets the custom resource ``orch_node_<name>`` with amount
+``NODE_RESOURCE_AMOUNT`` (1000). Placement can pin work to a node by asking for a fraction of
+it (``{"orch_node_gpu-2": 0.001}``, see ``node_resource``), and orch maps a Ray node back to its
+manifest name with it. ``/api/v0/nodes`` reports the name unchanged (the dashboard's
+``/nodes?view=summary`` camel-cases it, so orch does not read that one).
+
+Environment of the Ray processes (``ray_process_env``): the serving defaults of
+``SERVE_ENV_DEFAULTS`` (measured in the stack notes: they more than double Serve LLM
+throughput), then the NIC pinning (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``) and
+``VLLM_HOST_IP``, then the manifest's cluster env and node env (which win), then token auth
+(``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN_PATH``) and ``ORCH_CLUSTER=<name>``, which nothing
+overrides (the latter tags every process of the cluster so that stopping it kills only those).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from orchestrator.nodes.facts import NodeFacts
+from orchestrator.manifest.model import Manifest, NodeSpec
+
+RAY_MODULE = "ray.scripts.scripts"  # `python -m ray.scripts.scripts` is the `ray` CLI of that python
+NODE_RESOURCE_PREFIX = "orch_node_"
+NODE_RESOURCE_AMOUNT = 1000
+DASHBOARD_HOST = "127.0.0.1"
+
+# Environment of `ray start` that Ray Serve (LLM) reads at startup. Measured (stack notes, tiny
+# model, 16 streams): defaults 473-551 tok/s, with all three 1,498-1,855 tok/s. The rollout code
+# may pass its own ``serve_env`` to ``ray_process_env``; the manifest's env overrides both.
+SERVE_ENV_DEFAULTS: dict[str, str] = {
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
+    "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
+}
+
+# HAProxy (RAY_SERVE_ENABLE_HA_PROXY) binds fixed ports on every node besides serve.http_port.
+# They follow the manifest's http_port (offsets from Ray 2.60's defaults at 8000), so two clusters
+# on one machine, or a moved http_port, do not collide; the manifest's env can still set them.
+HAPROXY_PORT_OFFSETS: dict[str, int] = {
+    "RAY_SERVE_HAPROXY_METRICS_PORT": 9101 - 8000,
+    "RAY_SERVE_HAPROXY_STATS_PORT": 8404 - 8000,
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": 8500 - 8000,
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": 9500 - 8000,
+}
+
+
+def haproxy_ports(http_port: int) -> dict[str, str]:
+    """HAProxy's side ports for a Serve HTTP port (the defaults for 8000)."""
+    return {name: str(http_port + offset) for name, offset in HAPROXY_PORT_OFFSETS.items()}
+
+
+# A worker started together with its head waits this long for the head's GCS to listen:
+# Ray's connect loop in ray/_private/node.py (_init_gcs_client) retries once a second,
+# 20 times by default, or RAY_gcs_server_port_wait_time_s times when that is set.
+GCS_WAIT_ENV = "RAY_gcs_server_port_wait_time_s"
+WORKER_GCS_WAIT_S = 60
+
+# Every process of an orch Ray node carries ORCH_CLUSTER=<cluster name> in its environment: it is
+# set on `ray start` and inherited by the raylet, the agents, Ray's workers, Serve replicas and
+# the vLLM engine processes they spawn (also once orphaned). Stopping a node kills exactly
+# those (and processes whose command line names the cluster's Ray temp dir, with their
+# descendants), never another cluster's Ray or someone else's vLLM on the same machine, which
+# `ray stop` (no filter) and `pkill -f vllm` would kill.
+CLUSTER_ENV = "ORCH_CLUSTER"
+STOP_SCRIPT = r"""
+import importlib.util, json, os, sys, time
+try:
+    import psutil
+except ImportError:  # Ray vendors psutil under ray/thirdparty_files
+    spec = importlib.util.find_spec("ray")
+    sys.path.insert(0, os.path.join(list(spec.submodule_search_locations)[0], "thirdparty_files"))
+    import psutil
+cluster, temp = sys.argv[1], sys.argv[2].rstrip("/")
+marks = (temp + "/session_", "--temp-dir=" + temp, "--temp_dir=" + temp)
+spare = {os.getpid()} | {p.pid for p in psutil.Process().parents()}
+roots = []
+for p in psutil.process_iter(["cmdline"]):
+    if p.pid in spare:
+        continue
+    try:
+        cmd = " ".join(p.info["cmdline"] or ())
+        if any(m in cmd for m in marks) or p.environ().get("ORCH_CLUSTER") == cluster:
+            roots.append(p)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        pass
+victims = {}
+for p in roots:
+    victims[p.pid] = p
+    try:
+        victims.update((c.pid, c) for c in p.children(recursive=True) if c.pid not in spare)
+    except psutil.NoSuchProcess:
+        pass
+names = set()
+for p in victims.values():
+    try:
+        names.add(p.name())
+        p.kill()
+    except psutil.NoSuchProcess:
+        pass
+def dead(p):  # a zombie is dead; its parent (not us) reaps it
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+deadline = time.monotonic() + 15
+alive = list(victims.values())
+while alive and time.monotonic() < deadline:
+    alive = [p for p in alive if not dead(p)]
+    if alive:
+        time.sleep(0.1)
+print(json.dumps({"killed": len(victims) - len(alive), "alive": [p.pid for p in alive], "names": sorted(names)}))
+"""
+
+
+def node_resource(name: str) -> str:
+    """The custom Ray resource that names an orch node (``orch_node_<name>``)."""
+    return f"{NODE_RESOURCE_PREFIX}{name}"
+
+
+# A placement group derives resources such as orch_node_w1_group_0_<36 hex>: not node names.
+_PG_DERIVED = re.compile(r"_group_(\d+_)?[0-9a-f]{32,}$")
+
+
+def node_name_from_resources(resources: Mapping[str, float]) -> str | None:
+    for key in resources:
+        if key.startswith(NODE_RESOURCE_PREFIX) and not _PG_DERIVED.search(key):
+            return key[len(NODE_RESOURCE_PREFIX) :]
+    return None
+
+
+def node_token_path(cluster: str, home: str) -> str:
+    """Where the cluster's Ray token lives on a node: under the SSH user's home (``home`` as the
+    node reports it), written 0600 with the runner's ``put_file`` (never through argv or env,
+    which other users of the node could read in `ps`)."""
+    return f"{home.rstrip('/')}/.orch/clusters/{cluster}/ray-token"
+
+
+def node_address(node: NodeSpec, facts: NodeFacts | None) -> str:
+    """The address Ray binds on this node: the first global address (IPv4 first) of the
+    manifest's ``interface`` as probed, else the node's ``host`` (the same rule as
+    ``inventory.head_address``, so workers join the address preflight tested)."""
+    if facts is not None and node.interface:
+        nic = facts.nic(node.interface)
+        if nic is not None:
+            for addr in nic.global_addresses():
+                return addr.address
+    return node.host
+
+
+def node_gpus(manifest: Manifest, node: NodeSpec, facts: NodeFacts | None) -> int:
+    """GPUs Ray is told about: as probed when nvidia-smi answered, else the manifest's count."""
+    if manifest.accelerator == "cpu":
+        return 0
+    if facts is not None and facts.nvidia_smi and facts.gpus:
+        return len(facts.gpus)
+    return node.gpus
+
+
+def ray_argv(manifest: Manifest, node: NodeSpec, *args: str) -> list[str]:
+    return [node.python_bin(manifest), "-m", RAY_MODULE, *args]
+
+
+def _common_start_args(manifest: Manifest, node: NodeSpec, facts: NodeFacts | None) -> list[str]:
+    args = [
+        "--node-ip-address", node_address(node, facts),
+        "--num-gpus", str(node_gpus(manifest, node, facts)),
+        "--resources", json.dumps({node_resource(node.name): NODE_RESOURCE_AMOUNT}, separators=(",", ":")),
+        "--temp-dir", manifest.ray.temp_dir,
+        "--disable-usage-stats",
+    ]  # fmt: skip
+    cpus = node.ray_cpus(manifest)
+    if cpus is not None:
+        args += ["--num-cpus", str(cpus)]
+    if manifest.ray.object_store_memory is not None:
+        args += ["--object-store-memory", str(manifest.ray.object_store_memory)]
+    return args
+
+
+def head_start_argv(manifest: Manifest, node: NodeSpec, facts: NodeFacts | None) -> list[str]:
+    """`ray start --head` bound to the node's address; dashboard on 127.0.0.1 only."""
+    return ray_argv(
+        manifest,
+        node,
+        "start", "--head",
+        "--port", str(manifest.ray.port),
+        "--include-dashboard", "true",
+        "--dashboard-host", DASHBOARD_HOST,
+        "--dashboard-port", str(manifest.ray.dashboard_port),
+        *_common_start_args(manifest, node, facts),
+    )  # fmt: skip
+
+
+def worker_start_argv(manifest: Manifest, node: NodeSpec, facts: NodeFacts | None, head_address: str) -> list[str]:
+    """`ray start --address HEAD:PORT` for a worker."""
+    return ray_argv(
+        manifest, node, "start", "--address", f"{head_address}:{manifest.ray.port}", *_common_start_args(manifest, node, facts)
+    )
+
+
+def stop_argv(manifest: Manifest, node: NodeSpec) -> list[str]:
+    """Kill (SIGKILL) every process of this cluster's Ray node here, vLLM engines included: the
+    processes tagged ``ORCH_CLUSTER`` or naming the cluster's temp dir, and their descendants.
+    Prints JSON ``{"killed": n, "alive": [pids], "names": [...]}`` (see ``parse_stop``)."""
+    return [node.python_bin(manifest), "-c", STOP_SCRIPT, manifest.name, manifest.ray.temp_dir]
+
+
+def parse_stop(text: str) -> dict[str, Any]:
+    """The stop script's report; raises ValueError when it printed none."""
+    for line in reversed(text.strip().splitlines()):
+        if line.strip().startswith("{"):
+            data = json.loads(line)
+            return {"killed": int(data.get("killed", 0)), "alive": list(data.get("alive", [])), "names": list(data.get("names", []))}
+    raise ValueError("the stop script printed no report")
+
+
+def ray_process_env(
+    manifest: Manifest,
+    node: NodeSpec,
+    facts: NodeFacts | None,
+    token_path: str | None = None,
+    serve_env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment `ray start` runs with on ``node``; see the module doc for the order.
+    ``serve_env`` replaces ``SERVE_ENV_DEFAULTS`` when given."""
+    env: dict[str, str] = dict(SERVE_ENV_DEFAULTS if serve_env is None else serve_env)
+    if env.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
+        env.update(haproxy_ports(manifest.serve.http_port))
+    if node.interface:
+        env["NCCL_SOCKET_IFNAME"] = node.interface
+        env["GLOO_SOCKET_IFNAME"] = node.interface
+    env["VLLM_HOST_IP"] = node_address(node, facts)
+    env.update(manifest.env)
+    env.update(node.env)
+    env[CLUSTER_ENV] = manifest.name
+    if manifest.ray.token_auth:
+        if not token_path:
+            raise ValueError("token auth is on: ray_process_env needs the node's token_path")
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN_PATH"] = token_path
+    return env
+
+
+# ---------------------------------------------------------------------------- dashboard JSON
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One Ray node as the dashboard reports it. ``name`` is the orch node name (from the
+    ``orch_node_<name>`` resource), None for a node orch did not start. ``resources_used`` is
+    filled from ``/api/cluster_status`` when it was read (empty otherwise)."""
+
+    node_id: str
+    name: str | None
+    address: str
+    state: str  # "ALIVE" | "DEAD"
+    is_head: bool
+    resources_total: dict[str, float] = field(default_factory=dict)
+    resources_used: dict[str, float] = field(default_factory=dict)
+    state_message: str | None = None
+    start_time_ms: int = 0
+    end_time_ms: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.state == "ALIVE"
+
+    @property
+    def gpus_total(self) -> float:
+        return float(self.resources_total.get("GPU", 0.0))
+
+    @property
+    def gpus_used(self) -> float:
+        return float(self.resources_used.get("GPU", 0.0))
+
+    @property
+    def cpus_total(self) -> float:
+        return float(self.resources_total.get("CPU", 0.0))
+
+    @property
+    def resources_available(self) -> dict[str, float]:
+        return {k: v - self.resources_used.get(k, 0.0) for k, v in self.resources_total.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "name": self.name,
+            "address": self.address,
+            "state": self.state,
+            "is_head": self.is_head,
+            "gpus_total": self.gpus_total,
+            "gpus_used": self.gpus_used,
+            "cpus_total": self.cpus_total,
+            "state_message": self.state_message,
+        }
+
+
+class DashboardFormatError(ValueError):
+    """The dashboard answered JSON of an unexpected shape."""
+
+
+def _data(payload: Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    if not isinstance(payload, Mapping) or not payload.get("result", False) or not isinstance(payload.get("data"), Mapping):
+        msg = payload.get("msg") if isinstance(payload, Mapping) else None
+        raise DashboardFormatError(f"{what}: the dashboard answered without data" + (f" ({msg})" if msg else ""))
+    return payload["data"]
+
+
+def parse_nodes(payload: Mapping[str, Any]) -> list[NodeState]:
+    """``GET /api/v0/nodes?detail=true`` -> one NodeState per Ray node record (dead ones too)."""
+    data = _data(payload, "/api/v0/nodes")
+    result = data.get("result")
+    rows = result.get("result") if isinstance(result, Mapping) else None
+    if not isinstance(rows, list):
+        raise DashboardFormatError("/api/v0/nodes: no node list in the answer")
+    out = []
+    for row in rows:
+        resources = {str(k): float(v) for k, v in (row.get("resources_total") or {}).items()}
+        out.append(
+            NodeState(
+                node_id=str(row["node_id"]),
+                name=node_name_from_resources(resources),
+                address=str(row.get("node_ip") or ""),
+                state=str(row.get("state") or "UNKNOWN"),
+                is_head=bool(row.get("is_head_node")),
+                resources_total=resources,
+                state_message=row.get("state_message"),
+                start_time_ms=int(row.get("start_time_ms") or 0),
+                end_time_ms=int(row.get("end_time_ms") or 0),
+            )
+        )
+    return out
+
+
+def parse_usage(payload: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """``GET /api/cluster_status`` -> node id -> resource -> amount in use (GPU, CPU, memory...).
+
+    Ray reports ``usageByNode[node_id][resource] = [used, total]``; resource names there are
+    camel-cased (``objectStoreMemory``), which does not matter for GPU and CPU. A fresh cluster
+    whose autoscaler monitor has not reported yet has an empty map."""
+    data = _data(payload, "/api/cluster_status")
+    report = ((data.get("clusterStatus") or {}).get("loadMetricsReport") or {}).get("usageByNode") or {}
+    out: dict[str, dict[str, float]] = {}
+    for node_id, usage in report.items():
+        out[str(node_id)] = {str(res): float(pair[0]) for res, pair in usage.items() if isinstance(pair, list) and pair}
+    return out
+
+
+def with_usage(states: list[NodeState], usage: Mapping[str, Mapping[str, float]]) -> list[NodeState]:
+    return [replace(s, resources_used=dict(usage.get(s.node_id, {}))) for s in states]
+
+
+def current_by_name(states: list[NodeState]) -> dict[str, NodeState]:
+    """Orch name -> the record that describes the node now: an ALIVE record if there is one,
+    else the most recently started (a restarted node leaves its DEAD record behind)."""
+    out: dict[str, NodeState] = {}
+    for s in states:
+        if s.name is None:
+            continue
+        cur = out.get(s.name)
+        if cur is None or (s.alive, s.start_time_ms) > (cur.alive, cur.start_time_ms):
+            out[s.name] = s
+    return out
+
+
+def node_problems(expected_gpus: Mapping[str, int], states: list[NodeState]) -> dict[str, str]:
+    """Expected orch node -> why it is not ready (missing, dead, wrong GPU count); empty = ready."""
+    current = current_by_name(states)
+    problems: dict[str, str] = {}
+    for name, gpus in expected_gpus.items():
+        s = current.get(name)
+        if s is None:
+            problems[name] = "not in the Ray cluster"
+        elif not s.alive:
+            problems[name] = f"{s.state}" + (f": {s.state_message}" if s.state_message else "")
+        elif round(s.gpus_total) != gpus:
+            problems[name] = f"ALIVE with {s.gpus_total:g} GPUs, expected {gpus}"
+    return problems

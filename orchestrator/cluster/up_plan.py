@@ -1,0 +1,160 @@
+"""What `orch up` must do, decided from the manifest, the recorded state and what Ray reports.
+Pure: no I/O (``orchestrator.workflows.cluster`` gathers the inputs and carries the plan out).
+
+Decisions
+- nothing recorded (or recorded as down): ``start`` every node (after stopping what the
+  cluster may have left there, so a leftover Ray cannot make `ray start` fail);
+- recorded with another manifest fingerprint: ``restart`` every node; the plan carries a
+  readable diff of the manifests, and the nodes that left the manifest are stopped too;
+- same fingerprint, head's dashboard not answering or the head not ALIVE: ``restart`` all;
+- same fingerprint, some workers DEAD, missing or with the wrong GPU count: ``heal`` them alone;
+- same fingerprint, every node ALIVE with its GPUs: ``nothing``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from orchestrator.manifest.model import Manifest
+from orchestrator.cluster.ray_nodes import NodeState, node_problems
+from orchestrator.state import ClusterRecord
+
+Action = Literal["start", "restart", "heal", "nothing"]
+
+
+@dataclass(frozen=True)
+class UpPlan:
+    action: Action
+    reason: str
+    start: tuple[str, ...] = ()  # nodes to (re)start, the head first when it is among them
+    stop: tuple[str, ...] = ()  # nodes where the cluster's processes are stopped before starting
+    removed: tuple[str, ...] = ()  # nodes of the recorded manifest that are no longer in it
+    diff: tuple[str, ...] = ()
+    problems: dict[str, str] = field(default_factory=dict)  # node -> why it is not healthy
+
+    @property
+    def changes_anything(self) -> bool:
+        return self.action != "nothing"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "reason": self.reason,
+            "start": list(self.start),
+            "stop": list(self.stop),
+            "removed": list(self.removed),
+            "diff": list(self.diff),
+            "problems": dict(self.problems),
+        }
+
+
+def _nodes_by_name(data: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(data)
+    out["nodes"] = {n["name"]: {k: v for k, v in n.items() if k != "name"} for n in data.get("nodes", [])}
+    return out
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(value, Mapping) and value:
+        for key in sorted(value):
+            _flatten(value[key], f"{prefix}.{key}" if prefix else str(key), out)
+    else:
+        out[prefix] = value
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+
+
+def manifest_diff(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
+    """Readable lines of what differs between two manifests (``model_dump(mode="json")``):
+    ``+ nodes.w3: added``, ``- nodes.w2: removed``, ``~ ray.port: 6379 -> 6380``."""
+    if old is None:
+        return ["(no recorded manifest to compare with)"]
+    a, b = _nodes_by_name(old), _nodes_by_name(new)
+    lines: list[str] = []
+    old_nodes, new_nodes = a.pop("nodes"), b.pop("nodes")
+    for name in new_nodes:
+        if name not in old_nodes:
+            lines.append(f"+ nodes.{name}: added")
+    for name in old_nodes:
+        if name not in new_nodes:
+            lines.append(f"- nodes.{name}: removed")
+    fa: dict[str, Any] = {}
+    fb: dict[str, Any] = {}
+    _flatten(a, "", fa)
+    _flatten(b, "", fb)
+    for name in new_nodes:
+        if name in old_nodes:
+            _flatten(old_nodes[name], f"nodes.{name}", fa)
+            _flatten(new_nodes[name], f"nodes.{name}", fb)
+    for key in sorted(set(fa) | set(fb)):
+        if key.startswith("source_path"):
+            continue
+        if key not in fa:
+            lines.append(f"~ {key}: (unset) -> {_show(fb[key])}")
+        elif key not in fb:
+            lines.append(f"~ {key}: {_show(fa[key])} -> (unset)")
+        elif fa[key] != fb[key]:
+            lines.append(f"~ {key}: {_show(fa[key])} -> {_show(fb[key])}")
+    return lines
+
+
+def _all(manifest: Manifest) -> tuple[str, ...]:
+    return tuple([manifest.head.name] + [w.name for w in manifest.workers])
+
+
+def plan_up(
+    manifest: Manifest,
+    record: ClusterRecord | None,
+    expected_gpus: Mapping[str, int],
+    states: list[NodeState] | None,
+    dashboard_error: str | None = None,
+) -> UpPlan:
+    """Decide the plan (see the module doc). ``states`` is what the head's dashboard listed, or
+    None when it was not asked (nothing recorded) or did not answer (``dashboard_error``)."""
+    everyone = _all(manifest)
+    if record is None or record.state != "up":
+        why = "no cluster recorded" if record is None else "the cluster was brought down"
+        return UpPlan("start", f"{why}: starting Ray on every node", start=everyone, stop=everyone)
+    if record.fingerprint != manifest.fingerprint():
+        old = json.loads(record.manifest_json) if record.manifest_json else None
+        new = manifest.model_dump(mode="json", exclude={"source_path"})
+        old_names = [n["name"] for n in (old or {}).get("nodes", [])]
+        removed = tuple(n for n in old_names if n not in everyone)
+        return UpPlan(
+            "restart",
+            "the manifest changed since the last `orch up`: restarting Ray on every node",
+            start=everyone,
+            stop=everyone,
+            removed=removed,
+            diff=tuple(manifest_diff(old, new)),
+        )
+    if states is None:
+        detail = f" ({dashboard_error})" if dashboard_error else ""
+        return UpPlan(
+            "restart", f"the head's Ray dashboard does not answer{detail}: restarting Ray on every node",
+            start=everyone, stop=everyone, problems={manifest.head.name: "dashboard not answering"},
+        )  # fmt: skip
+    problems = node_problems(expected_gpus, states)
+    if not problems:
+        return UpPlan("nothing", f"all {len(everyone)} nodes are ALIVE with their GPUs and the manifest is unchanged")
+    if manifest.head.name in problems:
+        return UpPlan(
+            "restart",
+            f"the head is not healthy ({problems[manifest.head.name]}): restarting Ray on every node",
+            start=everyone,
+            stop=everyone,
+            problems=problems,
+        )
+    sick = tuple(name for name in everyone if name in problems)
+    return UpPlan(
+        "heal",
+        "restarting only " + ", ".join(f"{n} ({problems[n]})" for n in sick),
+        start=sick,
+        stop=sick,
+        problems=problems,
+    )

@@ -1,0 +1,1 @@
+"""Doctor: log signatures, log scanning, diagnosis."""

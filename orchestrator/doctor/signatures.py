@@ -1,0 +1,486 @@
+"""Known failure signatures in Ray, Serve, vLLM and NCCL/Gloo logs, and matching them. No I/O.
+
+``orch doctor`` gathers the log lines of the current Ray session from every node
+(``orchestrator.doctor.diagnose``) and hands them here. Each ``Signature`` names a finding code, the
+component that writes the line, a severity and a hint that ends with the code's runbook
+(``runbooks/<CODE>.md``). Its matchers are regular expressions over one log line (plus, where
+needed, a small predicate on the match): this is diagnosis of third-party logs, not error
+handling of orch's own commands (those use exit codes and typed errors).
+
+Every signature is tested against real log lines quoted in GitHub issues of vLLM, Ray and NCCL
+(``tests/data/logs/<CODE>.log``, sources in ``tests/data/logs/SOURCES.md``) and against captured
+logs of healthy runs, which must match nothing.
+
+Waiting for resources is a warning: the same lines appear in healthy but slow starts (seen on this
+project's loaded test machine: Serve's "taken more than 30s to be scheduled" before the replica
+started). Ray's explicit "No available node types can fulfill resource request" is a failure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+Severity = Literal["fail", "warn", "info"]
+Component = Literal["ray", "serve", "vllm", "nccl", "system"]
+
+EVIDENCE_MAX_CHARS = 400
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of one log file on one node. ``line_no`` is 1-based, None when unknown."""
+
+    node: str
+    file: str
+    line_no: int | None
+    text: str
+
+
+@dataclass(frozen=True)
+class DoctorFinding:
+    """A known failure seen on a node, with the first line that shows it.
+
+    ``count`` is how many lines on that node matched the same code; ``source`` is ``logs`` for
+    signature matches and ``preflight`` for facts checks fed into the same report.
+    """
+
+    code: str
+    node: str
+    file: str
+    line_no: int | None
+    evidence: str
+    hint: str
+    severity: Severity = "fail"
+    title: str = ""
+    component: str = ""
+    count: int = 1
+    source: str = "logs"
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line_no}" if self.line_no is not None else self.file
+
+    def to_dict(self) -> dict:
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "title": self.title,
+            "component": self.component,
+            "node": self.node,
+            "file": self.file,
+            "line_no": self.line_no,
+            "evidence": self.evidence,
+            "count": self.count,
+            "hint": self.hint,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One way a known failure shows up in a log line.
+
+    ``keywords``: cheap substrings, at least one of which must be in the line before the regex
+    runs (most lines of a healthy log hold none). ``predicate``: an optional extra test on the
+    regex match (for example "the quoted value is a filesystem path").
+    """
+
+    code: str
+    title: str
+    component: Component
+    severity: Severity
+    pattern: re.Pattern[str]
+    keywords: tuple[str, ...]
+    hint: str
+    predicate: Callable[[re.Match[str]], bool] | None = field(default=None, compare=False)
+
+    def match(self, text: str) -> re.Match[str] | None:
+        if not any(k in text for k in self.keywords):
+            return None
+        m = self.pattern.search(text)
+        if m is None:
+            return None
+        if self.predicate is not None and not self.predicate(m):
+            return None
+        return m
+
+
+def runbook(code: str) -> str:
+    return f"runbooks/{code}.md"
+
+
+# code -> (title, component, hint without the runbook)
+_CODE_INFO: dict[str, tuple[str, str]] = {
+    "COLLECTIVE_IFACE_NOT_FOUND": (
+        "NCCL/Gloo socket interface not found on the node",
+        "NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME (set from the manifest's `interface`) must name an "
+        "interface that exists and has an address on every node; check `ip -br addr` there",
+    ),
+    "COLLECTIVE_CONNECT_FAILED": (
+        "NCCL/Gloo ranks cannot connect to each other",
+        "ranks reached the wrong address or a firewall dropped the connection: pin "
+        "NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME to the cluster NIC and open TCP between nodes",
+    ),
+    "NODE_IP_MISMATCH": (
+        "Node address seen by vLLM/Ray does not match the Ray node address",
+        "start every node with `ray start --node-ip-address=<address on the cluster NIC>` and set "
+        "VLLM_HOST_IP to the same address, unique per node",
+    ),
+    "PLACEMENT_INFEASIBLE": (
+        "Placement group or replica waits for resources the cluster does not have",
+        "the plan asks for more GPUs/CPUs (or a node resource) than the Ray cluster offers; compare "
+        "`ray status` with the plan (`orch plan`) and fix tp/pp or the node list",
+    ),
+    "RAY_VERSION_MISMATCH": (
+        "Ray or Python version differs between nodes",
+        "install the same Ray and Python version on every node (the manifest's `python`), then "
+        "`orch down` and `orch up`",
+    ),
+    "VLLM_MISSING_ON_NODE": (
+        "vLLM is missing or a different version on a node that runs a vLLM worker",
+        "install the same vLLM version into the interpreter Ray uses on every node",
+    ),
+    "MODEL_PATH_NOT_FOUND": (
+        "Model directory missing on a node",
+        "the model path must exist with config.json and weights on every node that hosts a "
+        "replica or a pipeline stage (or on a shared mount at the same path)",
+    ),
+    "SHM_EXHAUSTED": (
+        "/dev/shm too small (NCCL shared memory, bus error)",
+        "give the node (or container) a larger /dev/shm, e.g. `--shm-size=16g` or "
+        "`mount -o remount,size=16G /dev/shm`",
+    ),
+    "CUDA_OOM": (
+        "CUDA out of memory",
+        "lower gpu_memory_utilization or max_model_len / max_num_seqs, or raise tp/pp; check that "
+        "nothing else holds memory on that GPU (`nvidia-smi`)",
+    ),
+    "ENGINE_DEAD": (
+        "vLLM engine core died while the server process still answers",
+        "the engine process crashed (see the first error above the evidence line); the replica "
+        "must be restarted: `orch rollout` again or let Serve replace it",
+    ),
+    "CGRAPH_TIMEOUT": (
+        "Ray compiled-graph channel timed out (pipeline-parallel stage stalled)",
+        "a pipeline stage did not answer in time: check the other stages' logs for the root "
+        "error, the network between stages, and RAY_CGRAPH_get_timeout",
+    ),
+    "GCS_UNREACHABLE": (
+        "Node cannot reach the Ray GCS (GCS down, or port blocked between nodes)",
+        "either the GCS on the head is down (check the head's gcs_server.out, `orch status`, "
+        "`orch up`) or the Ray ports are blocked between the nodes: open ray.port (default 6379) "
+        "and Ray's other ports, from every worker to the head address",
+    ),
+    "NODE_HEARTBEAT_LOST": (
+        "Raylet heartbeats lost: node marked dead by the GCS",
+        "the raylet crashed, was overloaded, or traffic between it and the head is dropped; check "
+        "the node's raylet.out, memory pressure and the firewall",
+    ),
+}
+
+
+def _sig(
+    code: str,
+    regex: str,
+    keywords: tuple[str, ...],
+    component: Component,
+    severity: Severity = "fail",
+    predicate: Callable[[re.Match[str]], bool] | None = None,
+) -> Signature:
+    title, hint = _CODE_INFO[code]
+    return Signature(
+        code=code,
+        title=title,
+        component=component,
+        severity=severity,
+        pattern=re.compile(regex),
+        keywords=keywords,
+        hint=f"{hint}; see {runbook(code)}",
+        predicate=predicate,
+    )
+
+
+def _looks_like_path(m: re.Match[str]) -> bool:
+    value = m.group("value")
+    return value.startswith(("/", "./", "../", "~"))
+
+
+SIGNATURES: tuple[Signature, ...] = (
+    # --- NCCL / Gloo: the interface named for collectives does not exist or has no address
+    _sig("COLLECTIVE_IFACE_NOT_FOUND", r"Unable to find address for: \S+", ("Unable to find address",), "nccl"),
+    _sig(
+        "COLLECTIVE_IFACE_NOT_FOUND",
+        r"Bootstrap : no (?:NCCL_SOCKET_IFNAME )?(?:socket )?interface found",
+        ("Bootstrap : no",),
+        "nccl",
+    ),
+    _sig(
+        "COLLECTIVE_IFACE_NOT_FOUND",
+        r"WARN Socket creation failed : Address family not supported",
+        ("Socket creation failed",),
+        "nccl",
+    ),
+    _sig(
+        "COLLECTIVE_IFACE_NOT_FOUND",
+        r"ncclSocketInit: connecting to address\s+with family \d+ is neither AF_INET",
+        ("ncclSocketInit",),
+        "nccl",
+    ),
+    # --- NCCL / Gloo: ranks cannot reach each other
+    _sig("COLLECTIVE_CONNECT_FAILED", r"Gloo connectFullMesh failed", ("connectFullMesh",), "nccl"),
+    _sig(
+        "COLLECTIVE_CONNECT_FAILED",
+        r"WARN socketStartConnect: Connect to \S+ failed",
+        ("socketStartConnect",),
+        "nccl",
+    ),
+    _sig(
+        "COLLECTIVE_CONNECT_FAILED",
+        r"WARN Call to connect failed : (?:Connection refused|Connection timed out|No route to host)",
+        ("Call to connect failed",),
+        "nccl",
+    ),
+    _sig(
+        "COLLECTIVE_CONNECT_FAILED",
+        # NCCL >= 2.19 wordings; its INFO "connect returned ..., retrying" lines are not failures
+        r"socketPollConnect(?:: connect to \S+ returned (?:Connection refused|Connection timed out|No route to host)"
+        r"| poll\(\) failed, ret \d+, error \w|\s+poll\(\) returned \d+, no POLLOUT events)",
+        ("socketPollConnect",),
+        "nccl",
+    ),
+    # A peer hanging up is often the echo of another rank's failure: a warning, not the cause.
+    _sig(
+        "COLLECTIVE_CONNECT_FAILED",
+        r"NCCL WARN socketProgress: Connection closed by remote peer",
+        ("Connection closed by remote peer",),
+        "nccl",
+        severity="warn",
+    ),
+    # --- node address: VLLM_HOST_IP / --node-ip-address disagree with what Ray registered
+    _sig(
+        "NODE_IP_MISMATCH",
+        r"This node has an IP address of \S+,? (?:while we can not find the matched Raylet address"
+        r"|but we cannot find a local Raylet with the same address"
+        r"|and Ray expects this IP address to be either the GCS address or one of the Raylet addresses)",
+        ("This node has an IP address of",),
+        "ray",
+    ),
+    _sig("NODE_IP_MISMATCH", r"Every node should have a unique IP address", ("unique IP address",), "vllm"),
+    _sig(
+        "NODE_IP_MISMATCH",
+        r"Ray does not allocate any GPUs on the driver node",
+        ("does not allocate any GPUs on the driver node",),
+        "vllm",
+    ),
+    # --- placement: waiting for resources (a warning: slow healthy starts print the same lines)
+    _sig(
+        "PLACEMENT_INFEASIBLE",
+        r"No available node types can fulfill resource request",
+        ("No available node types",),
+        "ray",
+    ),
+    _sig(
+        "PLACEMENT_INFEASIBLE",
+        r"Waiting for creating a placement group of specs for \d+ seconds",
+        ("Waiting for creating a placement group",),
+        "vllm",
+        severity="warn",
+    ),
+    _sig(
+        "PLACEMENT_INFEASIBLE",
+        r"The following resource request cannot be scheduled right now",
+        ("cannot be scheduled right now",),
+        "ray",
+        severity="warn",
+    ),
+    _sig(
+        "PLACEMENT_INFEASIBLE",
+        r"replicas that have taken more than \d+s to (?:be scheduled|start up)\..*Resources required for each replica",
+        ("Resources required for each replica",),
+        "serve",
+        severity="warn",
+    ),
+    # --- versions differ between nodes
+    _sig(
+        "RAY_VERSION_MISMATCH",
+        r"Version mismatch: The cluster was started with",
+        ("Version mismatch",),
+        "ray",
+    ),
+    _sig(
+        "VLLM_MISSING_ON_NODE",
+        r"No module named '(?:vllm)(?:\.[\w.]+)?'",
+        ("No module named 'vllm",),
+        "vllm",
+    ),
+    _sig(
+        "VLLM_MISSING_ON_NODE",
+        r"RayTaskError\(ModuleNotFoundError\): ray::RayWorkerWrapper",
+        ("RayTaskError(ModuleNotFoundError)",),
+        "vllm",
+    ),
+    # --- model path missing on a node: vLLM/HF take the missing path for a hub repo id
+    _sig(
+        "MODEL_PATH_NOT_FOUND",
+        r"Invalid repository ID or local directory specified: '(?P<value>[^']+)'",
+        ("Invalid repository ID or local directory",),
+        "vllm",
+    ),
+    _sig(
+        "MODEL_PATH_NOT_FOUND",
+        r"Repo id must (?:be in the form|use alphanumeric chars).*: '(?P<value>[^']+)'",
+        ("Repo id must",),
+        "vllm",
+        predicate=_looks_like_path,
+    ),
+    # --- /dev/shm too small
+    _sig(
+        "SHM_EXHAUSTED",
+        r"NCCL WARN Call to posix_fallocate failed ?: No space left on device",
+        ("posix_fallocate",),
+        "system",
+    ),
+    _sig(
+        "SHM_EXHAUSTED",
+        r"NCCL WARN Error while creating shared memory segment",
+        ("creating shared memory segment",),
+        "system",
+    ),
+    _sig(
+        "SHM_EXHAUSTED",
+        r"NCCL WARN Error: failed to extend /dev/shm/\S+",
+        ("failed to extend /dev/shm",),
+        "system",
+    ),
+    _sig(
+        "SHM_EXHAUSTED",
+        r"Unexpected bus error encountered in worker\. This might be caused by insufficient shared memory",
+        ("Unexpected bus error",),
+        "system",
+    ),
+    _sig("SHM_EXHAUSTED", r"killed by signal: Bus error", ("Bus error",), "system"),
+    # --- CUDA out of memory (the evidence names the GPU: "GPU 3 has a total capacity ...")
+    _sig("CUDA_OOM", r"CUDA out of memory", ("CUDA out of memory",), "vllm"),
+    # --- engine dead while its API process still answers
+    _sig("ENGINE_DEAD", r"EngineDeadError", ("EngineDeadError",), "vllm"),
+    _sig("ENGINE_DEAD", r"Engine core proc \S+ died unexpectedly", ("died unexpectedly",), "vllm"),
+    _sig(
+        "ENGINE_DEAD",
+        r"Got fatal signal from worker processes, shutting down",
+        ("Got fatal signal from worker processes",),
+        "vllm",
+    ),
+    _sig("ENGINE_DEAD", r"EngineCore encountered a fatal error", ("EngineCore encountered a fatal error",), "vllm"),
+    # --- compiled graphs (pipeline parallel over the Ray executor)
+    _sig(
+        "CGRAPH_TIMEOUT",
+        r"RayChannelTimeoutError|Timed out waiting for object available to read",
+        ("RayChannelTimeoutError", "Timed out waiting for object available to read"),
+        "ray",
+    ),
+    # --- ports blocked between nodes
+    _sig(
+        "GCS_UNREACHABLE",
+        r"Failed to connect to GCS (?:at address \S+ )?within \d+ seconds",
+        ("Failed to connect to GCS",),
+        "ray",
+    ),
+    _sig(
+        "GCS_UNREACHABLE",
+        r"Failed to get cluster ID from GCS server|Timed out while waiting for GCS to become available",
+        ("cluster ID from GCS", "waiting for GCS to become available"),
+        "ray",
+    ),
+    _sig(
+        "NODE_HEARTBEAT_LOST",
+        r"has been marked dead because the (?:detector|monitor) has missed too many heartbeats",
+        ("missed too many heartbeats",),
+        "ray",
+    ),
+    _sig(
+        "NODE_HEARTBEAT_LOST",
+        r"mistakenly been marked as dead by the GCS|This node has bee[nm] marked as dead",
+        ("marked as dead",),
+        "ray",
+    ),
+    _sig(
+        "NODE_HEARTBEAT_LOST",
+        r"Last heartbeat was sent \d+ ms ago",
+        ("Last heartbeat was sent",),
+        "ray",
+        severity="warn",
+    ),
+)
+
+# code -> title, for every code a signature can report
+SIGNATURE_CODES: dict[str, str] = {code: info[0] for code, info in _CODE_INFO.items()}
+
+
+def clean_evidence(text: str) -> str:
+    """The line as a person should read it: no colour codes, no trailing blanks, bounded length."""
+    text = _ANSI.sub("", text).rstrip()
+    if len(text) > EVIDENCE_MAX_CHARS:
+        text = text[: EVIDENCE_MAX_CHARS - 3] + "..."
+    return text
+
+
+def match_line(text: str, signatures: Iterable[Signature] = SIGNATURES) -> list[Signature]:
+    """Every signature that matches one line (at most one per code, the first listed)."""
+    hits: list[Signature] = []
+    seen: set[str] = set()
+    for sig in signatures:
+        if sig.code in seen:
+            continue
+        if sig.match(text) is not None:
+            hits.append(sig)
+            seen.add(sig.code)
+    return hits
+
+
+_SEVERITY_RANK = {"fail": 0, "warn": 1, "info": 2}
+
+
+def match_logs(lines: Iterable[LogLine], signatures: Iterable[Signature] = SIGNATURES) -> list[DoctorFinding]:
+    """Match every line; one finding per (node, code), deduplicated.
+
+    The evidence is the first line that matched on that node, upgraded to the first line of a
+    ``fail`` signature when a ``warn`` one came first; ``count`` counts every matching line.
+    Ray copies a worker's output into several files (worker-*.err, the driver's log, Serve's
+    replica log), so repeats are the rule. Findings come out ordered by severity, node, code.
+    """
+    signatures = tuple(signatures)
+    best: dict[tuple[str, str], DoctorFinding] = {}
+    for line in lines:
+        for sig in match_line(line.text, signatures):
+            key = (line.node, sig.code)
+            prev = best.get(key)
+            if prev is None:
+                best[key] = DoctorFinding(
+                    code=sig.code,
+                    node=line.node,
+                    file=line.file,
+                    line_no=line.line_no,
+                    evidence=clean_evidence(line.text),
+                    hint=sig.hint,
+                    severity=sig.severity,
+                    title=sig.title,
+                    component=sig.component,
+                )
+                continue
+            if _SEVERITY_RANK[sig.severity] < _SEVERITY_RANK[prev.severity]:
+                best[key] = replace(
+                    prev,
+                    file=line.file,
+                    line_no=line.line_no,
+                    evidence=clean_evidence(line.text),
+                    hint=sig.hint,
+                    severity=sig.severity,
+                    count=prev.count + 1,
+                )
+            else:
+                best[key] = replace(prev, count=prev.count + 1)
+    return sorted(best.values(), key=lambda f: (_SEVERITY_RANK[f.severity], f.node, f.code))

@@ -1,0 +1,462 @@
+"""Probes: the argv orch runs on a node to learn its facts, and pure parsers of their output.
+
+No I/O here: functions build argv lists (never shell strings) and parse text that a runner
+brought back. Machine-readable output where the tool has it (``nvidia-smi --query-gpu`` CSV,
+``ip -j addr``, JSON printed by small ``python -c`` scripts); where it has not (``nvidia-smi
+topo -m``, the ``nvidia-smi`` banner, ``ibstat``) the parsers are tested on real captured output
+(``tests/data/probes/SOURCES.md``). Parsers raise ``ProbeParseError`` on output they cannot read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from orchestrator.nodes.facts import GpuInfo, IbPort, ModelPathInfo, NicAddress, NicInfo, TopologyInfo, Versions
+from orchestrator.nodes.probe_scripts import (
+    CONNECT_SCRIPT,
+    IB_SYSFS_SCRIPT,
+    LISTEN_SCRIPT,
+    MODEL_SCRIPT,
+    STORAGE_SCRIPT,
+    VERSIONS_SCRIPT,
+)
+
+# Exit status of a shell (and of orch's runners) when the command does not exist.
+COMMAND_NOT_FOUND = 127
+
+
+class ProbeParseError(ValueError):
+    """Output of a probe that does not have the expected shape."""
+
+
+# --------------------------------------------------------------------------------------------
+# GPUs: nvidia-smi --query-gpu
+# --------------------------------------------------------------------------------------------
+
+GPU_FIELDS: tuple[str, ...] = (
+    "index",
+    "name",
+    "memory.total",
+    "driver_version",
+    "uuid",
+    "pci.bus_id",
+    "mig.mode.current",
+    "compute_cap",
+)
+
+# nvidia-smi writes these where a value does not exist on this GPU or driver.
+_NA = {"[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", ""}
+
+
+def gpu_query_argv(fields: tuple[str, ...] = GPU_FIELDS) -> list[str]:
+    return ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+
+
+def _value(raw: str) -> str | None:
+    v = raw.strip()
+    return None if v.lower() in _NA else v
+
+
+def _int_or_none(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    m = re.match(r"^\s*(\d+)", raw)  # tolerate " MiB" when someone forgot nounits
+    return int(m.group(1)) if m else None
+
+
+def parse_gpu_query(text: str, fields: tuple[str, ...] = GPU_FIELDS) -> list[GpuInfo]:
+    """Parse ``--format=csv,noheader,nounits`` output of ``--query-gpu=<fields>``.
+
+    Values are comma-separated (GPU names hold no commas); ``[N/A]`` and ``[Not Supported]``
+    become None. A header line (``--format=csv`` without noheader) is recognised and skipped.
+    """
+    gpus: list[GpuInfo] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if cells and cells[0].split(" [")[0] == fields[0]:
+            continue  # header line
+        if len(cells) != len(fields):
+            raise ProbeParseError(f"nvidia-smi line {lineno}: expected {len(fields)} fields, got {len(cells)}: {line!r}")
+        row = {f: _value(c) for f, c in zip(fields, cells)}
+        index = _int_or_none(row.get("index"))
+        gpus.append(
+            GpuInfo(
+                index=index if index is not None else len(gpus),
+                name=row.get("name") or "unknown",
+                memory_total_mib=_int_or_none(row.get("memory.total")),
+                driver_version=row.get("driver_version"),
+                uuid=row.get("uuid") or row.get("gpu_uuid"),
+                pci_bus_id=row.get("pci.bus_id") or row.get("gpu_bus_id"),
+                mig_mode=row.get("mig.mode.current"),
+                compute_cap=row.get("compute_cap"),
+            )
+        )
+    return gpus
+
+
+# --------------------------------------------------------------------------------------------
+# nvidia-smi banner: driver and CUDA version
+# --------------------------------------------------------------------------------------------
+
+
+def smi_banner_argv() -> list[str]:
+    return ["nvidia-smi"]
+
+
+_BANNER = re.compile(r"Driver Version:\s*(?P<driver>[\w.\-]+)(?:\s+CUDA Version:\s*(?P<cuda>[\w.\- ]+?))?\s*\|?\s*$", re.M)
+
+
+def parse_smi_banner(text: str) -> tuple[str | None, str | None]:
+    """(driver_version, cuda_version) from the header box of plain ``nvidia-smi`` (or the
+    ``Driver Version :`` / ``CUDA Version :`` lines of ``nvidia-smi -q``). CUDA is the highest
+    version the driver supports; ``Not Found`` and absence give None."""
+    driver = cuda = None
+    m = _BANNER.search(text)
+    if m:
+        driver = m.group("driver")
+        cuda = m.group("cuda")
+    else:
+        dq = re.search(r"^\s*Driver Version\s*:\s*(\S+)", text, re.M)
+        cq = re.search(r"^\s*CUDA Version\s*:\s*(.+?)\s*$", text, re.M)
+        driver = dq.group(1) if dq else None
+        cuda = cq.group(1) if cq else None
+    if cuda is not None:
+        cuda = cuda.strip()
+        if not re.fullmatch(r"\d+(\.\d+)*", cuda):
+            cuda = None
+    return driver, cuda
+
+
+# --------------------------------------------------------------------------------------------
+# nvidia-smi topo -m
+# --------------------------------------------------------------------------------------------
+
+
+def topo_argv() -> list[str]:
+    return ["nvidia-smi", "topo", "-m"]
+
+
+_LINK = re.compile(r"^(X|NV\d+|NODE|SYS|PHB|PXB|PIX|SOC|MPB|SPB)$")
+
+
+def parse_topo(text: str) -> TopologyInfo:
+    """Parse ``nvidia-smi topo -m``: the GPU x GPU link matrix, NIC columns and the NIC legend.
+
+    Works with tab or space separation, with trailing ``CPU Affinity``/``NUMA Affinity``/``GPU
+    NUMA ID`` columns, NIC rows, and the legend (``NIC0: mlx5_0``) that newer drivers print.
+    """
+    lines = [ln.rstrip("\n") for ln in text.splitlines()]
+    header_idx = next((i for i, ln in enumerate(lines) if re.match(r"^\s*GPU0\b", ln)), None)
+    if header_idx is None:
+        raise ProbeParseError("nvidia-smi topo -m: no header line starting with GPU0")
+    header = lines[header_idx].split()
+    devices: list[str] = []
+    for tok in header:
+        if tok in ("CPU", "NUMA", "GPU") or tok.startswith("Affinity"):
+            break
+        devices.append(tok)
+    gpu_cols = [d for d in devices if re.fullmatch(r"GPU\d+", d)]
+    nic_cols = [d for d in devices if d not in gpu_cols]
+    rows: dict[str, list[str]] = {}
+    for ln in lines[header_idx + 1 :]:
+        if not ln.strip():
+            break
+        toks = ln.split()
+        name, cells = toks[0], toks[1:]
+        if name in devices:
+            rows[name] = cells[: len(devices)]
+    missing = [g for g in gpu_cols if g not in rows]
+    if missing:
+        raise ProbeParseError(f"nvidia-smi topo -m: no row for {', '.join(missing)}")
+    links: list[tuple[str, ...]] = []
+    for g in gpu_cols:
+        cells = rows[g]
+        if len(cells) < len(gpu_cols):
+            raise ProbeParseError(f"nvidia-smi topo -m: row {g} has {len(cells)} cells for {len(gpu_cols)} GPUs")
+        row = tuple(cells[: len(gpu_cols)])
+        for c in row:
+            if not _LINK.match(c):
+                raise ProbeParseError(f"nvidia-smi topo -m: unknown link kind {c!r} in row {g}")
+        links.append(row)
+    nic_names = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.M))
+    nvlink: bool | None = None
+    if len(gpu_cols) >= 2:
+        nvlink = all(links[i][j].startswith("NV") for i in range(len(gpu_cols)) for j in range(len(gpu_cols)) if i != j)
+    return TopologyInfo(gpus=tuple(gpu_cols), links=tuple(links), nics=tuple(nic_cols), nic_names=nic_names, nvlink=nvlink)
+
+
+# --------------------------------------------------------------------------------------------
+# Network interfaces: ip -j addr
+# --------------------------------------------------------------------------------------------
+
+
+def ip_addr_argv() -> list[str]:
+    return ["ip", "-j", "addr"]
+
+
+_KINDS = {"ether": "ethernet", "infiniband": "infiniband", "loopback": "loopback"}
+
+
+def parse_ip_addr(text: str) -> list[NicInfo]:
+    """Parse ``ip -j addr``: name, operstate, MTU, addresses with prefix, link type."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProbeParseError(f"ip -j addr: not JSON ({exc})") from exc
+    if not isinstance(data, list):
+        raise ProbeParseError("ip -j addr: expected a JSON list")
+    nics = []
+    for link in data:
+        if not isinstance(link, dict) or "ifname" not in link:
+            continue  # iproute2 prints {} for links it only half-knows
+        addrs = tuple(
+            NicAddress(family=a["family"], address=a["local"], prefixlen=int(a.get("prefixlen", 32)), scope=a.get("scope"))
+            for a in link.get("addr_info", [])
+            if a.get("family") in ("inet", "inet6") and "local" in a
+        )
+        nics.append(
+            NicInfo(
+                name=link["ifname"],
+                state=str(link.get("operstate", "UNKNOWN")).lower(),
+                mtu=link.get("mtu"),
+                addresses=addrs,
+                kind=_KINDS.get(link.get("link_type", ""), link.get("link_type", "unknown")),
+                flags=tuple(link.get("flags", [])),
+            )
+        )
+    return nics
+
+
+# --------------------------------------------------------------------------------------------
+# InfiniBand / RoCE: ibstat text, or /sys/class/infiniband read by a small script
+# --------------------------------------------------------------------------------------------
+
+
+def ibstat_argv() -> list[str]:
+    return ["ibstat"]
+
+
+def parse_ibstat(text: str) -> list[IbPort]:
+    """Parse ``ibstat``: one IbPort per ``CA 'mlx5_0'`` / ``Port N:`` block."""
+    ports: list[IbPort] = []
+    device: str | None = None
+    cur: dict[str, str] | None = None
+    port_no = 0
+
+    def flush() -> None:
+        if device is not None and cur is not None:
+            rate = cur.get("Rate")
+            ports.append(
+                IbPort(
+                    device=device,
+                    port=port_no,
+                    state=cur.get("State", "unknown"),
+                    physical_state=cur.get("Physical state"),
+                    rate_gbps=float(rate) if rate and re.fullmatch(r"\d+(\.\d+)?", rate) else None,
+                    link_layer=cur.get("Link layer"),
+                )
+            )
+
+    for ln in text.splitlines():
+        m = re.match(r"^CA '([^']+)'", ln.strip())
+        if m:
+            flush()
+            device, cur = m.group(1), None
+            continue
+        m = re.match(r"^Port (\d+):\s*$", ln.strip())
+        if m and device is not None:
+            flush()
+            port_no, cur = int(m.group(1)), {}
+            continue
+        if cur is not None and ":" in ln:
+            key, _, val = ln.strip().partition(":")
+            cur[key.strip()] = val.strip()
+    flush()
+    return ports
+
+
+def ib_sysfs_argv(python: str, root: str = "/sys/class/infiniband") -> list[str]:
+    return [python, "-c", IB_SYSFS_SCRIPT, root]
+
+
+def _strip_code(v: str | None) -> str | None:
+    # sysfs writes "4: ACTIVE", "5: LinkUp"
+    if v is None:
+        return None
+    return v.split(":", 1)[1].strip() if re.match(r"^\d+:", v) else v.strip()
+
+
+def parse_ib_sysfs(text: str) -> list[IbPort]:
+    """Parse the JSON of IB_SYSFS_SCRIPT ({device: {port: {state, phys_state, rate, link_layer}}})."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProbeParseError(f"infiniband sysfs: not JSON ({exc})") from exc
+    ports = []
+    for dev, dports in sorted(data.items()):
+        for port, attrs in sorted(dports.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+            state = _strip_code(attrs.get("state")) or "unknown"
+            rate = attrs.get("rate") or ""
+            m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec", rate)
+            ports.append(
+                IbPort(
+                    device=dev,
+                    port=int(port) if port.isdigit() else 0,
+                    state=state.capitalize() if state.isupper() else state,
+                    physical_state=_strip_code(attrs.get("phys_state")),
+                    rate_gbps=float(m.group(1)) if m else None,
+                    link_layer=attrs.get("link_layer"),
+                )
+            )
+    return ports
+
+
+# --------------------------------------------------------------------------------------------
+# Versions: one python -c printing JSON (importlib.metadata; torch imported only for NCCL)
+# --------------------------------------------------------------------------------------------
+
+
+def versions_argv(python: str) -> list[str]:
+    return [python, "-c", VERSIONS_SCRIPT]
+
+
+def parse_versions(text: str) -> Versions:
+    data = _last_json_line(text, "versions")
+    return Versions(
+        python=data.get("python"),
+        ray=data.get("ray"),
+        vllm=data.get("vllm"),
+        torch=data.get("torch"),
+        nccl=data.get("nccl"),
+        vllm_dist=data.get("vllm_dist"),
+        transformers=data.get("transformers"),
+    )
+
+
+def _last_json_line(text: str, what: str) -> dict:
+    """The JSON object our scripts print last (anything a sitecustomize printed before is ignored)."""
+    for ln in reversed(text.strip().splitlines()):
+        ln = ln.strip()
+        if ln.startswith("{"):
+            try:
+                data = json.loads(ln)
+            except json.JSONDecodeError as exc:
+                raise ProbeParseError(f"{what}: bad JSON ({exc})") from exc
+            if isinstance(data, dict):
+                return data
+    raise ProbeParseError(f"{what}: no JSON object in output")
+
+
+# --------------------------------------------------------------------------------------------
+# Storage: /dev/shm size and free bytes at the model store
+# --------------------------------------------------------------------------------------------
+
+
+def storage_argv(python: str, disk_path: str, shm_path: str = "/dev/shm") -> list[str]:
+    """/dev/shm total size and free bytes (for an unprivileged user) at ``disk_path`` or its
+    nearest existing parent."""
+    return [python, "-c", STORAGE_SCRIPT, shm_path, disk_path]
+
+
+def parse_storage(text: str) -> tuple[int | None, int | None, str | None, str | None]:
+    """(shm_bytes, disk_free_bytes, disk_path, shm_error)."""
+    d = _last_json_line(text, "storage")
+    return d.get("shm_bytes"), d.get("disk_free_bytes"), d.get("disk_path"), d.get("shm_error")
+
+
+def df_argv(path: str) -> list[str]:
+    return ["df", "-B1", "--output=avail", path]
+
+
+def parse_df_avail(text: str) -> int:
+    """``df -B1 --output=avail PATH``: the number under the ``Avail`` header."""
+    nums = [ln.strip() for ln in text.splitlines() if ln.strip().isdigit()]
+    if not nums:
+        raise ProbeParseError(f"df: no number in {text!r}")
+    return int(nums[-1])
+
+
+# --------------------------------------------------------------------------------------------
+# Model path fingerprint
+# --------------------------------------------------------------------------------------------
+
+
+def model_argv(python: str, path: str) -> list[str]:
+    return [python, "-c", MODEL_SCRIPT, path]
+
+
+def parse_model(text: str) -> ModelPathInfo:
+    d = _last_json_line(text, "model path")
+    return ModelPathInfo(
+        path=d["path"],
+        exists=bool(d.get("exists")),
+        config_sha256=d.get("config_sha256"),
+        index_sha256=d.get("index_sha256"),
+        index_kind=d.get("index_kind"),
+        total_bytes=d.get("total_bytes"),
+        file_count=d.get("file_count"),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Clock offset
+# --------------------------------------------------------------------------------------------
+
+
+def clock_argv() -> list[str]:
+    return ["date", "+%s.%N"]
+
+
+def parse_clock(text: str) -> float:
+    s = text.strip()
+    if not re.fullmatch(r"\d+(\.\d+)?", s):
+        raise ProbeParseError(f"date +%s.%N: unexpected {s!r}")
+    return float(s)
+
+
+def clock_offset(remote_epoch: float, local_sent: float, local_received: float) -> float:
+    """Node clock minus local clock, taking the remote reading at the midpoint of the round trip
+    (error at most half the round trip)."""
+    return remote_epoch - (local_sent + local_received) / 2.0
+
+
+# --------------------------------------------------------------------------------------------
+# Head port reachability (TCP, from each worker)
+# --------------------------------------------------------------------------------------------
+
+
+def connect_argv(python: str, host: str, port: int, deadline_s: float = 6.0, per_try_s: float = 2.0) -> list[str]:
+    return [python, "-c", CONNECT_SCRIPT, host, str(port), str(deadline_s), str(per_try_s)]
+
+
+def listen_argv(python: str, host: str, port: int, seconds: float = 10.0, expect: int = 1) -> list[str]:
+    return [python, "-c", LISTEN_SCRIPT, host, str(port), str(seconds), str(expect)]
+
+
+def parse_connect(text: str) -> tuple[bool, str | None]:
+    d = _last_json_line(text, "connect")
+    return bool(d.get("ok")), d.get("error")
+
+
+def parse_listen(text: str) -> dict:
+    """{bound, in_use, accepted, error}."""
+    return _last_json_line(text, "listen")
+
+
+def reach_verdict(connect: tuple[bool, str | None], listener: dict | None) -> bool | None:
+    """Was the head's port reachable from a worker? ``connect`` is (connected, error) of the
+    connect script, ``listener`` the head listener's report (None: no listener was run).
+
+    Connected: True. A timeout or a routing error: False (a DROP rule, no route). "refused"
+    while the port was held on the head (our listener bound it, or something already listened):
+    False (a REJECT rule). "refused" with nothing listening proves nothing: None."""
+    ok, err = connect
+    if ok:
+        return True
+    if err == "refused":
+        held = bool(listener and (listener.get("bound") or listener.get("in_use")))
+        return False if held else None
+    return False

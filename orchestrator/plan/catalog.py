@@ -1,0 +1,256 @@
+"""Model architectures orch can size: the built-in catalog and Hugging Face ``config.json``.
+
+Owns ``ModelSpec`` (the numbers the planner needs, nothing else), the catalog of short names
+(``llama3-8b`` ... ``deepseek-v3``, ``tiny``) and the parsing of a ``config.json`` dict into a spec.
+Pure: ``spec_from_config(dict, source)`` does no I/O; ``resolve_model(name_or_path)`` is the one
+edge function that reads a file (the config.json of a local model folder).
+
+Catalog entries copy the ``config.json`` of the published checkpoints (Llama 3.1, Qwen2.5,
+Mixtral-8x7B-v0.1, DeepSeek-V3); ``tiny`` is ``orchestrator.plan.tinymodel.TINY_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ModelSpecError
+from orchestrator.plan.tinymodel import TINY_CONFIG
+
+# bytes per stored number; "auto" is resolved by the caller from the model's dtype.
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+_TORCH_DTYPES = {
+    "float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+    "fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8", "int4": "int4",
+}  # fmt: skip
+
+HINT = "use a catalog name (see `orch plan --help`) or a local Hugging Face model folder / config.json"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The architecture numbers that decide memory. Dense models leave the MoE and MLA fields 0.
+
+    ``intermediate`` is the dense MLP width (DeepSeek: of its first ``first_k_dense`` layers);
+    MoE layers have ``num_experts`` routed experts of width ``moe_intermediate`` (Mixtral: the
+    same as ``intermediate``), ``experts_per_token`` active, plus ``shared_experts`` always-on ones.
+    MLA (``kv_lora_rank`` > 0) caches one latent of ``kv_lora_rank + qk_rope_head_dim`` numbers
+    per token and layer instead of K and V per head.
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tie_embeddings: bool = False
+    dtype: str = "bf16"
+    max_position: int = 4096
+    num_experts: int = 0
+    experts_per_token: int = 0
+    shared_experts: int = 0
+    moe_intermediate: int = 0
+    first_k_dense: int = 0
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    source: str = "catalog"
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def with_dtype(self, dtype: str) -> ModelSpec:
+        if dtype not in DTYPE_BYTES:
+            raise ModelSpecError(f"unknown dtype '{dtype}'", hint=f"use one of {', '.join(DTYPE_BYTES)}")
+        return replace(self, dtype=dtype)
+
+
+def _llama(name: str, layers: int, hidden: int, inter: int, heads: int) -> ModelSpec:
+    # Llama 3.1 config.json: 8 KV heads, head_dim 128, vocab 128256, untied, 128K context.
+    return ModelSpec(name, layers, hidden, inter, heads, 8, hidden // heads, 128256, max_position=131072)
+
+
+CATALOG: dict[str, ModelSpec] = {
+    "llama3-8b": _llama("llama3-8b", 32, 4096, 14336, 32),
+    "llama3-70b": _llama("llama3-70b", 80, 8192, 28672, 64),
+    "llama3-405b": _llama("llama3-405b", 126, 16384, 53248, 128),
+    "qwen2.5-7b": ModelSpec("qwen2.5-7b", 28, 3584, 18944, 28, 4, 128, 152064, max_position=32768),
+    "qwen2.5-72b": ModelSpec("qwen2.5-72b", 80, 8192, 29568, 64, 8, 128, 152064, max_position=32768),
+    "mixtral-8x7b": ModelSpec(
+        "mixtral-8x7b", 32, 4096, 14336, 32, 8, 128, 32000, max_position=32768,
+        num_experts=8, experts_per_token=2, moe_intermediate=14336,
+    ),
+    # The published DeepSeek-V3 weights are FP8 (block-quantized); its MTP layer is not loaded
+    # by vLLM unless speculative decoding asks for it, so it is not counted.
+    "deepseek-v3": ModelSpec(
+        "deepseek-v3", 61, 7168, 18432, 128, 128, 192, 129280, dtype="fp8", max_position=163840,
+        num_experts=256, experts_per_token=8, shared_experts=1, moe_intermediate=2048, first_k_dense=3,
+        kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+    ),
+}  # fmt: skip
+
+
+# ---- config.json -> ModelSpec (pure) ----
+
+
+def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Multimodal checkpoints nest the language model's numbers under ``text_config``."""
+    inner = config.get("text_config")
+    if isinstance(inner, Mapping) and "num_hidden_layers" in inner:
+        merged = dict(config)
+        merged.update(inner)
+        return merged
+    return config
+
+
+def _int(cfg: Mapping[str, Any], key: str, source: str, default: int | None = None) -> int:
+    value = cfg.get(key)
+    if value is None:
+        if default is not None:
+            return default
+        raise ModelSpecError(
+            f"{source}: config is missing '{key}', which orch needs to size the model",
+            hint="orch reads Hugging Face decoder configs (Llama, Qwen, Mistral/Mixtral, DeepSeek); "
+            f"add '{key}' to the config or use a catalog name",
+        )
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ModelSpecError(f"{source}: '{key}' must be a non-negative integer, got {value!r}", hint=HINT)
+    return value
+
+
+def _dtype(cfg: Mapping[str, Any], source: str) -> str:
+    quant = cfg.get("quantization_config")
+    if isinstance(quant, Mapping):
+        method = str(quant.get("quant_method", "")).lower()
+        bits = quant.get("bits") or quant.get("w_bit")
+        if method == "fp8" or "fp8" in str(quant.get("fmt", "")).lower():
+            return "fp8"
+        if bits in (4, 8):
+            return "int4" if bits == 4 else "int8"
+    raw = cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))
+    dtype = _TORCH_DTYPES.get(str(raw).replace("torch.", "").lower())
+    if dtype is None:
+        raise ModelSpecError(f"{source}: unknown torch_dtype {raw!r}", hint="expected bfloat16, float16 or float32")
+    return dtype
+
+
+def spec_from_config(config: Mapping[str, Any], source: str, name: str | None = None) -> ModelSpec:
+    """A ``ModelSpec`` from a Hugging Face ``config.json`` dict. Pure.
+
+    Required: num_hidden_layers, hidden_size, num_attention_heads, vocab_size, and
+    intermediate_size for dense models. ``num_key_value_heads`` defaults to the attention heads
+    (MHA), ``head_dim`` to hidden/heads, ``tie_word_embeddings`` to False. MoE fields follow
+    Mixtral (num_local_experts, num_experts_per_tok) and DeepSeek (n_routed_experts,
+    n_shared_experts, moe_intermediate_size, first_k_dense_replace); MLA fields follow DeepSeek.
+    """
+    if not isinstance(config, Mapping):
+        raise ModelSpecError(f"{source}: config.json must hold a JSON object", hint=HINT)
+    cfg = _text_config(config)
+    layers = _int(cfg, "num_hidden_layers", source)
+    hidden = _int(cfg, "hidden_size", source)
+    heads = _int(cfg, "num_attention_heads", source)
+    vocab = _int(cfg, "vocab_size", source)
+    if layers == 0 or hidden == 0 or heads == 0:
+        raise ModelSpecError(f"{source}: num_hidden_layers, hidden_size and num_attention_heads must be > 0", hint=HINT)
+    num_experts = _int(cfg, "num_local_experts", source, default=0) or _int(cfg, "n_routed_experts", source, default=0)
+    num_experts = num_experts or _int(cfg, "num_experts", source, default=0)
+    moe_inter = _int(cfg, "moe_intermediate_size", source, default=0)
+    if num_experts and not moe_inter:
+        moe_inter = _int(cfg, "intermediate_size", source)
+    # A MoE model with no dense layers may omit intermediate_size; dense models need it.
+    intermediate = _int(cfg, "intermediate_size", source, default=0 if num_experts else None)
+    kv_lora = _int(cfg, "kv_lora_rank", source, default=0)
+    kv_heads = _int(cfg, "num_key_value_heads", source, default=heads) or heads
+    head_dim = _int(cfg, "head_dim", source, default=0) or hidden // heads
+    if kv_lora:
+        nope = _int(cfg, "qk_nope_head_dim", source)
+        rope = _int(cfg, "qk_rope_head_dim", source)
+        head_dim = nope + rope
+    if heads % kv_heads:
+        raise ModelSpecError(f"{source}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}", hint=HINT)
+    max_pos = _int(cfg, "max_position_embeddings", source, default=0) or _int(cfg, "max_sequence_length", source, default=4096)
+    return ModelSpec(
+        name=name or str(config.get("_name_or_path") or source),
+        layers=layers,
+        hidden=hidden,
+        intermediate=intermediate,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab=vocab,
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        dtype=_dtype(cfg, source),
+        max_position=max_pos,
+        num_experts=num_experts,
+        experts_per_token=_int(cfg, "num_experts_per_tok", source, default=0) if num_experts else 0,
+        shared_experts=_int(cfg, "n_shared_experts", source, default=0) if num_experts else 0,
+        moe_intermediate=moe_inter if num_experts else 0,
+        first_k_dense=_int(cfg, "first_k_dense_replace", source, default=0) if num_experts else 0,
+        kv_lora_rank=kv_lora,
+        q_lora_rank=_int(cfg, "q_lora_rank", source, default=0) if kv_lora else 0,
+        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", source, default=0) if kv_lora else 0,
+        qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", source, default=0) if kv_lora else 0,
+        v_head_dim=_int(cfg, "v_head_dim", source, default=0) if kv_lora else 0,
+        source=source,
+    )
+
+
+# tiny: the random-weight Llama the local demo serves (orchestrator.plan.tinymodel builds it).
+CATALOG["tiny"] = spec_from_config(TINY_CONFIG, "orchestrator.plan.tinymodel.TINY_CONFIG", name="tiny")
+
+
+# ---- the edge: name or path -> ModelSpec ----
+
+
+def closest_name(name: str) -> str | None:
+    matches = difflib.get_close_matches(name.lower(), list(CATALOG), n=1, cutoff=0.5)
+    return matches[0] if matches else None
+
+
+def resolve_model(name_or_path: str | Path) -> ModelSpec:
+    """A catalog name, a local Hugging Face model folder, or a config.json path -> ModelSpec.
+
+    Reads at most one file. Raises ``ModelSpecError`` naming the catalog and the closest name for
+    an unknown name, or the missing field and the file for a config orch cannot size.
+    """
+    text = str(name_or_path)
+    if text in CATALOG:
+        return CATALOG[text]
+    if text.lower() in CATALOG:
+        return CATALOG[text.lower()]
+    path = Path(text).expanduser()
+    looks_like_path = path.exists() or "/" in text or text.endswith(".json")
+    if not looks_like_path:
+        guess = closest_name(text)
+        did_you_mean = f"; did you mean '{guess}'?" if guess else ""
+        raise ModelSpecError(
+            f"unknown model '{text}'{did_you_mean} (catalog: {', '.join(CATALOG)})",
+            hint="pass a catalog name, or the path of a local Hugging Face model folder or its config.json",
+        )
+    config_path = path / "config.json" if path.is_dir() else path
+    try:
+        raw = config_path.read_text()
+    except FileNotFoundError:
+        raise ModelSpecError(f"{config_path}: no such file", hint=HINT) from None
+    except OSError as exc:
+        raise ModelSpecError(f"{config_path}: cannot read it: {exc.strerror or exc}", hint=HINT) from exc
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ModelSpecError(f"{config_path}: not valid JSON (line {exc.lineno}: {exc.msg})", hint=HINT) from exc
+    name = path.name if path.is_dir() else path.parent.name or str(config_path)
+    return spec_from_config(config, str(config_path), name=name)

@@ -1,0 +1,428 @@
+"""The TP/PP choice: a model on a cluster shape -> ``ParallelPlan`` with its reasons. Pure.
+
+Entry point (what ``orch plan`` and ``orch rollout`` call)::
+
+    plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = PlanOptions()) -> ParallelPlan
+
+The rule (vLLM's "Parallelism and Scaling" page, seed 000 and seed 001):
+
+1. fits one GPU: TP=1, PP=1;
+2. no NVLink inside the node: pipeline parallelism across the node's GPUs (TP=1, smallest PP);
+3. fits one node: the smallest TP that divides the attention heads (and the KV heads, or is a
+   multiple of them), is at most the GPUs per node, and fits;
+4. does not fit a node: TP = GPUs per node, PP = the number of nodes needed (layers split
+   unevenly as vLLM does);
+5. replicas = how many such groups the cluster holds.
+
+"Fits" means vLLM would start and serve: every stage's weights and reserve leave room for KV
+cache, and the KV cache holds at least ``min_concurrency`` sequences of ``max_model_len`` tokens
+(vLLM refuses to start below one). The memory model is in ``orchestrator.plan.capacity``. Forced
+``tp``/``pp`` are checked (divisibility, GPUs per node, fit) and refused with ``PlanError``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from orchestrator.plan.capacity import PlanOptions, StageCapacity, stage_capacities, vllm_scheduler_defaults
+from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
+from orchestrator.plan.shape import ClusterShape, make_shape, shape_from_facts, shape_from_manifest
+from orchestrator.errors import PlanError
+from orchestrator.plan.memory import GIB, count_params
+
+__all__ = [
+    "Candidate", "ClusterShape", "ParallelPlan", "PlanOptions", "evaluate", "make_shape", "plan_model",
+    "replicas_for", "shape_from_facts", "shape_from_manifest",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (tp, pp) evaluated: its stages and whether vLLM would serve with it."""
+
+    tp: int
+    pp: int
+    stages: tuple[StageCapacity, ...]
+    max_model_len: int
+    min_concurrency: float
+
+    @property
+    def tightest(self) -> StageCapacity:
+        return min(self.stages, key=lambda s: (s.kv_tokens, s.kv_bytes))
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.tightest.kv_tokens
+
+    @property
+    def weights_fit(self) -> bool:
+        return all(s.kv_bytes > 0 for s in self.stages)
+
+    @property
+    def fits(self) -> bool:
+        return self.weights_fit and self.kv_tokens >= self.min_concurrency * self.max_model_len
+
+    def summary(self) -> str:
+        t = self.tightest
+        where = f" on stage {t.index}" if self.pp > 1 else ""
+        if not self.weights_fit:
+            return (
+                f"TP={self.tp} PP={self.pp}: {t.weights_bytes / GIB:.1f} GiB of weights + {t.reserve_bytes / GIB:.1f} GiB "
+                f"reserve per GPU{where} exceed the usable memory by {-t.kv_bytes / GIB:.1f} GiB"
+            )
+        return (
+            f"TP={self.tp} PP={self.pp}: {t.weights_bytes / GIB:.1f} GiB weights + {t.reserve_bytes / GIB:.1f} GiB reserve "
+            f"leave {t.kv_bytes / GIB:.1f} GiB KV cache per GPU{where} = {t.kv_tokens:,} tokens "
+            f"({t.kv_tokens / self.max_model_len:.2f} x max_model_len {self.max_model_len:,})"
+        )
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """The planner's answer. Memory figures are per GPU; for PP they are the tightest stage's
+    (``weights_gib_per_gpu``: the heaviest stage's). ``kv_cache_tokens`` is per replica."""
+
+    model: str
+    params: int
+    dtype: str
+    kv_cache_dtype: str
+    tp: int
+    pp: int
+    replicas: int
+    fits: bool
+    reasons: tuple[str, ...]
+    stage_layers: tuple[int, ...]
+    stages: tuple[StageCapacity, ...]
+    weights_gib_per_gpu: float
+    reserve_gib_per_gpu: float
+    kv_bytes_per_token_per_gpu: float
+    kv_cache_gib_per_gpu: float
+    kv_cache_tokens: int
+    max_concurrency: float
+    max_model_len: int
+    gpu_memory_utilization: float
+    kv_cache_gib_fixed: bool
+    gpu_type: str
+    gpu_memory_gib: float | None
+    gpus_per_node: int
+    nodes: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    suggestions: tuple[str, ...] = ()
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    def engine_kwargs(self) -> dict:
+        """The vLLM engine arguments this plan stands for (for Ray Serve LLM's engine_kwargs)."""
+        out: dict = {
+            "tensor_parallel_size": self.tp,
+            "pipeline_parallel_size": self.pp,
+            "max_model_len": self.max_model_len,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+        }
+        if self.kv_cache_dtype != "auto":
+            out["kv_cache_dtype"] = self.kv_cache_dtype
+        if self.kv_cache_gib_fixed and self.gpu_type != "cpu":
+            out["kv_cache_memory_bytes"] = int(self.kv_cache_gib_per_gpu * GIB)
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "model": self.model,
+            "params": self.params,
+            "dtype": self.dtype,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "tp": self.tp,
+            "pp": self.pp,
+            "replicas": self.replicas,
+            "gpus_per_replica": self.gpus_per_replica,
+            "fits": self.fits,
+            "reasons": list(self.reasons),
+            "suggestions": list(self.suggestions),
+            "stage_layers": list(self.stage_layers),
+            "weights_gib_per_gpu": round(self.weights_gib_per_gpu, 3),
+            "reserve_gib_per_gpu": round(self.reserve_gib_per_gpu, 3),
+            "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
+            "kv_cache_gib_per_gpu": round(self.kv_cache_gib_per_gpu, 3),
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrency": round(self.max_concurrency, 2),
+            "max_model_len": self.max_model_len,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "kv_cache_gib_fixed": self.kv_cache_gib_fixed,
+            "gpu_type": self.gpu_type,
+            "gpu_memory_gib": None if self.gpu_memory_gib is None else round(self.gpu_memory_gib, 2),
+            "gpus_per_node": self.gpus_per_node,
+            "nodes": self.nodes,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "block_size": self.block_size,
+            "stages": [s.to_json() for s in self.stages],
+            "engine_kwargs": self.engine_kwargs(),
+        }
+
+
+# ---- checks ----
+
+
+def tp_problem(spec: ModelSpec, tp: int) -> str | None:
+    """Why vLLM would refuse this TP size for the model, or None."""
+    if tp < 1:
+        return f"TP must be at least 1, got {tp}"
+    if spec.heads % tp:
+        return f"TP={tp} does not divide the {spec.heads} attention heads"
+    if not spec.is_mla and spec.kv_heads % tp and tp % spec.kv_heads:
+        return f"TP={tp} neither divides nor is a multiple of the {spec.kv_heads} KV heads"
+    return None
+
+
+def _check_options(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> int:
+    if not 0 < options.gpu_memory_utilization <= 1:
+        raise PlanError(f"gpu_memory_utilization must be in (0, 1], got {options.gpu_memory_utilization}")
+    if options.kv_cache_gib is not None and options.kv_cache_gib <= 0:
+        raise PlanError(f"--kv-cache-gib must be positive, got {options.kv_cache_gib}")
+    if options.dtype is not None and options.dtype not in DTYPE_BYTES:
+        raise PlanError(f"unknown dtype '{options.dtype}'", hint=f"use one of {', '.join(DTYPE_BYTES)}")
+    if options.kv_cache_dtype not in ("auto", "fp8"):
+        raise PlanError(f"unknown kv cache dtype '{options.kv_cache_dtype}'", hint="use auto or fp8")
+    if options.block_size < 1:
+        raise PlanError(f"block size must be positive, got {options.block_size}")
+    length = options.max_model_len or spec.max_position
+    if length < 1:
+        raise PlanError(f"max_model_len must be positive, got {length}")
+    if length > spec.max_position:
+        raise PlanError(
+            f"max_model_len {length:,} exceeds the model's {spec.max_position:,} positions",
+            hint=f"use --max-model-len {spec.max_position} or less (vLLM refuses longer without rope scaling)",
+        )
+    for name, value in (("tp", options.tp), ("pp", options.pp)):
+        if value is not None and value < 1:
+            raise PlanError(f"--{name} must be at least 1, got {value}")
+    return length
+
+
+def _check_forced(spec: ModelSpec, shape: ClusterShape, tp: int | None, pp: int | None) -> None:
+    if tp is not None:
+        problem = tp_problem(spec, tp)
+        if problem:
+            raise PlanError(problem, hint="choose a TP size that divides the attention heads, or leave --tp out")
+        if not shape.is_cpu and tp > shape.gpus_per_node:
+            raise PlanError(
+                f"TP={tp} exceeds the {shape.gpus_per_node} GPUs per node; tensor parallelism stays inside a node",
+                hint=f"use --tp {shape.gpus_per_node} with --pp to span nodes",
+            )
+    if pp is not None and pp > spec.layers:
+        raise PlanError(f"PP={pp} exceeds the model's {spec.layers} layers")
+    total = shape.total_gpus
+    if (tp or 1) * (pp or 1) > total:
+        raise PlanError(f"TP x PP = {(tp or 1) * (pp or 1)} GPUs, but the cluster has {total}", hint="lower --tp/--pp or add nodes")
+    if shape.is_cpu and ((tp or 1) > 1 or (pp or 1) > 1):
+        raise PlanError("on a CPU cluster each replica runs on one node (TP=1, PP=1)", hint="leave out --tp/--pp")
+
+
+def evaluate(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, tp: int, pp: int) -> Candidate:
+    length = options.max_model_len or spec.max_position
+    stages = stage_capacities(spec, shape, options, tp=tp, pp=pp)
+    return Candidate(tp, pp, stages, length, options.min_concurrency)
+
+
+def replicas_for(shape: ClusterShape, tp: int, pp: int) -> int:
+    """Replicas the cluster holds: whole groups per node when a replica fits a node, otherwise
+    groups of whole nodes (TP inside a node, PP across nodes)."""
+    group = tp * pp
+    if shape.is_cpu:
+        return shape.nodes
+    if group <= shape.gpus_per_node:
+        return shape.nodes * (shape.gpus_per_node // group)
+    return shape.total_gpus // group
+
+
+# ---- the choice ----
+
+
+def _valid_tps(spec: ModelSpec, limit: int) -> list[int]:
+    return [t for t in range(1, limit + 1) if tp_problem(spec, t) is None]
+
+
+def _first_fit(cands: list[Candidate]) -> Candidate | None:
+    return next((c for c in cands if c.fits), None)
+
+
+def _choose(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple[Candidate, list[str]]:
+    ev = lambda tp, pp: evaluate(spec, shape, options, tp, pp)  # noqa: E731
+    reasons: list[str] = []
+    one = ev(1, 1)
+    if one.fits:
+        reasons.append(f"fits one GPU, so {one.summary()}")
+        return one, reasons
+    reasons.append(f"one GPU is not enough at {one.summary()}")
+    gpn, total = shape.gpus_per_node, shape.total_gpus
+
+    if not shape.has_nvlink and gpn > 1:
+        limit = min(total, spec.layers)
+        cands = [ev(1, p) for p in range(2, limit + 1)]
+        found = _first_fit(cands)
+        if found:
+            span = "inside one node" if found.pp <= gpn else f"across {math.ceil(found.pp / gpn)} nodes"
+            reasons.append(
+                f"the node has no NVLink, so pipeline parallelism {span} (layers split {list(s.layers for s in found.stages)}) "
+                f"instead of tensor parallelism: {found.summary()}"
+            )
+            return found, reasons
+        reasons.append(f"no NVLink and even PP={limit} does not fit: {cands[-1].summary() if cands else one.summary()}")
+
+    tps = [t for t in _valid_tps(spec, gpn) if t > 1]
+    skipped = [t for t in range(2, gpn + 1) if t not in tps and gpn % t == 0]
+    if skipped:
+        reasons.append("TP sizes " + ", ".join(map(str, skipped)) + f" skipped: {tp_problem(spec, skipped[0])}")
+    for t in tps:
+        cand = ev(t, 1)
+        if cand.fits:
+            reasons.append(f"fits one node with the smallest TP that divides the {spec.heads} attention heads, {cand.summary()}")
+            return cand, reasons
+        reasons.append(f"not enough at {cand.summary()}")
+
+    tp = max(tps) if tps else 1
+    if tp < gpn:
+        reasons.append(f"TP={gpn} is not possible for this model, so TP={tp} per pipeline stage")
+    cands = [ev(tp, p) for p in range(2, min(total // tp, spec.layers) + 1)]
+    found = _first_fit(cands)
+    if found:
+        nodes_used = math.ceil(found.tp * found.pp / gpn)
+        reasons.append(
+            f"does not fit one node: TP={tp} inside each node, PP={found.pp} across {nodes_used} node(s), "
+            f"layers split {[s.layers for s in found.stages]}: {found.summary()}"
+        )
+        return found, reasons
+    largest = cands[-1] if cands else ev(tp, 1)
+    reasons.append(f"nothing fits on {shape.describe()}; the largest layout: {largest.summary()}")
+    return largest, reasons
+
+
+def _suggestions(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, best: Candidate) -> list[str]:
+    """What would make it fit: more nodes, a smaller dtype, a shorter max_model_len."""
+    out: list[str] = []
+    length = best.max_model_len
+    t = best.tightest
+    if best.weights_fit:
+        need = math.ceil(options.min_concurrency * length / options.block_size) * options.block_size
+        out.append(
+            f"the KV cache holds {best.kv_tokens:,} tokens but one sequence of max_model_len needs {need:,}: "
+            f"use --max-model-len {max(options.block_size, best.kv_tokens // options.block_size * options.block_size)} or less"
+        )
+    else:
+        out.append(f"short by {-t.kv_bytes / GIB:.1f} GiB per GPU on the tightest stage")
+    if not shape.is_cpu:
+        tp = best.tp
+        for extra_nodes in range(1, 65):
+            bigger = replace(shape, nodes=shape.nodes + extra_nodes)
+            pp_max = min(bigger.total_gpus // tp, spec.layers)
+            fit = _first_fit([evaluate(spec, bigger, options, tp, p) for p in range(max(2, best.pp), pp_max + 1)])
+            if fit:
+                out.append(f"{shape.nodes + extra_nodes} nodes of {shape.gpus_per_node} would fit it with TP={tp} PP={fit.pp}")
+                break
+        current = options.dtype or spec.dtype
+        for dtype in ("fp8", "int8", "int4"):
+            if DTYPE_BYTES[dtype] >= DTYPE_BYTES[current]:
+                continue
+            smaller = replace(options, dtype=dtype, tp=None, pp=None)
+            try:
+                cand, _ = _choose(spec, shape, smaller)
+            except PlanError:
+                continue
+            if cand.fits:
+                out.append(f"--dtype {dtype} (a {dtype} checkpoint) would fit with TP={cand.tp} PP={cand.pp}")
+                break
+        if options.kv_cache_dtype == "auto" and best.weights_fit:
+            cand = evaluate(spec, shape, replace(options, kv_cache_dtype="fp8"), best.tp, best.pp)
+            if cand.fits:
+                out.append("--kv-cache-dtype fp8 would double the KV cache and fit")
+    return out
+
+
+def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = PlanOptions()) -> ParallelPlan:
+    """Choose TP/PP for ``spec`` on ``shape`` and size the KV cache as vLLM would. Pure.
+
+    Raises ``PlanError`` for invalid options and for a forced ``tp``/``pp`` that vLLM would
+    refuse or that does not fit (the message says by how much and what would).
+    """
+    length = _check_options(spec, shape, options)
+    _check_forced(spec, shape, options.tp, options.pp)
+    reasons: list[str] = list(shape.notes)
+    if shape.is_cpu:
+        chosen = evaluate(spec, shape, options, 1, 1)
+        reasons.append(
+            f"CPU cluster: one replica per node (Ray Serve LLM keeps a CPU replica on one node); "
+            f"KV cache {chosen.tightest.kv_bytes / GIB:.2f} GiB (VLLM_CPU_KVCACHE_SPACE) = {chosen.kv_tokens:,} tokens"
+        )
+    elif options.tp is not None or options.pp is not None:
+        chosen = _forced(spec, shape, options, reasons)
+    else:
+        chosen, why = _choose(spec, shape, options)
+        reasons.extend(why)
+    suggestions: list[str] = [] if chosen.fits else _suggestions(spec, shape, options, chosen)
+    if options.tp is not None or options.pp is not None:
+        if not chosen.fits:
+            raise PlanError(f"the forced layout does not fit: {chosen.summary()}", hint="; ".join(suggestions) or None)
+    replicas = replicas_for(shape, chosen.tp, chosen.pp) if chosen.fits else 0
+    if chosen.fits and not shape.is_cpu:
+        reasons.append(f"{shape.total_gpus} GPU(s) / {chosen.tp * chosen.pp} per replica = {replicas} replica(s)")
+    tight = chosen.tightest
+    tokens_default, seqs_default = vllm_scheduler_defaults(shape)
+    dtype = options.dtype or spec.dtype
+    return ParallelPlan(
+        model=spec.name,
+        params=count_params(spec).total,
+        dtype=dtype,
+        kv_cache_dtype=options.kv_cache_dtype,
+        tp=chosen.tp,
+        pp=chosen.pp,
+        replicas=replicas,
+        fits=chosen.fits,
+        reasons=tuple(reasons),
+        stage_layers=tuple(s.layers for s in chosen.stages),
+        stages=chosen.stages,
+        weights_gib_per_gpu=max(s.weights_bytes for s in chosen.stages) / GIB,
+        reserve_gib_per_gpu=tight.reserve_bytes / GIB,
+        kv_bytes_per_token_per_gpu=tight.kv_bytes_per_token,
+        kv_cache_gib_per_gpu=tight.kv_bytes / GIB,
+        kv_cache_tokens=chosen.kv_tokens,
+        max_concurrency=chosen.kv_tokens / length,
+        max_model_len=length,
+        gpu_memory_utilization=options.gpu_memory_utilization,
+        kv_cache_gib_fixed=options.kv_cache_gib is not None or shape.is_cpu,
+        gpu_type=shape.gpu_type,
+        gpu_memory_gib=shape.gpu_memory_gib,
+        gpus_per_node=shape.gpus_per_node,
+        nodes=shape.nodes,
+        max_num_batched_tokens=options.max_num_batched_tokens or tokens_default,
+        max_num_seqs=options.max_num_seqs or seqs_default,
+        block_size=options.block_size,
+        suggestions=tuple(suggestions),
+    )
+
+
+def _forced(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reasons: list[str]) -> Candidate:
+    ev = lambda tp, pp: evaluate(spec, shape, options, tp, pp)  # noqa: E731
+    if options.tp is not None and options.pp is not None:
+        cand = ev(options.tp, options.pp)
+        reasons.append(f"forced TP={options.tp} PP={options.pp}: {cand.summary()}")
+        return cand
+    if options.tp is not None:
+        tp = options.tp
+        cands = [ev(tp, p) for p in range(1, min(shape.total_gpus // tp, spec.layers) + 1)]
+        found = _first_fit(cands) or cands[-1]
+        reasons.append(f"forced TP={tp}; the smallest PP that fits is {found.pp}: {found.summary()}")
+        return found
+    assert options.pp is not None
+    pp = options.pp
+    tps = [t for t in _valid_tps(spec, min(shape.gpus_per_node, shape.total_gpus // pp))]
+    if not tps:
+        raise PlanError(f"PP={pp} leaves no valid TP size on {shape.describe()}")
+    cands = [ev(t, pp) for t in tps]
+    found = _first_fit(cands) or cands[-1]
+    reasons.append(f"forced PP={pp}; the smallest TP that fits is {found.tp}: {found.summary()}")
+    return found

@@ -1,0 +1,1 @@
+"""Preflight: finding codes, checks by topic (pure), and the run over gathered facts."""

@@ -1,0 +1,418 @@
+"""Plan + manifest + facts -> the Ray Serve LLM application config. Pure.
+
+Owns the rendering of ``cluster-templates/serve-app.yaml.j2`` (one Serve application running one
+model through ``ray.serve.llm:build_openai_app``), the placement layout (TP inside a node, stage
+*i* of the pipeline pinned to its node through the per-node custom resource that ``orch up``
+registered), the API-key handling (the rendered config carries a placeholder; the real key only
+exists in the body of the PUT) and the config fingerprint that makes a rollout idempotent.
+Validation with Ray Serve LLM's own ``LLMConfig`` lives in ``serve_validate``.
+
+No I/O except reading the template file.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import OrchError
+from orchestrator.cluster.ray_nodes import NODE_RESOURCE_PREFIX
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "cluster-templates"
+TEMPLATE_NAME = "serve-app.yaml.j2"
+IMPORT_PATH = "ray.serve.llm:build_openai_app"
+API_KEY_PLACEHOLDER = "<redacted>"
+PUBLIC_ROUTE = "/"
+# Serve LLM's direct streaming makes the LLMServer replica the ingress and serves vLLM's own
+# FastAPI app, whose `api_key` is what guards the endpoint (stack notes). It needs HAProxy and
+# direct ingress in the Ray processes' environment (ray_cluster.ray_process_env).
+DIRECT_STREAMING_ENV = {"RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
+# Fraction of the per-node custom resource each pinned bundle asks for: small enough that any
+# number of bundles (and a second copy during a side-by-side rollout) fit in the 1 unit a node has.
+NODE_PIN_AMOUNT = 0.001
+NODE_PIN_KEY = "<node>"
+
+_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
+           "half": "float16", "fp32": "float32", "float32": "float32", "auto": "auto"}
+# Planner dtypes that are a weight quantization rather than an activation dtype.
+_QUANTIZATIONS = {"fp8": "fp8"}
+
+
+class ServeConfigError(OrchError):
+    """The rendered Serve config is invalid (Ray Serve LLM's own validation refused a field)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None, problems: list[str] | None = None) -> None:
+        super().__init__(message, hint)
+        self.problems = problems or [message]
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    """What the serve config needs from the planner's ParallelPlan (adapter: from_parallel_plan)."""
+
+    tp: int
+    pp: int
+    max_model_len: int
+    replicas: int = 1
+    dtype: str = "bfloat16"
+    gpu_memory_utilization: float = 0.9
+    kv_cache_dtype: str = "auto"
+    max_concurrency: float | None = None
+    kv_cache_gib: float | None = None
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def workers(self) -> int:
+        return self.tp * self.pp
+
+    @classmethod
+    def from_parallel_plan(cls, plan: Any, **overrides: Any) -> ServingPlan:
+        """Read a planner ParallelPlan (or any object/dict with the same names)."""
+
+        def get(name: str, default: Any = None) -> Any:
+            if isinstance(plan, Mapping):
+                return plan.get(name, default)
+            return getattr(plan, name, default)
+
+        values = {
+            "tp": int(get("tp", 1)),
+            "pp": int(get("pp", 1)),
+            "max_model_len": int(get("max_model_len", 0) or 0) or 2048,
+            "replicas": max(1, int(get("replicas", 1) or 1)),
+            "dtype": str(get("dtype", "bf16") or "bf16"),
+            "gpu_memory_utilization": float(get("gpu_memory_utilization", 0.9) or 0.9),
+            "kv_cache_dtype": str(get("kv_cache_dtype", "auto") or "auto"),
+            "max_concurrency": get("max_concurrency"),
+            "kv_cache_gib": get("kv_cache_gib_per_gpu", get("kv_cache_gib")),
+            "reasons": tuple(str(r) for r in (get("reasons") or ())),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class ServeDefaults:
+    """Deployment settings orch applies unless told otherwise (documented in docs/rollout.md)."""
+
+    health_check_period_s: float = 10
+    # A CPU engine busy with a batch can take seconds to answer its health check.
+    health_check_timeout_s: float = 30
+    graceful_shutdown_timeout_s: float = 30
+    # When the live application's config changes (the switch of a side-by-side rollout), Serve
+    # starts the new replicas beside the old ones and stops an old one only once its replacement
+    # is healthy: 100 = a whole second copy, which `orch rollout` checked has room.
+    max_surge_percent: int = 100
+    max_ongoing_requests: int | None = None  # None: from the plan's max concurrency
+    cpus_per_cpu_worker: float = 1
+    cpu_kv_cache_gib: float = 1  # VLLM_CPU_KVCACHE_SPACE when the plan gives none
+    autoscaling_max_replicas: int | None = None  # set: autoscale between plan.replicas and this
+
+
+@dataclass(frozen=True)
+class AppTarget:
+    """Which application to render: its name, route and the model it serves."""
+
+    app_name: str
+    route_prefix: str
+    model_id: str
+    model_source: str
+
+
+@dataclass(frozen=True)
+class RenderedApp:
+    """One rendered Serve application. ``app`` holds the key placeholder: safe to print and store."""
+
+    app: dict
+    stage_nodes: tuple[str, ...] | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def llm_config(self) -> dict:
+        return self.app["args"]["llm_configs"][0]
+
+    @property
+    def name(self) -> str:
+        return self.app["name"]
+
+    def fingerprint(self, api_key: str | None = None) -> str:
+        return config_fingerprint(self.app, api_key)
+
+    def with_api_key(self, api_key: str) -> dict:
+        """A deep copy with the real key in engine_kwargs.api_key: only for the body of the PUT."""
+        app = copy.deepcopy(self.app)
+        app["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] = [api_key]
+        return app
+
+    def renamed(self, app_name: str, route_prefix: str) -> RenderedApp:
+        app = copy.deepcopy(self.app)
+        app["name"], app["route_prefix"] = app_name, route_prefix
+        return RenderedApp(app=app, stage_nodes=self.stage_nodes, notes=self.notes)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pure helpers
+
+
+def ray_accelerator_type(gpu_name: str | None) -> str | None:
+    """Ray's accelerator type for a GPU name, as Ray derives it on the node (``H100``, ``A100``, ``L4``).
+
+    Accepts nvidia-smi names ("NVIDIA H100 80GB HBM3") and manifest gpu_type ("H100-80GB").
+    Mirrors ray._private.accelerators.nvidia_gpu's name pattern, so the value matches the
+    ``accelerator_type:X`` resource Ray registers on real GPU nodes.
+    """
+    if not gpu_name:
+        return None
+    name = re.sub(r"^(NVIDIA|Tesla)\s+", "", gpu_name.strip(), flags=re.I)
+    name = re.sub(r"^Tesla\s+", "", name, flags=re.I)
+    token = re.split(r"[\s\-_]", name, maxsplit=1)[0]
+    if re.fullmatch(r"[A-Z]*\d[A-Z0-9]*", token):
+        return token
+    return None
+
+
+def vllm_dtype(dtype: str) -> tuple[str, str | None]:
+    """Planner dtype -> (vLLM --dtype, --quantization or None)."""
+    key = dtype.lower()
+    if key in _QUANTIZATIONS:
+        return "bfloat16", _QUANTIZATIONS[key]
+    if key in ("int8", "int4"):
+        # Integer weights come from a pre-quantized checkpoint (AWQ/GPTQ): vLLM reads its method
+        # from the model's config; the activation dtype stays 16-bit.
+        return "auto", None
+    return _DTYPES.get(key, key), None
+
+
+def stage_nodes_for(plan: ServingPlan, free_gpus: Mapping[str, float]) -> tuple[str, ...] | None:
+    """Pick one node per pipeline stage (TP bundles stay inside that node), in the given order.
+
+    Returns None when there is nothing to pin (PP 1: STRICT_PACK keeps TP inside one node) or when
+    replicas > 1 (one placement-group layout serves every replica, so pins would stack them on
+    the same nodes). Raises ServeConfigError when fewer nodes than stages have tp free GPUs.
+    """
+    if plan.pp <= 1 or plan.replicas > 1:
+        return None
+    fitting = [node for node, free in free_gpus.items() if free >= plan.tp]
+    if len(fitting) < plan.pp:
+        have = ", ".join(f"{n}: {g:g}" for n, g in free_gpus.items()) or "none"
+        raise ServeConfigError(
+            f"pipeline parallel {plan.pp} x tensor parallel {plan.tp} needs {plan.pp} nodes with "
+            f"{plan.tp} free GPUs each; free GPUs per node: {have}",
+            hint="free GPUs (orch rollback, or stop other applications) or plan fewer stages",
+        )
+    return tuple(fitting[: plan.pp])
+
+
+def placement(
+    plan: ServingPlan,
+    accelerator: str,
+    stage_nodes: Sequence[str] | None,
+    node_resource: Callable[[str], str],
+    cpus_per_cpu_worker: float = 1,
+) -> tuple[list[dict], str]:
+    """(bundles, strategy): one bundle per vLLM worker, in rank order (stage 0 first)."""
+    if accelerator == "cpu":
+        # Serve LLM forces vLLM's mp executor on CPU: the whole replica lives on one node.
+        return [{"CPU": cpus_per_cpu_worker} for _ in range(plan.workers)], "STRICT_PACK"
+    if plan.pp <= 1:
+        return [{"GPU": 1} for _ in range(plan.tp)], "STRICT_PACK"
+    if not stage_nodes:
+        # Replicas > 1: no per-replica pins exist; PACK fills one node before the next.
+        return [{"GPU": 1} for _ in range(plan.workers)], "PACK"
+    bundles = [
+        {"GPU": 1, node_resource(node): NODE_PIN_AMOUNT}
+        for node in stage_nodes
+        for _ in range(plan.tp)
+    ]
+    return bundles, "PACK"
+
+
+def serving_env(manifest: Any, plan: ServingPlan, defaults: ServeDefaults, node_cores: int | None = None) -> dict[str, str]:
+    """runtime_env env_vars: the cluster env, NCCL/Gloo interfaces when uniform, CPU KV space."""
+    env: dict[str, str] = dict(DIRECT_STREAMING_ENV)
+    nodes = list(getattr(manifest, "nodes", []) or [])
+    interfaces = {getattr(n, "interface", None) for n in nodes}
+    # Per-node values (different NIC names, VLLM_HOST_IP) live in each node's Ray process env
+    # (orch up); a runtime_env value would override them on every node alike.
+    if len(interfaces) == 1 and None not in interfaces:
+        nic = interfaces.pop()
+        env["NCCL_SOCKET_IFNAME"] = nic
+        env["GLOO_SOCKET_IFNAME"] = nic
+    if getattr(manifest, "accelerator", "gpu") == "cpu":
+        gib = plan.kv_cache_gib if plan.kv_cache_gib else defaults.cpu_kv_cache_gib
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(math.ceil(gib))))
+        # vLLM's CPU backend pins its compute threads to cores it picks on its own ("auto"),
+        # unaware of other engines on the node. A side-by-side rollout runs two engines on a
+        # node (the candidate beside the serving copy): both were pinned to the same core and
+        # the serving one's busy loop starved the candidate (its worker got 1% of a core for
+        # 9 minutes while importing, on the test bed). Unpinned, the kernel shares the cores.
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        if node_cores:
+            # The engine's compute threads: the node's cores minus one, as vLLM's own binding
+            # reserves one core for the engine's scheduler process (it busy-polls its worker) and
+            # the front end. Measured on 2 cores (tiny model, 64 x 64 tokens, 16 streams): with
+            # OMP_NUM_THREADS=2 the worker's threads fought the scheduler and the replica at every
+            # barrier (3.3-4.1 CPU-s per round, 1,200-1,600 tok/s); with 1 it used 0.9-1.5 CPU-s
+            # and served 2,100-3,150 tok/s (bare vLLM: 2,400-3,700).
+            env["OMP_NUM_THREADS"] = str(max(1, int(node_cores) - 1))
+    env.update({str(k): str(v) for k, v in (getattr(manifest, "env", None) or {}).items()})
+    return env
+
+
+def max_ongoing(plan: ServingPlan, defaults: ServeDefaults) -> int:
+    if defaults.max_ongoing_requests:
+        return defaults.max_ongoing_requests
+    if plan.max_concurrency:
+        # The engine's own capacity at max_model_len, with headroom for short requests.
+        return int(min(1024, max(32, math.floor(float(plan.max_concurrency) * 2))))
+    return 256
+
+
+# ----------------------------------------------------------------------------------------------
+# Rendering
+
+
+def render_app(
+    manifest: Any,
+    plan: ServingPlan,
+    target: AppTarget,
+    *,
+    node_resource: Callable[[str], str],
+    accelerator_type: str | None = None,
+    stage_nodes: Sequence[str] | None = None,
+    defaults: ServeDefaults = ServeDefaults(),
+    extra_engine_kwargs: Mapping[str, Any] | None = None,
+    node_cores: int | None = None,
+) -> RenderedApp:
+    """Render one application through the jinja2 template. Pure (reads the template file)."""
+    import jinja2
+    import yaml
+
+    accelerator = getattr(manifest, "accelerator", "gpu")
+    if plan.tp < 1 or plan.pp < 1:
+        raise ServeConfigError(f"invalid plan: tp={plan.tp} pp={plan.pp}", hint="tp and pp are at least 1")
+    if stage_nodes is not None and len(stage_nodes) != plan.pp:
+        raise ServeConfigError(f"{len(stage_nodes)} stage nodes given for pp={plan.pp}")
+    bundles, strategy = placement(plan, accelerator, stage_nodes, node_resource, defaults.cpus_per_cpu_worker)
+    dtype, quantization = vllm_dtype(plan.dtype)
+    engine_extra: dict[str, Any] = {}
+    if quantization:
+        engine_extra["quantization"] = quantization
+    if plan.kv_cache_dtype and plan.kv_cache_dtype != "auto":
+        engine_extra["kv_cache_dtype"] = plan.kv_cache_dtype
+    engine_extra.update(dict(extra_engine_kwargs or {}))
+    for reserved in ("api_key", "model", "served_model_name", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "dtype"):
+        if reserved in engine_extra:
+            raise ServeConfigError(f"engine argument {reserved!r} is set by orch", hint="use the matching orch flag")
+    autoscaling = None
+    if defaults.autoscaling_max_replicas and defaults.autoscaling_max_replicas > plan.replicas:
+        autoscaling = {
+            "min_replicas": plan.replicas,
+            "initial_replicas": plan.replicas,
+            "max_replicas": defaults.autoscaling_max_replicas,
+            "target_ongoing_requests": max(1, max_ongoing(plan, defaults) // 2),
+        }
+    context = {
+        "app_name": target.app_name,
+        "route_prefix": target.route_prefix,
+        "model_id": target.model_id,
+        "model_source": target.model_source,
+        "accelerator": accelerator,
+        "accelerator_type": accelerator_type if accelerator != "cpu" else None,
+        "tp": plan.tp,
+        "pp": plan.pp,
+        "max_model_len": plan.max_model_len,
+        "dtype": dtype,
+        "gpu_memory_utilization": plan.gpu_memory_utilization,
+        "extra_engine_kwargs": engine_extra,
+        "api_key_placeholder": API_KEY_PLACEHOLDER,
+        "bundles": bundles,
+        "strategy": strategy,
+        "env_vars": serving_env(manifest, plan, defaults, node_cores),
+        "num_replicas": plan.replicas,
+        "autoscaling": autoscaling,
+        "max_ongoing_requests": max_ongoing(plan, defaults),
+        "health_check_period_s": defaults.health_check_period_s,
+        "health_check_timeout_s": defaults.health_check_timeout_s,
+        "graceful_shutdown_timeout_s": defaults.graceful_shutdown_timeout_s,
+        "max_surge_percent": defaults.max_surge_percent,
+    }
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    text = env.get_template(TEMPLATE_NAME).render(**context)
+    app = yaml.safe_load(text)
+    notes = []
+    if stage_nodes:
+        notes.append("pipeline stages pinned to nodes: " + ", ".join(f"stage {i}: {n}" for i, n in enumerate(stage_nodes)))
+    elif accelerator != "cpu" and plan.pp > 1:
+        notes.append("replicas > 1: pipeline stages are not pinned to nodes (PACK fills one node first)")
+    return RenderedApp(app=app, stage_nodes=tuple(stage_nodes) if stage_nodes else None, notes=tuple(notes))
+
+
+def deploy_body(apps: Sequence[Mapping[str, Any]], manifest: Any) -> dict:
+    """The body of ``PUT /api/serve/applications/``: every application that should exist."""
+    serve = getattr(manifest, "serve", None)
+    port = int(getattr(serve, "http_port", 8000) or 8000)
+    host = getattr(serve, "http_host", None) or "0.0.0.0"
+    return {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": host, "port": port},
+        "applications": [dict(app) for app in apps],
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Secrets and fingerprints
+
+
+def redact(obj: Any) -> Any:
+    """A copy of any config/status structure with every ``api_key`` value replaced."""
+    if isinstance(obj, Mapping):
+        out = {}
+        for key, value in obj.items():
+            if key == "api_key" and value:
+                # Always the list form vLLM needs (the state store writes its own string marker).
+                out[key] = [API_KEY_PLACEHOLDER]
+            else:
+                out[key] = redact(value)
+        return out
+    if isinstance(obj, list):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def key_digest(api_key: str | None) -> str | None:
+    if not api_key:
+        return None
+    return hashlib.sha256(("orch-api-key:" + api_key).encode()).hexdigest()[:16]
+
+
+def config_fingerprint(app: Mapping[str, Any], api_key: str | None = None) -> str:
+    """sha256 of what the revision serves: the config without its name/route, plus a key digest.
+
+    The app name and route change with each revision (side-by-side rollout) and must not make
+    an identical config look new; a rotated API key must.
+    """
+    body = {k: v for k, v in redact(app).items() if k not in ("name", "route_prefix")}
+    # Which nodes the stages are pinned to depends on what is free at the time (a side-by-side
+    # copy lands on other nodes): the layout counts, not the node names.
+    for cfg in body.get("args", {}).get("llm_configs", []):
+        pg = cfg.get("placement_group_config") or {}
+        if pg.get("bundles"):
+            pg["bundles"] = [
+                {(NODE_PIN_KEY if str(k).startswith(NODE_RESOURCE_PREFIX) else k): v for k, v in b.items()} for b in pg["bundles"]
+            ]
+    blob = json.dumps({"app": body, "key": key_digest(api_key)}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()

@@ -1,0 +1,257 @@
+"""What a vLLM engine says about itself: its KV-cache capacity from its start-up log, and its live
+figures from its Prometheus metrics. Pure, no I/O.
+
+``parse_kv_capacity`` reads every known wording of vLLM's capacity line (one line in 0.32, two
+lines in earlier V1 releases, GPU blocks in V0; "GPU", "CPU", "XPU" or "GPU + host" pools).
+``live_metrics`` reads KV-cache usage, running and waiting requests (gauges, now) and TTFT/TPOT
+p50/p95 from the histogram delta between two scrapes (``prometheus.Histogram.minus``), or since the
+engines started when no earlier scrape is given. Names are looked up in both spellings:
+``vllm:x`` on a bare vLLM server, ``ray_vllm_x`` on a Ray node's metrics export port, where Ray
+Serve LLM publishes them with a ``ReplicaId`` label (vllm/v1/metrics/ray_wrappers.py).
+``pick_baseline`` chooses which kept scrape to diff against.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.bench import prometheus as prom
+
+# vLLM metric names (vllm/v1/metrics/loggers.py of 0.32; older names after them).
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+RUNNING = ("vllm:num_requests_running",)
+WAITING = ("vllm:num_requests_waiting",)
+TTFT = (prom.TTFT,)
+TPOT = (prom.TPOT, "vllm:time_per_output_token_seconds")
+CACHE_INFO = "vllm:cache_config_info"
+REPLICA_LABEL = "ReplicaId"  # added by vLLM's RayPrometheusStatLogger under Ray Serve LLM
+MODEL_LABEL = "model_name"
+
+# ----------------------------------------------------------------------------- KV capacity
+
+# vLLM V1 (0.8 .. 0.32): "GPU KV cache size: 42,656 tokens" (0.32 adds ", Maximum concurrency ..."
+# on the same line; before, that came as its own line). The device is "GPU", "CPU", "XPU", or
+# "GPU + host" (hisparse). V0 printed "# GPU blocks: 1952, # CPU blocks: 2048" instead of tokens.
+_SIZE = re.compile(r"(?P<device>[A-Z]{2,4}(?: \+ host)?) KV cache size: (?P<tokens>\d[\d,]*) tokens")
+_CONCURRENCY = re.compile(r"Maximum concurrency for (?P<len>\d[\d,]*) tokens per request: (?P<x>\d+(?:\.\d+)?)x")
+_BLOCKS = re.compile(r"(?:^|[\s\]])#? ?(?P<device>GPU|CPU|XPU|NPU) blocks: (?P<blocks>\d+)")
+
+
+@dataclass(frozen=True)
+class KvCapacity:
+    """The engine's KV-cache capacity as it reported it at start-up."""
+
+    tokens: int | None  # KV-cache size in tokens (None: a V0 log, which counts blocks)
+    max_model_len: int | None  # the request length the concurrency figure is for
+    max_concurrency: float | None  # requests of max_model_len tokens that fit at once
+    device: str | None = None  # "GPU", "CPU", "GPU + host"
+    blocks: int | None = None  # V0 logs: "# GPU blocks: N"
+    source: str = "log"  # "log": the engine's start-up line; "metrics": vllm:cache_config_info
+    evidence: tuple[str, ...] = ()  # the line(s) it was read from
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "max_model_len": self.max_model_len,
+            "max_concurrency": self.max_concurrency,
+            "device": self.device,
+            "blocks": self.blocks,
+            "source": self.source,
+            "evidence": list(self.evidence),
+        }
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def parse_kv_capacity(lines: Iterable[str]) -> KvCapacity | None:
+    """The last KV-cache capacity an engine logged in ``lines`` (the latest start-up wins: a
+    restarted replica logs again). Reads the one-line form of vLLM 0.32, the two-line form of
+    earlier V1 releases and the blocks form of V0; None when no such line is there."""
+    found: KvCapacity | None = None
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        size = _SIZE.search(line)
+        conc = _CONCURRENCY.search(line)
+        blocks = _BLOCKS.search(line) if not size else None
+        if size:
+            found = KvCapacity(
+                tokens=_int(size["tokens"]),
+                max_model_len=None,
+                max_concurrency=None,
+                device=size["device"],
+                evidence=(line.strip(),),
+            )
+        elif blocks:
+            found = KvCapacity(None, None, None, device=blocks["device"], blocks=int(blocks["blocks"]), evidence=(line.strip(),))
+        if conc:
+            base = found if found is not None and found.max_concurrency is None else KvCapacity(None, None, None)
+            evidence = base.evidence if size else (*base.evidence, line.strip())
+            found = KvCapacity(
+                tokens=base.tokens,
+                max_model_len=_int(conc["len"]),
+                max_concurrency=float(conc["x"]),
+                device=base.device,
+                blocks=base.blocks,
+                evidence=evidence,
+            )
+    return found
+
+
+def kv_capacity_from_metrics(samples: Sequence[prom.Sample], model: str | None = None) -> KvCapacity | None:
+    """vLLM 0.32 also publishes the capacity as labels of ``vllm:cache_config_info``
+    (``kv_cache_size_tokens``, ``kv_cache_max_concurrency``); a fallback when the log is gone."""
+    for s in _select(samples, (CACHE_INFO,), model, None):
+        tokens = s.label("kv_cache_size_tokens")
+        conc = s.label("kv_cache_max_concurrency")
+        if tokens and tokens.isdigit():
+            return KvCapacity(
+                tokens=int(tokens),
+                max_model_len=None,
+                max_concurrency=float(conc) if conc and _is_float(conc) else None,
+                blocks=int(s.label("num_gpu_blocks") or 0) or None,
+                source="metrics",
+            )
+    return None
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------- live metrics
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Percentiles (seconds) of one vLLM histogram over the window, at its bucket resolution."""
+
+    count: int
+    p50: float | None
+    p95: float | None
+    mean: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        ms = lambda v: None if v is None else round(v * 1000.0, 3)  # noqa: E731
+        return {"count": self.count, "p50_ms": ms(self.p50), "p95_ms": ms(self.p95), "mean_ms": ms(self.mean)}
+
+
+@dataclass(frozen=True)
+class LiveMetrics:
+    kv_cache_usage: float | None  # fraction 0..1; the fullest replica when several
+    running: float | None  # requests in the engines' running batch (sum over replicas)
+    waiting: float | None  # requests queued for KV-cache room (sum over replicas)
+    ttft: Latency | None
+    tpot: Latency | None
+    window_s: float | None  # seconds between the two scrapes; None: since the engines started
+    engines: int = 0  # engine series seen (replicas x engines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kv_cache_usage": self.kv_cache_usage,
+            "running": self.running,
+            "waiting": self.waiting,
+            "ttft": self.ttft.to_dict() if self.ttft else None,
+            "tpot": self.tpot.to_dict() if self.tpot else None,
+            "window_s": self.window_s,
+            "since_start": self.window_s is None,
+            "engines": self.engines,
+        }
+
+
+def _select(
+    samples: Sequence[prom.Sample], names: Sequence[str], model: str | None, replica_ids: Iterable[str] | None
+) -> list[prom.Sample]:
+    """Samples of the first of ``names`` (bare or Ray spelling, with suffixes) present, for
+    ``model`` when the page labels models, and for the given replicas when it labels replicas."""
+    ids = set(replica_ids) if replica_ids is not None else None
+    for name in names:
+        variants = prom.name_variants(name)
+        hits = [s for s in samples if any(s.name == v or s.name.startswith(v + "_") for v in variants)]
+        hits = [s for s in hits if _base_name(s.name, variants)]
+        if not hits:
+            continue
+        if model is not None and any(s.label(MODEL_LABEL) is not None for s in hits):
+            hits = [s for s in hits if s.label(MODEL_LABEL) == model]  # another model's: not ours
+        if ids is not None and any(s.label(REPLICA_LABEL) for s in hits):
+            hits = [s for s in hits if s.label(REPLICA_LABEL) in ids]
+        return hits
+    return []
+
+
+_SUFFIXES = ("", "_bucket", "_sum", "_count", "_total")
+
+
+def _base_name(name: str, variants: Sequence[str]) -> bool:
+    return any(name == v + suf for v in variants for suf in _SUFFIXES)
+
+
+def _gauge(samples: Sequence[prom.Sample], names: Sequence[str], model: str | None, ids: Iterable[str] | None) -> list[float]:
+    return [s.value for s in _select(samples, names, model, ids) if not s.name.endswith(("_bucket", "_sum", "_count"))]
+
+
+def _latency(
+    now: Sequence[prom.Sample], before: Sequence[prom.Sample] | None, names: Sequence[str], model: str | None,
+    ids: Iterable[str] | None,
+) -> Latency | None:  # fmt: skip
+    after_s = _select(now, names, model, ids)
+    if not after_s:
+        return None
+    name = next(n for n in names if _select(now, (n,), model, ids))
+    h_after = prom.histogram(after_s, name)
+    if h_after is None:
+        return None
+    h_before = prom.histogram(_select(before, (name,), model, ids), name) if before is not None else None
+    delta = h_after.minus(h_before)
+    count = int(round(delta.count))
+    return Latency(count, delta.quantile(0.5), delta.quantile(0.95), delta.mean)
+
+
+def live_metrics(
+    now: Sequence[prom.Sample],
+    before: Sequence[prom.Sample] | None = None,
+    model: str | None = None,
+    replica_ids: Iterable[str] | None = None,
+    window_s: float | None = None,
+) -> LiveMetrics | None:
+    """Live figures of ``model``'s engines from a scrape, with TTFT/TPOT over the requests that
+    finished since ``before`` (``window_s`` seconds earlier) or, without ``before``, since the
+    engines started. None when the page has no vLLM metrics at all."""
+    ids = list(replica_ids) if replica_ids is not None else None
+    usage = _gauge(now, KV_USAGE, model, ids)
+    running = _gauge(now, RUNNING, model, ids)
+    waiting = _gauge(now, WAITING, model, ids)
+    ttft = _latency(now, before, TTFT, model, ids)
+    tpot = _latency(now, before, TPOT, model, ids)
+    if not (usage or running or waiting or ttft or tpot):
+        return None
+    return LiveMetrics(
+        kv_cache_usage=max(usage) if usage else None,
+        running=sum(running) if running else None,
+        waiting=sum(waiting) if waiting else None,
+        ttft=ttft,
+        tpot=tpot,
+        window_s=window_s if before is not None else None,
+        engines=max(len(usage), len(running)),
+    )
+
+
+def pick_baseline(kept: Sequence[tuple[float, Any]], now: float, window_s: float, min_gap_s: float = 5.0) -> tuple[float, Any] | None:
+    """Of the scrapes kept from earlier runs, ``(time, scrape)``, the one that spans the longest
+    part of the window: the oldest within ``window_s`` of ``now``, at least ``min_gap_s`` old.
+    None when there is none (then the figures are since the engines started)."""
+    eligible = [k for k in kept if now - window_s <= k[0] <= now - min_gap_s]
+    return min(eligible, key=lambda k: k[0]) if eligible else None
+
+
+def keep_metric_lines(text: str) -> str:
+    """The part of a /metrics page worth keeping between runs: vLLM's series (and their HELP/TYPE)."""
+    return "".join(line for line in text.splitlines(keepends=True) if "vllm" in line)

@@ -1,0 +1,452 @@
+"""The serving part of `orch status` as a value. Pure, no I/O (the parsers are in ``engine_stats``).
+
+Inputs (gathered by ``orchestrator.workflows.status``):
+- Serve's application status (``serve_client.parse_serve_status`` of the dashboard's
+  ``GET /api/serve/applications/``): application, deployments, replicas with node and worker ids;
+- the engine's start-up lines from each replica's worker log, where vLLM prints its KV-cache
+  capacity (``parse_kv_capacity``; every known wording, see its docstring);
+- the engine's Prometheus metrics (``prometheus.parse_text``), now and, when one was kept, from a
+  scrape up to ``window_s`` ago: live KV-cache usage, running and waiting requests, and TTFT/TPOT
+  percentiles of the requests finished between the two scrapes (``live_metrics``);
+- the current revision record (``state.Revision``) and a readiness probe (``ProbeResult``: a real
+  completion with its latency);
+- the nodes section of `orch status` (which Ray node id is which manifest node, dead or alive).
+
+``build_serving_status`` joins them into ``ServingStatus``; every dead node, unhealthy replica,
+application not running, or failed probe becomes a ``Problem`` whose hint ends with its runbook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.bench import prometheus as prom
+from orchestrator.status.engine_stats import REPLICA_LABEL, KvCapacity, LiveMetrics, kv_capacity_from_metrics, live_metrics, parse_kv_capacity
+
+# Problem codes (each has runbooks/<CODE>.md).
+REPLICA_UNHEALTHY = "REPLICA_UNHEALTHY"
+SERVE_APP_NOT_RUNNING = "SERVE_APP_NOT_RUNNING"
+ENDPOINT_PROBE_FAILED = "ENDPOINT_PROBE_FAILED"
+NODE_HEARTBEAT_LOST = "NODE_HEARTBEAT_LOST"  # the doctor's code for a node Ray marked dead
+NODE_UNREACHABLE = "NODE_UNREACHABLE"
+SERVE_API_ERROR = "SERVE_API_ERROR"  # the rollout code's runbook for a failing Serve REST API
+ENGINE_DEAD = "ENGINE_DEAD"
+
+# The codes this module introduces (code -> title), for the runbooks index and its test.
+CODES: dict[str, str] = {
+    REPLICA_UNHEALTHY: "A Serve replica or deployment is not healthy",
+    SERVE_APP_NOT_RUNNING: "The serving revision's Serve application is not RUNNING",
+    ENDPOINT_PROBE_FAILED: "A real completion through the public endpoint failed",
+}
+
+# Replica states that are on their way (warn) rather than broken (fail).
+REPLICA_TRANSIENT = ("STARTING", "UPDATING", "RECOVERING", "PENDING_MIGRATION")
+APP_TRANSIENT = ("DEPLOYING", "NOT_STARTED")
+
+
+def runbook(code: str) -> str:
+    return f"runbooks/{code}.md"
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """A real completion sent to the public endpoint: whether it came back, and how fast."""
+
+    ok: bool
+    latency_s: float | None = None
+    status_code: int | None = None  # HTTP status; None when nothing answered
+    error: str | None = None
+    url: str | None = None
+    model: str | None = None
+    output_tokens: int | None = None
+    timed_out: bool = False  # connected, but no answer within the probe's timeout
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "timed_out": self.timed_out,
+            "latency_ms": None if self.latency_s is None else round(self.latency_s * 1000.0, 1),
+            "status_code": self.status_code,
+            "error": self.error,
+            "url": self.url,
+            "model": self.model,
+            "output_tokens": self.output_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class Problem:
+    severity: str  # "fail" | "warn"
+    code: str
+    subject: str  # what it is about: a node, a deployment, a replica, "endpoint"
+    message: str
+    hint: str  # ends with runbooks/<CODE>.md
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ReplicaView:
+    replica_id: str
+    deployment: str
+    state: str
+    node: str | None  # manifest node name (else the node's address)
+    node_id: str | None
+    node_state: str | None  # the node's Ray state as the nodes section saw it
+    pid: int | None
+    worker_id: str | None = None
+    capacity: KvCapacity | None = None
+    log_error: str | None = None  # why its engine log could not be read
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "replica_id": self.replica_id,
+            "deployment": self.deployment,
+            "state": self.state,
+            "node": self.node,
+            "node_id": self.node_id,
+            "node_state": self.node_state,
+            "pid": self.pid,
+            "kv_cache_tokens": self.capacity.tokens if self.capacity else None,
+            "log_error": self.log_error,
+        }
+
+
+@dataclass(frozen=True)
+class DeploymentView:
+    name: str
+    status: str
+    message: str
+    target_replicas: int | None
+    replicas: tuple[ReplicaView, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "message": self.message,
+            "target_replicas": self.target_replicas,
+            "replicas": [r.to_dict() for r in self.replicas],
+        }
+
+
+@dataclass(frozen=True)
+class ModelView:
+    model_id: str
+    max_model_len: int | None  # as configured in the revision
+    capacity: KvCapacity | None
+    live: LiveMetrics | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model_id": self.model_id,
+            "max_model_len": self.max_model_len,
+            "kv_cache": self.capacity.to_dict() if self.capacity else None,
+            "live": self.live.to_dict() if self.live else None,
+        }
+
+
+@dataclass(frozen=True)
+class RevisionView:
+    number: int
+    model: str
+    status: str
+    config_fingerprint: str
+    created_at: float | None
+    finished_at: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ServingStatus:
+    app_name: str | None
+    app_status: str | None  # RUNNING, DEPLOYING, ... None: not in Serve (or Serve unreadable)
+    app_message: str = ""
+    route_prefix: str | None = None
+    endpoint: str | None = None
+    revision: RevisionView | None = None
+    deployments: tuple[DeploymentView, ...] = ()
+    models: tuple[ModelView, ...] = ()
+    probe: ProbeResult | None = None
+    problems: tuple[Problem, ...] = ()
+    other_apps: tuple[tuple[str, str], ...] = ()  # (name, status) of further Serve applications
+    notes: tuple[str, ...] = ()
+
+    @property
+    def healthy(self) -> bool:
+        return self.app_status == "RUNNING" and (self.probe is None or self.probe.ok) and not any(
+            p.severity == "fail" for p in self.problems
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "application": {"name": self.app_name, "status": self.app_status, "message": self.app_message,
+                            "route_prefix": self.route_prefix},  # fmt: skip
+            "endpoint": self.endpoint,
+            "revision": self.revision.to_dict() if self.revision else None,
+            "deployments": [d.to_dict() for d in self.deployments],
+            "models": [m.to_dict() for m in self.models],
+            "probe": self.probe.to_dict() if self.probe else None,
+            "problems": [p.to_dict() for p in self.problems],
+            "other_applications": [{"name": n, "status": s} for n, s in self.other_apps],
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    """What serving needs to know of a Ray node (from the nodes section of `orch status`)."""
+
+    name: str
+    node_id: str | None
+    ray_state: str  # ALIVE | DEAD | MISSING | UNKNOWN
+    reachable: bool = True
+    detail: str | None = None
+
+
+def node_refs(section: Any) -> list[NodeRef]:
+    """``NodeRef``s from ``orchestrator.status.nodes.NodesSection`` (duck-typed: rows with name,
+    node_id, ray_state, reachable, detail)."""
+    return [NodeRef(r.name, r.node_id, r.ray_state, r.reachable, r.detail) for r in getattr(section, "rows", [])]
+
+
+def revision_app(revision: Any) -> tuple[str | None, list[str], dict[str, int]]:
+    """From a revision record: its application name, model ids and max_model_len per model
+    (read from the stored config, which is the rendered Serve application)."""
+    config = getattr(revision, "config", None) or {}
+    name = config.get("name") if isinstance(config, Mapping) else None
+    models: list[str] = []
+    lens: dict[str, int] = {}
+    llm_configs = ((config.get("args") or {}).get("llm_configs") or []) if isinstance(config, Mapping) else []
+    for llm in llm_configs:
+        if not isinstance(llm, Mapping):
+            continue
+        mid = (llm.get("model_loading_config") or {}).get("model_id")
+        if mid:
+            models.append(str(mid))
+            mml = (llm.get("engine_kwargs") or {}).get("max_model_len")
+            if isinstance(mml, int):
+                lens[str(mid)] = mml
+    if not models and getattr(revision, "model", None):
+        models.append(str(revision.model))
+    if name is None and revision is not None and getattr(revision, "number", None) is not None:
+        name = f"orch-r{revision.number}"
+    return name, models, lens
+
+
+def model_of_deployment(name: str) -> str | None:
+    """Ray Serve LLM names the engine deployment ``LLMServer:<model_id>``."""
+    head, sep, rest = name.partition(":")
+    return rest if sep and head.startswith("LLMServer") else None
+
+
+def pick_app(serve: Any, wanted: str | None) -> Any:
+    """The application to report: the revision's, else the one on the public route "/", else the
+    only one."""
+    apps = dict(getattr(serve, "applications", {}) or {})
+    if wanted is not None:
+        return apps.get(wanted)
+    public = [a for a in apps.values() if a.route_prefix == "/"]
+    if len(public) == 1:
+        return public[0]
+    return next(iter(apps.values())) if len(apps) == 1 else None
+
+
+def _problem(severity: str, code: str, subject: str, message: str, advice: str) -> Problem:
+    """A problem whose hint is ``advice`` followed by its runbook."""
+    return Problem(severity, code, subject, message, f"{advice}; see {runbook(code)}" if advice else f"see {runbook(code)}")
+
+
+def _with(detail: str | None, fmt: str = ": {}") -> str:
+    detail = (detail or "").strip()
+    return fmt.format(detail[:300]) if detail else ""
+
+
+def _node_problems(nodes: Sequence[NodeRef]) -> list[Problem]:
+    out = []
+    for n in nodes:
+        if n.ray_state == "DEAD":
+            out.append(_problem("fail", NODE_HEARTBEAT_LOST, n.name, f"node {n.name} is DEAD in Ray{_with(n.detail)}",
+                                "its replicas are gone until it rejoins: `orch up` restarts Ray there"))  # fmt: skip
+        elif not n.reachable:
+            sev = "warn" if n.ray_state == "ALIVE" else "fail"
+            out.append(_problem(sev, NODE_UNREACHABLE, n.name, f"node {n.name} does not answer over SSH{_with(n.detail, ' ({})')}",
+                                "its engine logs cannot be read"))  # fmt: skip
+    return out
+
+
+def _app_problems(app: Any) -> list[Problem]:
+    if app.status == "RUNNING":
+        return []
+    transient = app.status in APP_TRANSIENT
+    advice = "it is still coming up" if transient else "the previous revision may be gone: `orch rollback` or `orch rollout`"
+    return [_problem("warn" if transient else "fail", SERVE_APP_NOT_RUNNING, app.name,
+                     f"application {app.name} is {app.status}{_with(app.message)}", advice)]  # fmt: skip
+
+
+def _deployment_view(
+    d: Any, by_id: Mapping[str, NodeRef], engine_logs: Mapping[str, Sequence[str]], log_errors: Mapping[str, str]
+) -> tuple[DeploymentView, list[Problem]]:
+    """A deployment with its replicas (node names, capacity from their logs) and its problems."""
+    replicas, problems = [], []
+    for r in d.replicas:
+        ref = by_id.get(r.node_id)
+        lines = engine_logs.get(r.replica_id)
+        view = ReplicaView(
+            replica_id=r.replica_id, deployment=d.name, state=r.state, node=ref.name if ref else r.node_ip,
+            node_id=r.node_id, node_state=ref.ray_state if ref else None, pid=r.pid, worker_id=r.worker_id,
+            capacity=parse_kv_capacity(lines) if lines is not None else None, log_error=log_errors.get(r.replica_id),
+        )  # fmt: skip
+        replicas.append(view)
+        if ref is not None and ref.ray_state == "DEAD":
+            problems.append(_problem("fail", NODE_HEARTBEAT_LOST, r.replica_id,
+                                     f"replica {r.replica_id} of {d.name} sits on node {ref.name}, which is DEAD",
+                                     "Serve replaces it once the node is gone for good"))  # fmt: skip
+        elif r.state != "RUNNING":
+            sev = "warn" if r.state in REPLICA_TRANSIENT else "fail"
+            where = f" on {view.node}" if view.node else ""
+            problems.append(_problem(sev, REPLICA_UNHEALTHY, r.replica_id, f"replica {r.replica_id} of {d.name} is {r.state}{where}",
+                                     "`orch doctor` reads its logs"))  # fmt: skip
+    if d.status in ("UNHEALTHY", "DEPLOY_FAILED"):
+        problems.append(_problem("fail", REPLICA_UNHEALTHY, d.name, f"deployment {d.name} is {d.status}{_with(d.message)}",
+                                 "`orch doctor` names the cause from the replica's logs"))  # fmt: skip
+    return DeploymentView(d.name, d.status, d.message, d.target_replicas, tuple(replicas)), problems
+
+
+def _probe_problem(probe: ProbeResult) -> Problem:
+    code = probe.status_code
+    if code in (401, 403):
+        why = "the endpoint refused the API key: export the key in the variable named by serve.api_key_env"
+    elif code is None and probe.timed_out:
+        why = "the request got no answer in time: the engine is stuck, restarting or overloaded (see the replicas above)"
+    elif code is None:
+        why = "nothing answered on the Serve port: is the application RUNNING and the port open?"
+    elif code in (502, 503):
+        why = "Serve has no replica to route to (starting, or all unhealthy)"
+    elif code >= 500:
+        why = f"the engine failed the request: `orch doctor` looks for a dead engine ({runbook(ENGINE_DEAD)})"
+    else:
+        why = "the endpoint answered, but not with a completion"
+    detail = f"HTTP {code}" if code is not None else (probe.error or "no answer")
+    if code is not None and probe.error:
+        detail += f": {probe.error}"
+    return Problem("fail", ENDPOINT_PROBE_FAILED, "endpoint",
+                   f"readiness completion to {probe.url or 'the endpoint'} failed ({detail})",
+                   f"{why}; see {runbook(ENDPOINT_PROBE_FAILED)}")  # fmt: skip
+
+
+def build_serving_status(
+    serve: Any | None,
+    revision: Any | None = None,
+    probe: ProbeResult | None = None,
+    engine_logs: Mapping[str, Sequence[str]] | None = None,
+    log_errors: Mapping[str, str] | None = None,
+    metrics_now: Sequence[prom.Sample] | None = None,
+    metrics_before: Sequence[prom.Sample] | None = None,
+    window_s: float | None = None,
+    nodes: Sequence[NodeRef] = (),
+    endpoint: str | None = None,
+    serve_error: tuple[str, str | None] | None = None,
+    metrics_error: str | None = None,
+) -> ServingStatus:
+    """Join the inputs (see the module doc). ``serve``: a ``serve_client.ServeStatus`` (None when
+    the dashboard could not be read; ``serve_error`` = (message, hint) then). ``engine_logs``:
+    replica id -> the engine lines read from its worker log; ``log_errors``: replica id -> why not."""
+    engine_logs = engine_logs or {}
+    log_errors = log_errors or {}
+    problems: list[Problem] = _node_problems(nodes)
+    notes: list[str] = []
+    app_name, model_ids, max_lens = revision_app(revision) if revision is not None else (None, [], {})
+    rev_view = (
+        RevisionView(revision.number, revision.model, revision.status, revision.config_fingerprint,
+                     getattr(revision, "created_at", None), getattr(revision, "finished_at", None))  # fmt: skip
+        if revision is not None
+        else None
+    )
+    if revision is None:
+        notes.append("no revision is recorded as serving: `orch rollout` deploys one")
+    if serve_error is not None:
+        message, hint = serve_error
+        problems.append(_problem("fail", SERVE_API_ERROR, "serve", message, hint or ""))
+    app = pick_app(serve, app_name) if serve is not None else None
+    by_id = {n.node_id: n for n in nodes if n.node_id}
+    deployments: list[DeploymentView] = []
+    if serve is not None and app is None and (revision is not None or serve.applications):
+        wanted = app_name or "an application on route /"
+        problems.append(_problem("fail", SERVE_APP_NOT_RUNNING, wanted, f"Serve runs no application {wanted}",
+                                 "redeploy it with `orch rollout` (or `orch rollback`)"))  # fmt: skip
+    if app is not None:
+        problems.extend(_app_problems(app))
+        for d in app.deployments:
+            view, found = _deployment_view(d, by_id, engine_logs, log_errors)
+            deployments.append(view)
+            problems.extend(found)
+    if not model_ids:
+        model_ids = [m for m in (model_of_deployment(d.name) for d in deployments) if m]
+    models = []
+    for mid in model_ids:
+        engine_replicas = _engine_replicas(deployments, mid, single=len(model_ids) == 1)
+        capacity = next((r.capacity for r in engine_replicas if r.capacity is not None and r.state == "RUNNING"), None)
+        capacity = capacity or next((r.capacity for r in engine_replicas if r.capacity is not None), None)
+        ids = [r.replica_id for r in engine_replicas if r.state == "RUNNING"] or None
+        live = None
+        if metrics_now is not None:
+            live = live_metrics(metrics_now, metrics_before, mid, ids, window_s)
+            if capacity is None:
+                capacity = kv_capacity_from_metrics(_filter_ids(metrics_now, ids), mid)
+        if capacity is None and engine_replicas:
+            why = "; ".join(sorted({r.log_error for r in engine_replicas if r.log_error}))
+            if not why:
+                starting = all(r.state != "RUNNING" for r in engine_replicas)
+                why = "not logged yet: the engine is starting" if starting else "no 'KV cache size' line in its worker log"
+            notes.append(f"{mid}: KV-cache capacity unknown ({why})")
+        distinct = {r.capacity.tokens for r in engine_replicas if r.capacity is not None}
+        if len(distinct) > 1:
+            notes.append(f"{mid}: replicas logged different KV-cache sizes: {sorted(t for t in distinct if t is not None)}")
+        models.append(ModelView(mid, max_lens.get(mid), capacity, live))
+    if metrics_error:
+        notes.append(f"engine metrics unavailable: {metrics_error}")
+    elif metrics_now is not None and models and all(m.live is None for m in models):
+        notes.append("the metrics page has no vLLM series (yet): Ray exports them a few seconds after the engine starts")
+    if probe is not None and not probe.ok:
+        problems.append(_probe_problem(probe))
+    others = tuple(sorted((n, a.status) for n, a in (serve.applications.items() if serve is not None else ()) if app is None or n != app.name))
+    return ServingStatus(
+        app_name=app.name if app is not None else app_name,
+        app_status=app.status if app is not None else None,
+        app_message=app.message if app is not None else "",
+        route_prefix=app.route_prefix if app is not None else None,
+        endpoint=endpoint,
+        revision=rev_view,
+        deployments=tuple(deployments),
+        models=tuple(models),
+        probe=probe,
+        problems=tuple(problems),
+        other_apps=others,
+        notes=tuple(notes),
+    )
+
+
+def _filter_ids(samples: Sequence[prom.Sample], ids: Sequence[str] | None) -> list[prom.Sample]:
+    if ids is None:
+        return list(samples)
+    return [s for s in samples if s.label(REPLICA_LABEL) in (None, *ids)]
+
+
+def _engine_replicas(deployments: Sequence[DeploymentView], model: str, single: bool) -> list[ReplicaView]:
+    """The replicas that run ``model``'s engine: those of deployment ``LLMServer:<model>``; with a
+    single model and no such name, those of any ``LLMServer`` deployment, else every replica."""
+    exact = [r for d in deployments if model_of_deployment(d.name) == model for r in d.replicas]
+    if exact or not single:
+        return exact
+    servers = [r for d in deployments if d.name.startswith("LLMServer") for r in d.replicas]
+    return servers or [r for d in deployments for r in d.replicas]

@@ -1,0 +1,234 @@
+"""What a rollout deploys, and the real adapters the serving workflow runs with.
+
+``desired_for_model``: model name/path -> served name + path on the nodes -> planner ParallelPlan
+-> rendered Serve app (stage pins from the free GPUs Ray reports). ``desired_for_revision``: a
+recorded revision's stored config (orch rollback). Both are pure given their inputs (the tiny
+model's folder is built on the spot for the local demo, which writes files).
+
+``open_cluster_apis``: the Serve REST client and the dashboard's node list through one SSH tunnel
+to the head's 127.0.0.1 (directly for a local head), and the public endpoint at the head's
+address and the manifest's Serve port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.serve import readiness
+from orchestrator.errors import PlanError, StateError
+from orchestrator.manifest.model import Manifest
+from orchestrator.cluster.ray_nodes import current_by_name, node_resource
+from orchestrator.remote.runner import Runner
+from orchestrator.serve.config import (
+    AppTarget,
+    RenderedApp,
+    ServeConfigError,
+    ServeDefaults,
+    ServingPlan,
+    ray_accelerator_type,
+    render_app,
+    stage_nodes_for,
+)
+from orchestrator.state import StateStore
+from orchestrator.workflows.rollout import ClusterApis, Desired
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    """`orch rollout` flags: the model and what is forwarded to the planner."""
+
+    model: str
+    served_name: str | None = None
+    model_path: str | None = None  # the folder on the nodes, when --model is a catalog name
+    tp: int | None = None
+    pp: int | None = None
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_gib: float | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str = "auto"
+    replicas: int | None = None
+    engine_args: tuple[tuple[str, Any], ...] = ()
+
+
+def _looks_like_path(model: str) -> bool:
+    return "/" in model or model.startswith((".", "~"))
+
+
+def model_location(manifest: Manifest, model: str, served_name: str | None, model_path: str | None = None) -> tuple[str, str, str]:
+    """(served name, model path on the nodes, what the planner reads: local path or catalog name).
+
+    A path is used as given (made absolute). A name is looked up in the manifest's model_store
+    (``<model_store>/<name>``); the local demo's ``tiny`` without a model_store is built in orch's
+    cache. Anything else is a usage error naming what to pass."""
+    from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
+
+    if model_path is not None:
+        # The planner sizes the catalog entry (or the folder, when it is readable here); the
+        # nodes load from the given path.
+        local = Path(model_path).expanduser()
+        spec = str(local) if (local / "config.json").exists() else model
+        return served_name or (model if not _looks_like_path(model) else local.name), model_path, spec
+    if _looks_like_path(model):
+        path = Path(model).expanduser().resolve()
+        return served_name or path.name, str(path), str(path)
+    if manifest.model_store is not None:
+        path = Path(manifest.model_store).expanduser() / model
+        if model == SERVED_NAME and not path.exists() and manifest.accelerator == "cpu":
+            build_tiny_model(path)  # the demo model, where the manifest says models live
+        spec = str(path) if (path / "config.json").exists() else model
+        return served_name or model, str(path), spec
+    if model == SERVED_NAME:
+        path = build_tiny_model()
+        return served_name or model, str(path), str(path)
+    raise PlanError(
+        f"model {model!r} has no path: the manifest sets no model_store",
+        hint=f"set model_store in {manifest.source_path or 'the manifest'} (models live in <model_store>/<name>) or pass --model /path/on/the/nodes",
+    )
+
+
+def _free_gpus(manifest: Manifest, nodes: list, use_total: bool) -> dict[str, float]:
+    current = current_by_name(nodes)
+    out: dict[str, float] = {}
+    for spec in manifest.nodes:
+        state = current.get(spec.name)
+        if state is None or not state.alive:
+            continue
+        out[spec.name] = state.gpus_total if use_total else state.resources_available.get("GPU", 0.0)
+    return out
+
+
+def accelerator_type_for(manifest: Manifest, nodes: list) -> tuple[str | None, str | None]:
+    """Ray's accelerator type for the cluster's GPUs, and a note when it is left out.
+
+    Serve LLM adds ``accelerator_type:X`` to every bundle; Ray registers that resource only on
+    nodes where it detected such GPUs itself, so orch sets it only when the nodes have it."""
+    if manifest.accelerator == "cpu":
+        return None, None
+    types = {ray_accelerator_type(n.gpu_type) for n in manifest.nodes if n.gpus}
+    types.discard(None)
+    if len(types) != 1:
+        return None, "mixed or unknown GPU types: accelerator_type left out"
+    accel = types.pop()
+    if not nodes:
+        return accel, None
+    key = f"accelerator_type:{accel}"
+    if any(key in getattr(n, "resources_total", {}) for n in nodes):
+        return accel, None
+    return None, f"Ray reports no {key} resource on the nodes: accelerator_type left out"
+
+
+def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: ServeDefaults = ServeDefaults(), shape=None):
+    """A factory (Ray nodes -> Desired) for `orch rollout --model ...`. ``shape``: the cluster
+    shape to plan on (``workflows.cluster.planning_shape``); default: the manifest's."""
+    from orchestrator.plan.capacity import PlanOptions
+    from orchestrator.plan.catalog import resolve_model
+    from orchestrator.plan.shape import shape_from_manifest
+    from orchestrator.plan.planner import plan_model
+
+    served, source, spec_ref = model_location(manifest, request.model, request.served_name, request.model_path)
+    spec = resolve_model(spec_ref)
+    options = PlanOptions(
+        tp=request.tp, pp=request.pp, max_model_len=request.max_model_len,
+        kv_cache_gib=request.kv_cache_gib, dtype=request.dtype, kv_cache_dtype=request.kv_cache_dtype,
+        **({"gpu_memory_utilization": request.gpu_memory_utilization} if request.gpu_memory_utilization else {}),
+    )  # fmt: skip
+    plan = plan_model(spec, shape if shape is not None else shape_from_manifest(manifest), options)
+    if not plan.fits:
+        raise PlanError(
+            f"{spec.name} does not fit this cluster: " + "; ".join(plan.reasons[-2:]),
+            hint="; ".join(plan.suggestions) or "see `orch plan --model ... --cluster ...`",
+        )
+    engine_extra = {k: v for k, v in plan.engine_kwargs().items() if k not in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "gpu_memory_utilization")}
+    engine_extra.update(dict(request.engine_args))
+    serving_plan = ServingPlan.from_parallel_plan(
+        plan, replicas=request.replicas, kv_cache_gib=plan.kv_cache_gib_per_gpu if plan.kv_cache_gib_fixed else None
+    )
+    plan_json = plan.to_json()
+    plan_json.pop("stages", None)
+    if request.replicas:
+        plan_json["replicas"] = request.replicas
+        plan_json["reasons"] = [*plan_json.get("reasons", []), f"replicas set to {request.replicas} by --replicas"]
+    weights_per_node = plan.weights_gib_per_gpu * min(plan.tp * plan.pp, max(1, plan.gpus_per_node))
+
+    def build(nodes: list, cores: int | None = None) -> Desired:
+        accel, note = accelerator_type_for(manifest, nodes)
+        stage_nodes = None
+        if manifest.accelerator != "cpu" and serving_plan.pp > 1 and serving_plan.replicas == 1:
+            if nodes:
+                try:
+                    stage_nodes = stage_nodes_for(serving_plan, _free_gpus(manifest, nodes, use_total=False))
+                except ServeConfigError:
+                    stage_nodes = stage_nodes_for(serving_plan, _free_gpus(manifest, nodes, use_total=True))
+            else:
+                stage_nodes = stage_nodes_for(serving_plan, {n.name: float(n.gpus) for n in manifest.nodes})
+        rendered = render_app(
+            manifest, serving_plan, AppTarget("orch-candidate", "/", served, source),
+            node_resource=node_resource, accelerator_type=accel, stage_nodes=stage_nodes,
+            defaults=defaults, extra_engine_kwargs=engine_extra, node_cores=cores,
+        )  # fmt: skip
+        if note:
+            rendered = RenderedApp(app=rendered.app, stage_nodes=rendered.stage_nodes, notes=(*rendered.notes, note))
+        return Desired(model=request.model, served_name=served, model_source=source, rendered=rendered,
+                       plan={**plan_json, "notes": list(rendered.notes)}, weights_gib_per_node=weights_per_node)  # fmt: skip
+
+    return build
+
+
+def desired_for_revision(state: StateStore, cluster: str, to: int | None):
+    """A factory for `orch rollback [--to N]`: N's stored config (default: the revision that
+    served before the current one)."""
+    from orchestrator.workflows.rollout import load_meta
+
+    revisions = state.list_revisions(cluster)
+    current = state.current_revision(cluster)
+    if to is None:
+        earlier = [r for r in revisions if r.status in ("superseded", "rolled_back") and (current is None or r.number < current.number)]
+        if not earlier:
+            raise StateError(f"cluster {cluster!r} has no earlier revision to roll back to", hint="`orch status` lists the revisions")
+        target = earlier[-1]
+    else:
+        target = next((r for r in revisions if r.number == to), None)
+        if target is None:
+            raise StateError(f"cluster {cluster!r} has no revision {to}", hint="`orch status` lists the revisions")
+        if target.status in ("pending", "failed"):
+            raise StateError(f"revision {to} is {target.status}: only a revision that once served can come back")
+    meta = load_meta(state, cluster, target.number)
+    app = dict(target.config)
+    llm = app.get("args", {}).get("llm_configs", [{}])[0]
+    served = meta.get("served_name") or llm.get("model_loading_config", {}).get("model_id") or target.model
+    source = meta.get("model_source") or llm.get("model_loading_config", {}).get("model_source") or ""
+
+    def build(nodes: list, cores: int | None = None) -> Desired:
+        return Desired(model=target.model, served_name=served, model_source=source, rendered=RenderedApp(app=app),
+                       plan=dict(target.plan), rollback_of=target.number)  # fmt: skip
+
+    return build
+
+
+class HttpEndpoint:
+    """readiness.* bound to the public base URL."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+
+    def probe(self, route_prefix: str, model: str, api_key: str | None):
+        return readiness.probe_completion(self.base_url, route_prefix, model, api_key)
+
+    def unauthenticated_status(self, route_prefix: str, model: str) -> int | None:
+        return readiness.unauthenticated_status(self.base_url, route_prefix, model)
+
+
+@contextmanager
+def open_cluster_apis(manifest: Manifest, runners: Mapping[str, Runner], token: str | None) -> Iterator[ClusterApis]:
+    from orchestrator.bench.target import serve_url
+    from orchestrator.cluster.dashboard import open_dashboard
+    from orchestrator.serve.client import open_serve_client
+
+    head = runners[manifest.head.name]
+    with open_dashboard(head, manifest.ray.dashboard_port, token) as dash, open_serve_client(head, manifest.ray.dashboard_port, token) as serve:
+        yield ClusterApis(serve=serve, nodes=dash.nodes_with_usage, endpoint=HttpEndpoint(serve_url(manifest)))

@@ -1,0 +1,295 @@
+"""The serving part of `orch status`: gather its inputs over the existing seams. Does I/O.
+
+- Serve's application status: ``serve_client.open_serve_client`` over the head's runner (an SSH
+  tunnel to the dashboard on the head's 127.0.0.1) with the cluster's token.
+- The engine's KV-cache capacity line: read on the replica's node through its runner, from the
+  replica's worker log ``<temp_dir>/session_latest/logs/worker-<worker_id>-*-<pid>.out`` (vLLM's
+  EngineCore is a child of the replica actor and writes to the same stdout). The bounded scan of
+  ``orchestrator.doctor.logscan`` (the doctor's) does the reading; only matching lines travel. A
+  replica's capacity never changes, so it is read once per replica (``ServingDeps.capacity_cache``).
+- The engine's metrics: vLLM under Ray Serve LLM publishes them through Ray's metrics agent of
+  the replica's node (``ray_vllm_*`` names, label ``ReplicaId``). Ray lists every metrics export
+  address in ``<temp_dir>/prom_metrics_service_discovery.json`` on the head (read through the
+  head's runner); the pages of the engine nodes are fetched through each node's runner
+  (``forward``: an SSH tunnel, or the port itself on a local node) with httpx.
+- The time window of TTFT/TPOT: each scrape's vLLM lines are kept under
+  ``<state_dir>/clusters/<name>/serving-metrics/<unix ms>.prom``; the next status diffs against
+  the oldest kept scrape inside ``window_s`` (default 5 minutes), and without one reports the
+  figures since the engines started (see docs/status.md). Older scrapes are deleted.
+- Readiness: one real completion (``max_tokens`` 1) to the public endpoint with the API key from
+  the environment variable named by ``serve.api_key_env``; its latency is the wall time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.bench import prometheus as prom
+from orchestrator.doctor.diagnose import node_temp_dirs
+from orchestrator.status.engine_stats import KvCapacity, keep_metric_lines, parse_kv_capacity, pick_baseline
+from orchestrator.errors import OrchError, RemoteError
+from orchestrator.doctor.logscan import ScanLimits, ScanParseError, parse_scan, scan_argv
+from orchestrator.manifest.model import Manifest
+from orchestrator.remote.runner import Runner
+from orchestrator.status.serving import NodeRef, ProbeResult, ServingStatus, build_serving_status, model_of_deployment, pick_app, revision_app
+
+DISCOVERY_FILE = "prom_metrics_service_discovery.json"
+KV_KEYWORDS = ["KV cache size", "Maximum concurrency", " blocks: "]
+# The capacity line comes early in the log; read up to 64 MiB of it (only matching lines travel)
+# and skip counting line numbers, which would read the file twice.
+KV_SCAN_LIMITS = ScanLimits(max_files=4, tail_lines=10**8, max_bytes=64 * 1024 * 1024, count_prefix_bytes=0,
+                            max_line_chars=1000, max_matches_per_file=200)  # fmt: skip
+DEFAULT_WINDOW_S = 300.0
+PROBE_PROMPT = "Hello"
+
+RunnerOpener = Callable[[Manifest], AbstractContextManager[Mapping[str, Runner]]]
+
+
+def fetch_text(url: str, timeout: float) -> str:
+    """GET a page (the metrics pages); raises OrchError when it cannot."""
+    import httpx
+
+    try:
+        resp = httpx.get(url, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise OrchError(f"{url}: {type(exc).__name__}") from exc
+    if resp.status_code != 200:
+        raise OrchError(f"{url}: HTTP {resp.status_code}")
+    return resp.text
+
+
+def probe_completion(base_url: str, model: str, api_key: str | None, timeout: float, clock: Callable[[], float] = time.monotonic) -> ProbeResult:
+    """One real completion (1 token) through the public endpoint, timed."""
+    import httpx
+
+    url = f"{base_url.rstrip('/')}/v1/completions"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    body = {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1, "temperature": 0}
+    t0 = clock()
+    try:
+        resp = httpx.post(url, json=body, headers=headers, timeout=timeout)
+    except httpx.TimeoutException as exc:
+        timed_out = not isinstance(exc, httpx.ConnectTimeout)
+        return ProbeResult(False, None, None, f"{type(exc).__name__} after {timeout:g} s", url, model, timed_out=timed_out)
+    except httpx.HTTPError as exc:
+        return ProbeResult(False, None, None, f"{type(exc).__name__}: {exc}"[:300], url, model)
+    latency = clock() - t0
+    if resp.status_code != 200:
+        return ProbeResult(False, latency, resp.status_code, resp.text.strip()[:300], url, model)
+    try:
+        data = resp.json()
+        choices = data.get("choices") or []
+        tokens = (data.get("usage") or {}).get("completion_tokens")
+    except (ValueError, AttributeError):
+        return ProbeResult(False, latency, resp.status_code, "the answer is not a completion (not JSON)", url, model)
+    if not choices:
+        return ProbeResult(False, latency, resp.status_code, "the answer holds no choices", url, model)
+    return ProbeResult(True, latency, resp.status_code, None, url, model, tokens)
+
+
+def _open_serve(runner: Runner, port: int, token: str | None) -> AbstractContextManager[Any]:
+    from orchestrator.serve.client import open_serve_client
+
+    return open_serve_client(runner, port, token)
+
+
+@dataclass
+class ServingDeps:
+    """What the serving status needs from the outside world (real ones by default)."""
+
+    state: Any  # orchestrator.state.StateStore
+    open_runners: RunnerOpener
+    open_serve: Callable[[Runner, int, "str | None"], AbstractContextManager[Any]] = _open_serve
+    fetch: Callable[[str, float], str] = fetch_text
+    probe: Callable[[str, str, "str | None", float], ProbeResult] = probe_completion
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    wall_clock: Callable[[], float] = time.time
+    capacity_cache: dict[tuple[str, str, int | None], KvCapacity | None] = field(default_factory=dict)
+
+    @classmethod
+    def from_cluster(cls, deps: Any, capacity_cache: dict | None = None) -> ServingDeps:
+        """Reuse a ``workflows.cluster.ClusterDeps`` (its state store and runner opener); pass the
+        same ``capacity_cache`` dict on every refresh of ``--watch`` to read each log only once."""
+        out = cls(state=deps.state, open_runners=deps.open_runners)
+        if capacity_cache is not None:
+            out.capacity_cache = capacity_cache
+        return out
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    window_s: float = DEFAULT_WINDOW_S
+    probe: bool = True
+    probe_timeout_s: float = 20.0  # a 1-token completion; an idle CPU engine answers in < 1 s
+    http_timeout_s: float = 15.0
+    keep_scrapes: bool = True
+
+
+def serve_url(manifest: Manifest) -> str:
+    host = manifest.head.host
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{manifest.serve.http_port}"
+
+
+def gather_serving(
+    manifest: Manifest, deps: ServingDeps, nodes: list[NodeRef], options: ServingOptions = ServingOptions()
+) -> ServingStatus:
+    """Everything the serving section shows (see the module doc); failures of one input become
+    problems or notes of the report, never an exception, except a broken state database."""
+    name = manifest.name
+    revision = deps.state.current_revision(name)
+    token = deps.state.read_token(name)
+    app_name, model_ids, _ = revision_app(revision) if revision is not None else (None, [], {})
+    endpoint = serve_url(manifest)
+    serve = None
+    serve_error = None
+    engine_logs: dict[str, list[str]] = {}
+    log_errors: dict[str, str] = {}
+    metrics_now = metrics_before = None
+    window = None
+    metrics_error = None
+    with deps.open_runners(manifest) as runners:
+        head = runners.get(manifest.head.name)
+        try:
+            if head is None:
+                raise OrchError(f"no runner for the head {manifest.head.name}")
+            with deps.open_serve(head, manifest.ray.dashboard_port, token) as client:
+                serve = client.status()
+        except (OrchError, RemoteError) as exc:
+            serve_error = (f"cannot read Serve's status from the head's dashboard: {exc.message}", exc.hint)
+        app = pick_app(serve, app_name) if serve is not None else None
+        engines = _engine_replicas(app, model_ids) if app is not None else []
+        by_id = {n.node_id: n for n in nodes if n.node_id}
+        for rep in engines:
+            lines, err = _engine_log(manifest, runners, by_id.get(rep.node_id), rep, deps)
+            if lines is not None:
+                engine_logs[rep.replica_id] = lines
+            if err:
+                log_errors[rep.replica_id] = err
+        if engines and head is not None:
+            try:
+                text = _scrape(manifest, runners, head, {r.node_ip for r in engines if r.node_ip}, by_id, engines, deps, options)
+                metrics_now = prom.parse_text(text)
+                metrics_before, window = _baseline_and_keep(deps, name, text, options)
+            except (OrchError, RemoteError, prom.MetricsFormatError) as exc:
+                metrics_error = getattr(exc, "message", str(exc))
+    probe = None
+    if options.probe and serve is not None and app is not None:
+        model = (model_ids or [m for m in (model_of_deployment(d.name) for d in app.deployments) if m] or [None])[0]
+        if model is not None:
+            key = deps.environ.get(manifest.serve.api_key_env) or None
+            probe = deps.probe(endpoint, model, key, options.probe_timeout_s)
+            if key is None and probe.status_code == 401:
+                probe = ProbeResult(False, probe.latency_s, 401, f"${manifest.serve.api_key_env} is not set", probe.url, model)
+    return build_serving_status(
+        serve, revision=revision, probe=probe, engine_logs=engine_logs, log_errors=log_errors,
+        metrics_now=metrics_now, metrics_before=metrics_before, window_s=window, nodes=nodes,
+        endpoint=endpoint, serve_error=serve_error, metrics_error=metrics_error,
+    )  # fmt: skip
+
+
+def _engine_replicas(app: Any, model_ids: list[str]) -> list[Any]:
+    """Replicas of the engine deployments (``LLMServer:<model>``), else of every deployment."""
+    servers = [r for d in app.deployments if model_of_deployment(d.name) is not None for r in d.replicas]
+    return servers or [r for d in app.deployments for r in d.replicas]
+
+
+def _engine_log(manifest: Manifest, runners: Mapping[str, Runner], ref: NodeRef | None, rep: Any, deps: ServingDeps):
+    """(lines, error) of the capacity lines in the replica's worker log on its node."""
+    if ref is None:
+        return None, f"node {rep.node_ip or rep.node_id or '?'} of replica {rep.replica_id} is not a manifest node"
+    key = (ref.name, rep.worker_id or rep.replica_id, rep.pid)
+    cached = deps.capacity_cache.get(key)
+    if cached is not None:
+        return list(cached.evidence), None
+    runner = runners.get(ref.name)
+    if runner is None or not rep.worker_id:
+        return None, f"no runner for {ref.name}" if runner is None else "Serve did not report the replica's worker id"
+    node = manifest.node(ref.name)
+    pid = "*" if rep.pid is None else str(rep.pid)
+    patterns = (f"worker-{rep.worker_id}-*-{pid}.out", f"worker-{rep.worker_id}-*-{pid}.err")
+    argv = scan_argv(node.python_bin(manifest), node_temp_dirs(manifest, node), KV_KEYWORDS, limits=KV_SCAN_LIMITS, groups=(patterns,))
+    try:
+        result = runner.run(argv, timeout=60).check(ref.name)
+        scan = parse_scan(ref.name, result.stdout)
+    except RemoteError as exc:
+        return None, f"{ref.name}: {exc.message}"
+    except ScanParseError as exc:
+        return None, str(exc)
+    if scan.session_dir is None:
+        return None, f"{ref.name}: no Ray session logs under {' or '.join(node_temp_dirs(manifest, node))}"
+    if not scan.files:
+        return None, f"{ref.name}: no worker log {patterns[0]} in {scan.session_dir}/logs"
+    lines = [ln.text for ln in sorted(scan.lines, key=lambda ln: (ln.file, ln.line_no or 0))]
+    capacity = parse_kv_capacity(lines)
+    if capacity is not None:
+        deps.capacity_cache[key] = capacity
+    return lines, None
+
+
+def _scrape(manifest, runners, head, ips, by_id, engines, deps: ServingDeps, options: ServingOptions) -> str:
+    """The metrics pages of the nodes running engines, concatenated."""
+    path = f"{manifest.ray.temp_dir.rstrip('/')}/{DISCOVERY_FILE}"
+    res = head.run(["cat", path], timeout=30)
+    if not res.ok:
+        raise OrchError(f"Ray's metrics discovery file {path} is not on the head (exit {res.exit_code})")
+    from orchestrator.bench.target import parse_discovery
+
+    targets = [u.removeprefix("http://").removesuffix("/metrics") for u in parse_discovery(res.stdout)]
+    node_of_ip = {r.node_ip: by_id.get(r.node_id) for r in engines}
+    pages, errors = [], []
+    for target in targets:
+        host, _, port = target.rpartition(":")
+        if host not in ips:
+            continue
+        ref = node_of_ip.get(host)
+        runner = runners.get(ref.name) if ref is not None else None
+        via = runner or head
+        try:
+            local = via.forward(host, int(port))  # type: ignore[attr-defined]
+            pages.append(deps.fetch(f"http://127.0.0.1:{local}/metrics", options.http_timeout_s))
+        except (OrchError, RemoteError, OSError) as exc:
+            errors.append(f"{target}: {getattr(exc, 'message', exc)}")
+    if not pages:
+        raise OrchError("no metrics page of the engine nodes could be read" + (f" ({'; '.join(errors)})" if errors else f" (discovery lists {targets or 'nothing'})"))
+    return "\n".join(pages)
+
+
+def _scrape_dir(deps: ServingDeps, cluster: str) -> Path:
+    return Path(deps.state.cluster_dir(cluster)) / "serving-metrics"
+
+
+def _baseline_and_keep(deps: ServingDeps, cluster: str, text: str, options: ServingOptions):
+    """The kept scrape to diff against (parsed) and the window it spans; keep this one."""
+    now = deps.wall_clock()
+    folder = _scrape_dir(deps, cluster)
+    kept: list[tuple[float, Path]] = []
+    if folder.is_dir():
+        for p in folder.glob("*.prom"):
+            if p.stem.isdigit():
+                kept.append((int(p.stem) / 1000.0, p))
+    chosen = pick_baseline(kept, now, options.window_s)
+    before = window = None
+    if chosen is not None:
+        try:
+            before = prom.parse_text(chosen[1].read_text())
+            window = now - chosen[0]
+        except (OSError, prom.MetricsFormatError):
+            before = None
+    if options.keep_scrapes:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{int(now * 1000)}.prom").write_text(keep_metric_lines(text))
+            for t, p in kept:
+                if t < now - 2 * options.window_s:
+                    p.unlink(missing_ok=True)
+        except OSError:
+            pass  # keeping is an optimisation: the next status reports since start instead
+    return before, window
