@@ -23,7 +23,13 @@ $(STAMP): setup.cfg pyproject.toml scripts/install-system-packages.sh
 
 # The whole suite, fast tests first. pytest's exit 5 ("no tests collected") is a failure.
 TEST_PATHS := tests/unit tests/workflows tests/cli tests/integration
-test: install
+# Lint first: ruff (pyflakes, pycodestyle, isort, bugbear, pyupgrade) and mypy, configured in
+# pyproject.toml; the import-cycle test runs with the unit tests.
+lint: install
+	$(BIN)/ruff check orchestrator tests benchmarks scripts conftest.py
+	$(BIN)/mypy
+
+test: install lint
 	@set +e; $(BIN)/python -m pytest $(PYTEST_ARGS) $(TEST_PATHS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 

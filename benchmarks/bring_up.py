@@ -30,12 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.manifest.model import load_manifest  # noqa: E402
-from orchestrator.remote import open_runners  # noqa: E402
-from orchestrator.state import StateStore  # noqa: E402
-from orchestrator.workflows.cluster import ClusterDeps, UpOptions, down, up  # noqa: E402
-from tests.fixtures.cluster import testbed_manifest  # noqa: E402
-from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: E402
+from orchestrator.manifest.load import load_manifest
+from orchestrator.remote import open_runners
+from orchestrator.state import StateStore
+from orchestrator.workflows.cluster import ClusterDeps, UpOptions, down, up
+from tests.fixtures.cluster import testbed_manifest
+from tests.testbed import HostSpec, TestbedFactory, check_capabilities
 
 TARGET_RATIO = 1.3
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.remote import fan_out  # noqa: E402
-from orchestrator.remote.ssh import SshRunner  # noqa: E402
-from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: E402
+from orchestrator.remote import fan_out
+from orchestrator.remote.ssh import SshRunner
+from tests.testbed import HostSpec, TestbedFactory, check_capabilities
 
 
 def main() -> int:

@@ -20,12 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import yaml  # noqa: E402
+import yaml
 
-from orchestrator.nodes import inventory  # noqa: E402
-from orchestrator.manifest.model import load_manifest  # noqa: E402
-from orchestrator.remote import open_runners  # noqa: E402
-from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: E402
+from orchestrator.manifest.load import load_manifest
+from orchestrator.nodes import inventory
+from orchestrator.remote import open_runners
+from tests.testbed import HostSpec, TestbedFactory, check_capabilities
 
 
 def main() -> int:

@@ -42,8 +42,8 @@ from types import SimpleNamespace
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.bench.loadgen import ClientPool, Prompt, RequestSpec, run_concurrency  # noqa: E402
 from orchestrator.bench.latency import percentile  # noqa: E402
+from orchestrator.bench.loadgen import ClientPool, Prompt, RequestSpec, run_concurrency  # noqa: E402
 
 VARIANT_ENV = {
     "defaults": {},

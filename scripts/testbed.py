@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.testbed import (  # noqa: E402
+from tests.testbed import (
     HostSpec,
     Testbed,
     check_capabilities,

@@ -23,8 +23,8 @@ import httpx
 from orchestrator.bench import crosscheck
 from orchestrator.bench.loadgen import LevelRun, OnRecord, Prompt, RequestSpec, run_levels
 from orchestrator.bench.prompts import approximate_prompts, calibrate_words_per_token, exact_prompts, load_tokenizer
-from orchestrator.errors import OrchError, UsageError
 from orchestrator.bench.report import bench_result, level_dict
+from orchestrator.errors import OrchError, UsageError
 
 
 class BenchError(OrchError):

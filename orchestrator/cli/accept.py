@@ -42,9 +42,8 @@ def _find_key(obj: Any, key: str) -> Any:
 def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat: bool, seed: int, timeout_s: float,
                json_mode: bool, out: Path | None, requests: int, max_concurrency: int, max_model_len: int | None,
                skip: tuple[str, ...]) -> None:  # fmt: skip
-    from orchestrator.accept.stages import STAGES, AcceptancePlan, Targets, run_acceptance
-    from orchestrator.workflows.accept import ClusterAcceptanceEnv
     from orchestrator.accept.report import RUNBOOK, acceptance_dict, write_acceptance_report
+    from orchestrator.accept.stages import STAGES, AcceptancePlan, Targets, run_acceptance
     from orchestrator.bench.session import BenchOptions
     from orchestrator.cli.cluster import known_hosts_path
     from orchestrator.cli.output import console, print_json
@@ -52,6 +51,7 @@ def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat
     from orchestrator.remote import open_runners
     from orchestrator.serve.client import open_serve_client
     from orchestrator.state import StateStore
+    from orchestrator.workflows.accept import ClusterAcceptanceEnv
 
     unknown = [s for s in skip if s not in STAGES]
     if unknown:

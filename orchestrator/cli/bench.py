@@ -39,7 +39,7 @@ def _resolve_target(
 
     manifest = None
     if cluster_yaml is not None:
-        from orchestrator.manifest.model import load_manifest_file
+        from orchestrator.manifest.load import load_manifest_file
 
         manifest = load_manifest_file(cluster_yaml)
     if url is None and manifest is None:

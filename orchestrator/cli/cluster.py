@@ -60,7 +60,7 @@ def findings_table(findings: list) -> Any:
     """Findings grouped by node (cluster-wide first), one row each."""
     from rich.table import Table
 
-    from orchestrator.preflight.run import by_node
+    from orchestrator.preflight.findings import by_node
 
     table = Table(title="preflight findings", show_lines=False, title_justify="left")
     for col in ("node", "severity", "code"):
@@ -112,7 +112,7 @@ def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dr
     dead or missing workers are restarted alone; a changed manifest restarts Ray everywhere
     (--dry-run shows the diff first). Exit 3 when preflight stops it (nothing was started).
     """
-    from orchestrator.manifest.model import load_manifest_file
+    from orchestrator.manifest.load import load_manifest_file
     from orchestrator.workflows.cluster import PreflightStopped, UpOptions
     from orchestrator.workflows.cluster import up as up_workflow
 
@@ -148,7 +148,7 @@ def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dr
 
 def _print_findings(findings: list, facts: dict, as_json: bool, out: Any) -> None:
     if as_json:
-        from orchestrator.preflight.run import report_json
+        from orchestrator.preflight.findings import report_json
 
         click.echo(report_json(findings, facts))
     elif findings:
@@ -172,7 +172,7 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
     from rich.table import Table
 
     from orchestrator.errors import ClusterError
-    from orchestrator.manifest.model import load_manifest_file
+    from orchestrator.manifest.load import load_manifest_file
     from orchestrator.workflows.cluster import down as down_workflow
 
     manifest = load_manifest_file(cluster_yaml)

@@ -94,9 +94,9 @@ def doctor(
     Exit 0: nothing of severity fail found. Exit 1: at least one failure found.
     Each finding names its evidence line (file:line on the node) and its runbook.
     """
+    from orchestrator.cli.status import resolve_manifest
     from orchestrator.doctor.diagnose import diagnose
     from orchestrator.doctor.logscan import ScanLimits
-    from orchestrator.cli.status import resolve_manifest
     from orchestrator.remote import open_runners
 
     since_s = parse_duration(since) if since else None

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import click
 
+from orchestrator.cli.output import console, print_json
+from orchestrator.errors import UsageError
 from orchestrator.plan.capacity import VLLM_GPU_MEMORY_UTILIZATION, PlanOptions
 from orchestrator.plan.catalog import CATALOG, DTYPE_BYTES, ModelSpec, resolve_model
-from orchestrator.cli.output import console, print_json
-from orchestrator.plan.shape import CPU, GPU_TYPES, ClusterShape, make_shape, shape_from_manifest
-from orchestrator.errors import UsageError
 from orchestrator.plan.memory import GIB, KIB, b_max, count_params, kv_bytes_per_token, kv_dtype_bytes, weight_bytes
 from orchestrator.plan.planner import ParallelPlan, plan_model
+from orchestrator.plan.shape import CPU, GPU_TYPES, ClusterShape, make_shape, shape_from_manifest
 
 SEED_LENGTHS = ((8192, 1), (8192, 16), (32768, 16))
 DEFAULT_GPU_TYPE = "H100-80GB"
@@ -26,7 +26,7 @@ DEFAULT_GPUS_PER_NODE = 8
 def _shape(cluster: Path | None, gpu_type: str | None, gpu_memory_gib: float | None, gpus_per_node: int | None, nodes: int | None, nvlink: bool | None, state_dir: Path | None = None) -> ClusterShape:
     notes: tuple[str, ...] = ()
     if cluster is not None:
-        from orchestrator.manifest.model import load_manifest_file
+        from orchestrator.manifest.load import load_manifest_file
         from orchestrator.state import StateStore
         from orchestrator.workflows.cluster import planning_shape
 

@@ -19,7 +19,7 @@ from orchestrator.errors import StateError, UsageError
 
 
 def load_cluster_manifest(cluster_yaml: Path | None, state_dir: Path):
-    from orchestrator.manifest.model import load_manifest, load_manifest_file
+    from orchestrator.manifest.load import load_manifest, load_manifest_file
     from orchestrator.state import StateStore
 
     if cluster_yaml is not None:

@@ -23,7 +23,8 @@ def resolve_manifest(cluster_yaml: Path | None, state_dir: Path):
     """The manifest from the file, or the one recorded by `orch up` when exactly one cluster is
     recorded (what was brought up, even if the file changed since)."""
     from orchestrator.errors import StateError, UsageError
-    from orchestrator.manifest.model import Manifest, load_manifest_file
+    from orchestrator.manifest.load import load_manifest_file
+    from orchestrator.manifest.model import Manifest
     from orchestrator.state import StateStore
 
     if cluster_yaml is not None:

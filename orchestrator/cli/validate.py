@@ -12,7 +12,8 @@ import click
 
 from orchestrator.cli.output import print_json
 from orchestrator.errors import ManifestError
-from orchestrator.manifest.model import HINT, load_manifest_file
+from orchestrator.manifest.load import load_manifest_file
+from orchestrator.manifest.sections import HINT
 
 
 @click.command("validate")

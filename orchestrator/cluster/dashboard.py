@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
-from orchestrator.errors import ClusterError, OrchError
 from orchestrator.cluster.ray_nodes import NodeState, node_problems, parse_nodes, parse_usage, with_usage
+from orchestrator.errors import ClusterError, OrchError
 
 RUNBOOK_NOT_JOINED = "runbooks/RAY_NODE_NOT_JOINED.md"
 

@@ -24,8 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from orchestrator.manifest.model import Manifest
+from orchestrator.manifest.sections import NodeSpec
 from orchestrator.nodes.facts import NodeFacts
-from orchestrator.manifest.model import Manifest, NodeSpec
 
 RAY_MODULE = "ray.scripts.scripts"  # `python -m ray.scripts.scripts` is the `ray` CLI of that python
 NODE_RESOURCE_PREFIX = "orch_node_"

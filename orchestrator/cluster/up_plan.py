@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator.manifest.model import Manifest
 from orchestrator.cluster.ray_nodes import NodeState, node_problems
+from orchestrator.manifest.model import Manifest
 from orchestrator.state import ClusterRecord
 
 Action = Literal["start", "restart", "heal", "nothing"]

@@ -17,10 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import CommandFailedError, RemoteError
 from orchestrator.doctor.logscan import DEFAULT_GROUPS, NodeScan, ScanLimits, ScanParseError, parse_scan, scan_argv
+from orchestrator.doctor.signatures import SIGNATURE_CODES, SIGNATURES, DoctorFinding, LogLine, match_logs
+from orchestrator.errors import CommandFailedError, RemoteError
+from orchestrator.nodes.inventory import gather_facts
+from orchestrator.preflight.findings import CODES as PREFLIGHT_CODES
+from orchestrator.preflight.run import run_checks
 from orchestrator.remote.runner import NodeOutcome, Runner, fan_out
-from orchestrator.doctor.signatures import SIGNATURE_CODES, SIGNATURES, DoctorFinding, LogLine, match_logs, runbook
+from orchestrator.runbooks import runbook
 
 # Codes doctor reports about the collection itself (not log signatures).
 NODE_LOGS_UNAVAILABLE = "NODE_LOGS_UNAVAILABLE"
@@ -178,12 +182,7 @@ def _no_session(node: str, temp_dirs: list[str]) -> DoctorFinding:
 
 
 def preflight_findings(manifest: Any, runners: list[Runner]) -> tuple[list[DoctorFinding], list[str]]:
-    """Facts checks that still hold on a running cluster, as doctor findings (when available)."""
-    try:
-        from orchestrator.nodes.inventory import gather_facts
-        from orchestrator.preflight.run import run_checks
-    except ImportError as exc:  # the probes helper's modules may not be installed yet
-        return [], [f"preflight checks skipped: {exc}"]
+    """Facts checks that still hold on a running cluster, as doctor findings."""
     # No head_address: the head-port test needs a listener arranged before Ray starts.
     outcomes = fan_out(runners, lambda r: gather_facts(r, _node_spec(manifest, r.node), manifest))
     facts = {o.node: o.value for o in outcomes if o.ok and o.value is not None}
@@ -214,7 +213,6 @@ def preflight_findings(manifest: Any, runners: list[Runner]) -> tuple[list[Docto
 
 
 def _preflight_title(code: str) -> str:
-    from orchestrator.preflight.run import CODES as PREFLIGHT_CODES
 
     return PREFLIGHT_CODES.get(code, code)
 

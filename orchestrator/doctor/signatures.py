@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from orchestrator.runbooks import runbook
+
 Severity = Literal["fail", "warn", "info"]
 Component = Literal["ray", "serve", "vllm", "nccl", "system"]
 
@@ -108,9 +110,6 @@ class Signature:
             return None
         return m
 
-
-def runbook(code: str) -> str:
-    return f"runbooks/{code}.md"
 
 
 # code -> (title, component, hint without the runbook)

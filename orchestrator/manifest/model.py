@@ -1,291 +1,29 @@
-"""The cluster manifest (cluster.yaml): strict pydantic models and the loader. Pure, except
-``load_manifest_file``, the one function here that reads a file.
-
-Field-level rules (types, ranges, names, sizes, path resolution) live on the models; rules that
-relate several fields (one head, unique names and addresses, GPU counts against the accelerator,
-port collisions) live in ``orchestrator.manifest.rules`` and run even when some fields are
-invalid, so that one pass reports every problem. Each problem reads
-``FILE:LINE: FIELD.PATH: what was wrong``; all of them travel in one ``ManifestError``.
-"""
+"""The cluster manifest as one value: ``Manifest`` (sections + cross-field rules). Pure."""
 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
-import os
-import re
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    Strict,
-    ValidationError,
-    ValidationInfo,
-    model_validator,
+from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo, model_validator
+
+from orchestrator.manifest.crossfield import cross_field_problems, format_path
+from orchestrator.manifest.sections import (
+    RULES_CHECKED,
+    EnvMap,
+    Executable,
+    LocalPath,
+    Name,
+    NodeSpec,
+    RaySettings,
+    ServeSettings,
+    SshDefaults,
+    Targets,
+    _Frozen,
+    _none_is_empty,
 )
-
-from orchestrator.errors import ManifestError
-
-# Ray's fixed ports and limits (ray 2.60: ray/_private/ray_constants.py, ray/scripts/scripts.py).
-RAY_CLIENT_SERVER_PORT = 10001  # `ray start --head` default --ray-client-server-port
-RAY_DASHBOARD_AGENT_PORT = 52365  # DEFAULT_DASHBOARD_AGENT_LISTEN_PORT, on every node
-RAY_WORKER_PORTS = range(10002, 20000)  # --min-worker-port 10002 --max-worker-port 19999
-RAY_MIN_OBJECT_STORE_BYTES = 75 * 1024 * 1024  # OBJECT_STORE_MINIMUM_MEMORY_BYTES
-# Ray puts unix sockets at TEMP/session_<26-char date>_<pid>/sockets/plasma_store and refuses
-# paths over 107 bytes (ray/_private/utils.py validate_socket_filepath): 107 - 64 = 43.
-RAY_TEMP_DIR_MAX_BYTES = 43
-MAX_MANIFEST_BYTES = 1024 * 1024
-RULES_CHECKED = "orch.manifest.rules_checked"  # validation context key set by the loader
-
-HINT = (
-    "the examples in cluster-templates/ explain every field (reference: docs/manifest.md); "
-    "fix the file and re-check it with `orch validate FILE`"
-)
-
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
-_HOST_LABEL_RE = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
-_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*")
-_SIZE_UNITS = {
-    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}  # fmt: skip
-
-
-# ---- field checks (each raises ValueError with the sentence printed after the field path) ----
-
-
-def _check_name(value: str) -> str:
-    if not _NAME_RE.fullmatch(value):
-        raise ValueError(
-            f"'{value}' is not a valid name: use 1-63 letters, digits, '-', '_' or '.', "
-            "starting with a letter or digit (it names files and Ray labels)"
-        )
-    return value
-
-
-def _check_host(value: str) -> str:
-    if "@" in value:
-        raise ValueError(f"'{value}' is not a host name or address; put the user in 'user'")
-    try:
-        ipaddress.ip_address(value)
-        return value
-    except ValueError:
-        pass
-    head, _, tail = value.rpartition(":")
-    if head and tail.isdigit():
-        raise ValueError(f"'{value}' is not a host name or address; put the SSH port in 'port'")
-    labels = value[:-1].split(".") if value.endswith(".") else value.split(".")
-    if len(value) > 253 or not all(_HOST_LABEL_RE.fullmatch(label) for label in labels):
-        raise ValueError(f"'{value}' is not a valid host name or IP address")
-    return value
-
-
-def _check_user(value: str) -> str:
-    if not _USER_RE.fullmatch(value):
-        raise ValueError(f"'{value}' is not a valid user name")
-    return value
-
-
-def _check_interface(value: str) -> str:
-    # Linux dev_valid_name(): not "." or "..", shorter than IFNAMSIZ (16), no '/', ':' or space.
-    if "," in value:
-        raise ValueError(
-            f"'{value}' names several interfaces; give one (a list for NCCL alone goes in "
-            "env NCCL_SOCKET_IFNAME)"
-        )
-    if len(value.encode()) > 15:
-        raise ValueError(f"'{value}' is {len(value.encode())} bytes; Linux interface names have at most 15")
-    if value in (".", "..") or not value.isascii() or not value.isprintable() or any(
-        c in "/:" or c.isspace() for c in value
-    ):
-        raise ValueError(f"'{value}' is not a valid interface name (no '/', ':' or spaces; e.g. ib0, eth0, ens1f0)")
-    return value
-
-
-def _check_env_name(value: str) -> str:
-    if not _ENV_NAME_RE.fullmatch(value):
-        raise ValueError(
-            f"'{value}' is not a valid environment variable name "
-            "(letters, digits and '_', not starting with a digit)"
-        )
-    return value
-
-
-def _env_value(value: Any) -> Any:
-    # NCCL_IB_DISABLE: 0 is natural to write; a number becomes its text. A bare yes/no/true
-    # would be ambiguous (True -> "True"? "1"?), so it must be quoted.
-    if isinstance(value, bool):
-        raise ValueError(f"must be a string; quote it (\"{str(value).lower()}\") so YAML does not read it as true/false")
-    if isinstance(value, (int, float)):
-        return str(value)
-    return value
-
-
-def _check_executable(value: str) -> str:
-    if any(c.isspace() for c in value):
-        raise ValueError(f"'{value}' must be one interpreter (a name or a path, no spaces or arguments)")
-    return value
-
-
-def parse_size(value: Any) -> Any:
-    """Bytes from an int or a string like ``8GiB``/``500MB``/``1.5 GB`` (B, KB..TB, KiB..TiB)."""
-    if isinstance(value, float) and value.is_integer() and value >= 0:
-        return int(value)  # YAML reads 8.0e9 as a float
-    if value is None or isinstance(value, bool) or not isinstance(value, str):
-        return value  # int, None, and wrong types are left to the type check
-    match = _SIZE_RE.fullmatch(value)
-    if not match:
-        raise ValueError(f"'{value}' is not a size; write bytes (8589934592) or a number and a unit (8GiB, 500MB)")
-    unit = match[2].lower() or "b"
-    if unit not in _SIZE_UNITS:
-        raise ValueError(f"unknown unit '{match[2]}' in '{value}' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)")
-    try:
-        size = Decimal(match[1]) * _SIZE_UNITS[unit]
-    except InvalidOperation:  # pragma: no cover - the regex admits only decimals
-        raise ValueError(f"'{value}' is not a size") from None
-    if size != size.to_integral_value():
-        raise ValueError(f"'{value}' is not a whole number of bytes")
-    return int(size)
-
-
-def _check_object_store(value: int | None) -> int | None:
-    if value is not None and value < RAY_MIN_OBJECT_STORE_BYTES:
-        raise ValueError(f"{value} bytes is below Ray's minimum object store of 75 MiB ({RAY_MIN_OBJECT_STORE_BYTES})")
-    return value
-
-
-def _not_blank(value: Any) -> Any:
-    if isinstance(value, str) and not value.strip():
-        raise ValueError("must not be empty")
-    return value
-
-
-def _resolve(value: Path | str | None, info: ValidationInfo) -> Any:
-    """``~`` expanded; a relative path joined to the manifest's folder (``context['base_dir']``)."""
-    if value is None:
-        return None
-    path = Path(value).expanduser()
-    base = (info.context or {}).get("base_dir")
-    if not path.is_absolute() and base is not None:
-        path = Path(base) / path
-    resolved = os.path.normpath(path)
-    return Path(resolved) if isinstance(value, Path) else resolved
-
-
-def _resolve_executable(value: str, info: ValidationInfo) -> str:
-    """A bare name (``python3``) is looked up on the node's PATH; anything with a '/' is a path,
-    resolved like the other paths (so ``../.venv/bin/python`` works for a local cluster)."""
-    return _resolve(value, info) if "/" in value or value.startswith("~") else value
-
-
-def _check_temp_dir(value: str) -> str:
-    if len(value.encode()) > RAY_TEMP_DIR_MAX_BYTES:
-        raise ValueError(
-            f"'{value}' is {len(value.encode())} bytes; Ray's unix sockets under it would pass the "
-            f"107-byte AF_UNIX limit, keep it at most {RAY_TEMP_DIR_MAX_BYTES} (e.g. /tmp/ray)"
-        )
-    return value
-
-
-def _none_is_empty(value: Any) -> Any:
-    # `ray:` with every key commented out reads as null: treat it as "all defaults".
-    return {} if value is None else value
-
-
-Text = Annotated[str, Strict(), BeforeValidator(_not_blank)]
-Name = Annotated[str, Strict(), AfterValidator(_check_name)]
-Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
-PositiveInt = Annotated[int, Strict(), Field(ge=1)]
-Count = Annotated[int, Strict(), Field(ge=0)]
-Seconds = Annotated[float, Strict(), Field(gt=0, le=600)]
-Millis = Annotated[float, Strict(), Field(gt=0)]
-LocalPath = Annotated[Path, BeforeValidator(_not_blank), AfterValidator(_resolve)]
-Executable = Annotated[
-    str, Strict(), BeforeValidator(_not_blank), AfterValidator(_check_executable), AfterValidator(_resolve_executable)
-]
-EnvMap = Annotated[
-    dict[Annotated[str, AfterValidator(_check_env_name)], Annotated[str, Strict(), BeforeValidator(_env_value)]],
-    BeforeValidator(_none_is_empty),
-]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SshDefaults(_Frozen):
-    """How orch reaches nodes over SSH; a node's own port/user override these."""
-
-    user: Annotated[str, Strict(), AfterValidator(_check_user)] = "root"
-    port: Port = 22
-    identity_file: LocalPath | None = None
-    known_hosts: LocalPath | None = None  # None: <state_dir>/known_hosts, decided by the caller
-    connect_timeout: Seconds = 10.0
-
-
-class NodeSpec(_Frozen):
-    """One machine of the cluster, as the operator expects it to be (preflight checks it)."""
-
-    name: Name
-    host: Annotated[str, Strict(), BeforeValidator(_not_blank), AfterValidator(_check_host)]
-    port: Port | None = None
-    user: Annotated[str, Strict(), AfterValidator(_check_user)] | None = None
-    role: Literal["head", "worker"] = "worker"
-    gpus: Count = 0
-    gpu_type: Text | None = None
-    interface: Annotated[str, Strict(), BeforeValidator(_not_blank), AfterValidator(_check_interface)] | None = None
-    transport: Literal["ssh", "local"] = "ssh"
-    python: Executable | None = None
-    cpus: PositiveInt | None = None
-    env: EnvMap = Field(default_factory=dict)
-
-    def ssh_port(self, manifest: Manifest) -> int:
-        return self.port if self.port is not None else manifest.ssh.port
-
-    def ssh_user(self, manifest: Manifest) -> str:
-        return self.user if self.user is not None else manifest.ssh.user
-
-    def python_bin(self, manifest: Manifest) -> str:
-        return self.python if self.python is not None else manifest.python
-
-    def ray_cpus(self, manifest: Manifest) -> int | None:
-        """Logical CPUs to give Ray on this node (None: let Ray count the cores)."""
-        return self.cpus if self.cpus is not None else manifest.ray.num_cpus
-
-    def merged_env(self, manifest: Manifest) -> dict[str, str]:
-        """Cluster env overlaid with this node's env (the node wins)."""
-        return {**manifest.env, **self.env}
-
-
-class RaySettings(_Frozen):
-    port: Port = 6379
-    dashboard_port: Port = 8265
-    temp_dir: Annotated[str, Strict(), BeforeValidator(_not_blank), AfterValidator(_resolve), AfterValidator(_check_temp_dir)] = "/tmp/ray"
-    object_store_memory: Annotated[
-        Annotated[int, Strict()] | None, BeforeValidator(parse_size), AfterValidator(_check_object_store)
-    ] = None
-    token_auth: Annotated[bool, Strict()] = True
-    num_cpus: PositiveInt | None = None
-
-
-class ServeSettings(_Frozen):
-    http_port: Port = 8000
-    api_key_env: Annotated[str, Strict(), AfterValidator(_check_env_name)] = "ORCH_API_KEY"
-
-
-class Targets(_Frozen):
-    ttft_p95_ms: Millis | None = None
-    tpot_p95_ms: Millis | None = None
-    max_error_rate: Annotated[float, Strict(), Field(ge=0, le=1)] = 0.01
 
 
 class Manifest(_Frozen):
@@ -307,7 +45,6 @@ class Manifest(_Frozen):
         # says so in the context; this guards manifests built in code or read back from JSON.
         if (info.context or {}).get(RULES_CHECKED):
             return self
-        from orchestrator.manifest.rules import cross_field_problems, format_path
 
         data = self.model_dump(mode="json", exclude={"source_path"})
         problems = cross_field_problems(data, dict(info.context or {}))
@@ -356,52 +93,6 @@ class Manifest(_Frozen):
             f"{compute}, ray :{self.ray.port}"
         )
 
-
-# ---- loading ----
-
-
-def load_manifest(text: str, path: Path | str) -> Manifest:
-    """Parse and validate manifest text; ``path`` names it in errors and anchors relative paths.
-
-    Raises ``ManifestError`` whose ``problems`` lists every problem found, sorted by line.
-    """
-    from orchestrator.manifest.rules import check_manifest_text
-
-    path = Path(path)
-    base_dir = path.expanduser().absolute().parent
-    manifest = check_manifest_text(text, str(path), {"base_dir": base_dir})
-    return manifest.model_copy(update={"source_path": path.expanduser().absolute()})
-
-
-def load_manifest_file(path: Path | str) -> Manifest:
-    """Read and load a manifest file; unreadable files raise ``ManifestError`` like bad content."""
-    path = Path(path)
-    label = str(path)
-    try:
-        if path.is_dir():
-            raise _file_error(label, "is a directory, not a manifest file")
-        with open(path.expanduser(), "rb") as handle:
-            raw = handle.read(MAX_MANIFEST_BYTES + 1)
-    except FileNotFoundError:
-        raise _file_error(label, "no such file") from None
-    except PermissionError:
-        raise _file_error(label, "permission denied") from None
-    except OSError as exc:
-        raise _file_error(label, f"cannot read it ({exc.strerror or exc})") from None
-    if len(raw) > MAX_MANIFEST_BYTES:
-        raise _file_error(label, f"larger than {MAX_MANIFEST_BYTES // 1024} KiB: not a cluster manifest")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        problem = f"{label}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); is it a binary file?"
-        raise ManifestError(problem, hint=HINT, problems=[problem]) from None
-    return load_manifest(text, path)
-
-
-def _file_error(label: str, what: str) -> ManifestError:
-    problem = f"{label}: {what}"
-    return ManifestError(problem, hint=HINT, problems=[problem])
 
 
 def validate_sections(data: dict[str, Any], context: dict[str, Any]) -> tuple[Manifest | None, ValidationError | None]:

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from orchestrator.nodes import probes
 from orchestrator.errors import CommandTimeoutError, RemoteError
+from orchestrator.nodes import probes
 from orchestrator.nodes.facts import NodeFacts
 from orchestrator.remote.runner import CommandResult, Runner, fan_out
 

@@ -36,8 +36,8 @@ import math
 from dataclasses import dataclass
 
 from orchestrator.plan.catalog import ModelSpec
-from orchestrator.plan.shape import ClusterShape
 from orchestrator.plan.memory import GIB, kv_bytes_per_token, kv_dtype_bytes, stage_layer_ranges, stage_weight_bytes
+from orchestrator.plan.shape import ClusterShape
 
 VLLM_GPU_MEMORY_UTILIZATION = 0.92  # vllm 0.32 config/cache.py: Field(default=0.92)
 VLLM_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE

@@ -25,11 +25,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from orchestrator.errors import PlanError
 from orchestrator.plan.capacity import PlanOptions, StageCapacity, stage_capacities, vllm_scheduler_defaults
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
-from orchestrator.plan.shape import ClusterShape, make_shape, shape_from_facts, shape_from_manifest
-from orchestrator.errors import PlanError
 from orchestrator.plan.memory import GIB, count_params
+from orchestrator.plan.shape import ClusterShape, make_shape, shape_from_facts, shape_from_manifest
 
 __all__ = [
     "Candidate", "ClusterShape", "ParallelPlan", "PlanOptions", "evaluate", "make_shape", "plan_model",

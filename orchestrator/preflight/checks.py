@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.nodes.facts import NodeFacts
-from orchestrator.preflight.run import (
+from orchestrator.preflight.compare import GIB, Facts, differing, probed
+from orchestrator.preflight.findings import (
     CLOCK_SKEW,
     CLOCK_SKEW_MAX_S,
     DISK_LOW,
@@ -40,7 +41,6 @@ from orchestrator.preflight.run import (
     Finding,
     finding,
 )
-from orchestrator.preflight.compare import GIB, Facts, differing, probed
 from orchestrator.preflight.gpu_checks import (
     check_cuda,
     check_driver,

@@ -11,7 +11,8 @@ from collections import Counter
 from typing import Any
 
 from orchestrator.nodes.facts import NodeFacts
-from orchestrator.preflight.run import (
+from orchestrator.preflight.compare import Facts, differing, probed
+from orchestrator.preflight.findings import (
     CUDA_MISMATCH,
     DRIVER_MISMATCH,
     FAIL,
@@ -27,7 +28,7 @@ from orchestrator.preflight.run import (
     Finding,
     finding,
 )
-from orchestrator.preflight.compare import Facts, differing, probed
+
 
 def _gpu_nodes(manifest: Any, facts: Facts) -> list[tuple[Any, NodeFacts]]:
     if manifest.accelerator != "gpu":

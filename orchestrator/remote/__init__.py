@@ -17,10 +17,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.remote.local import LocalRunner
 from orchestrator.remote.runner import CommandResult, NodeOutcome, Runner, fan_out
+from orchestrator.remote.ssh import SshRunner
 
 if TYPE_CHECKING:
-    from orchestrator.manifest.model import Manifest, NodeSpec
+    from orchestrator.manifest.model import Manifest
+    from orchestrator.manifest.sections import NodeSpec
 
 __all__ = ["CommandResult", "NodeOutcome", "Runner", "connect", "fan_out", "open_runners"]
 
@@ -43,10 +46,8 @@ def connect(
     """The runner of one node (not connected yet: SSH connects on the first command)."""
     spec = _node(manifest, node)
     if spec.transport == "local":
-        from orchestrator.remote.local import LocalRunner
 
         return LocalRunner(spec.name)
-    from orchestrator.remote.ssh import SshRunner
 
     ssh = manifest.ssh
     return SshRunner(
@@ -85,5 +86,5 @@ def open_runners(
         for runner in runners.values():
             try:
                 runner.close()
-            except Exception:  # noqa: BLE001 - closing one must not keep the others open
+            except Exception:
                 pass

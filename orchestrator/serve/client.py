@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 
-from orchestrator.errors import ServeError
 from orchestrator.cluster.dashboard import DashboardClient
+from orchestrator.errors import ServeError
 from orchestrator.serve.config import redact
 
 APPLICATIONS_PATH = "/api/serve/applications/"

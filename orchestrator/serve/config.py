@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import OrchError
 from orchestrator.cluster.ray_nodes import NODE_RESOURCE_PREFIX
+from orchestrator.errors import OrchError
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "cluster-templates"
 TEMPLATE_NAME = "serve-app.yaml.j2"

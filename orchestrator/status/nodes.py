@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator.nodes.facts import Versions
-from orchestrator.manifest.model import Manifest
 from orchestrator.cluster.ray_nodes import NodeState, current_by_name
+from orchestrator.manifest.model import Manifest
+from orchestrator.nodes.facts import Versions
 
 # Ray state of a manifest node as status reports it.
 ALIVE, DEAD, MISSING, UNKNOWN = "ALIVE", "DEAD", "MISSING", "UNKNOWN"

@@ -18,12 +18,20 @@ application not running, or failed probe becomes a ``Problem`` whose hint ends w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.bench import prometheus as prom
-from orchestrator.status.engine_stats import REPLICA_LABEL, KvCapacity, LiveMetrics, kv_capacity_from_metrics, live_metrics, parse_kv_capacity
+from orchestrator.runbooks import runbook
+from orchestrator.status.engine_stats import (
+    REPLICA_LABEL,
+    KvCapacity,
+    LiveMetrics,
+    kv_capacity_from_metrics,
+    live_metrics,
+    parse_kv_capacity,
+)
 
 # Problem codes (each has runbooks/<CODE>.md).
 REPLICA_UNHEALTHY = "REPLICA_UNHEALTHY"
@@ -45,9 +53,6 @@ CODES: dict[str, str] = {
 REPLICA_TRANSIENT = ("STARTING", "UPDATING", "RECOVERING", "PENDING_MIGRATION")
 APP_TRANSIENT = ("DEPLOYING", "NOT_STARTED")
 
-
-def runbook(code: str) -> str:
-    return f"runbooks/{code}.md"
 
 
 # ----------------------------------------------------------------------------- the report

@@ -17,17 +17,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator.serve import readiness
 from orchestrator.accept.stages import LoadShape
 from orchestrator.bench.loadgen import ClientPool, Prompt, RequestSpec, send_pooled
 from orchestrator.bench.prompts import random_words
 from orchestrator.bench.session import BenchOptions, run_bench
+from orchestrator.cluster.ray_nodes import ray_process_env
 from orchestrator.errors import RemoteError, ServeError, StateError
 from orchestrator.manifest.model import Manifest
+from orchestrator.nodes.inventory import gather_facts
 from orchestrator.remote.runner import Runner, fan_out
+from orchestrator.serve import readiness
 from orchestrator.serve.client import APP_RUNNING, AppStatus, ServeClient
-from orchestrator.status.serving import model_of_deployment, pick_app
+from orchestrator.serve.config import deploy_body
 from orchestrator.state import StateStore
+from orchestrator.status.serving import model_of_deployment, pick_app
+from orchestrator.workflows.rollout import load_meta
 
 ENGINE_COMM = "VLLM::EngineCor"  # comm is the first 15 characters of vLLM's "VLLM::EngineCore" title
 COLLECTIVE_ENV_PREFIXES = ("NCCL_", "GLOO_", "VLLM_HOST_IP", "CUDA_VISIBLE_DEVICES", "UCX_", "FI_")
@@ -111,8 +115,6 @@ class ClusterAcceptanceEnv:
 
     # -- topology
     def topology(self) -> dict[str, dict]:
-        from orchestrator.nodes.inventory import gather_facts
-        from orchestrator.cluster.ray_nodes import ray_process_env
 
         nodes = {n.name: n for n in self.manifest.nodes}
 
@@ -145,7 +147,6 @@ class ClusterAcceptanceEnv:
 
     # -- cold load
     def cold_load(self) -> dict | None:
-        from orchestrator.workflows.rollout import load_meta
 
         rev = self.state.current_revision(self.manifest.name)
         if rev is None:
@@ -232,7 +233,6 @@ class ClusterAcceptanceEnv:
 
     def redeploy(self) -> None:
         """The same revision again: the application removed, then its deployed config re-applied."""
-        from orchestrator.serve.config import deploy_body
 
         status = self.serve.status()
         app = pick_app(status, self.app_name)

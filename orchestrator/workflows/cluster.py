@@ -24,11 +24,20 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.nodes import inventory
-
-from orchestrator.preflight import run as preflight
-
-from orchestrator.nodes import probes
+from orchestrator.cluster.dashboard import open_dashboard, wait_for_nodes
+from orchestrator.cluster.ray_nodes import (
+    GCS_WAIT_ENV,
+    WORKER_GCS_WAIT_S,
+    NodeState,
+    current_by_name,
+    head_start_argv,
+    node_gpus,
+    node_token_path,
+    parse_stop,
+    ray_process_env,
+    stop_argv,
+    worker_start_argv,
+)
 from orchestrator.cluster.up_plan import UpPlan, plan_up
 from orchestrator.errors import (
     AuthenticationError,
@@ -40,25 +49,15 @@ from orchestrator.errors import (
     RemoteError,
     UnreachableError,
 )
+from orchestrator.manifest.model import Manifest
+from orchestrator.manifest.sections import NodeSpec
+from orchestrator.nodes import inventory, probes
 from orchestrator.nodes.facts import NodeFacts, Versions
-from orchestrator.manifest.model import Manifest, NodeSpec
-from orchestrator.preflight.run import Finding
-from orchestrator.cluster.ray_nodes import (
-    GCS_WAIT_ENV,
-    WORKER_GCS_WAIT_S,
-    NodeState,
-    current_by_name,
-    head_start_argv,
-    node_gpus,
-    node_token_path,
-    ray_process_env,
-    parse_stop,
-    stop_argv,
-    worker_start_argv,
-)
-from orchestrator.cluster.dashboard import open_dashboard, wait_for_nodes
+from orchestrator.plan.shape import ClusterShape, recorded_facts, shape_from_facts, shape_from_manifest
+from orchestrator.preflight import findings as preflight
+from orchestrator.preflight.findings import Finding
+from orchestrator.preflight.run import run_checks
 from orchestrator.remote.runner import Runner, fan_out
-from orchestrator.plan.shape import ClusterShape
 from orchestrator.state import StateStore
 from orchestrator.status.nodes import StatusReport, build_nodes_section
 
@@ -84,11 +83,11 @@ class ClusterDeps:
     state: StateStore
     open_runners: RunnerOpener
     gather: Callable[[Mapping[str, Runner], Manifest], dict[str, Any]] = inventory.gather_all
-    check: Callable[[Manifest, dict[str, Any]], list[Finding]] = preflight.run_checks
+    check: Callable[[Manifest, dict[str, Any]], list[Finding]] = run_checks
     open_dashboard: DashboardOpener = open_dashboard
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
-    token_factory: Callable[[], str] = lambda: secrets.token_hex(32)  # noqa: E731
+    token_factory: Callable[[], str] = lambda: secrets.token_hex(32)
     progress: Progress = _quiet
 
 
@@ -475,7 +474,6 @@ def planning_shape(manifest: Manifest, state: StateStore) -> ClusterShape:
     what the manifest declares (preflight has already held the nodes to it)."""
     from dataclasses import replace
 
-    from orchestrator.plan.shape import recorded_facts, shape_from_facts, shape_from_manifest
 
     record = state.get_cluster(manifest.name)
     probed = None

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from orchestrator.serve import decisions
 from orchestrator.errors import RolloutFailed, StateError, UsageError
 from orchestrator.manifest.model import Manifest
-from orchestrator.serve.readiness import ProbeResult
 from orchestrator.remote.runner import Runner
+from orchestrator.serve import decisions
 from orchestrator.serve.client import APP_RUNNING, AppStatus, ServeStatus, failure_messages
 from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body, redact
+from orchestrator.serve.readiness import ProbeResult
 from orchestrator.state import Revision, StateStore
 
 RUNBOOK = "runbooks/ROLLOUT_FAILED.md"
@@ -354,7 +354,7 @@ def execute(manifest: Manifest, build: DesiredFactory, api_key: str | None, deps
         return _carry_out(manifest, desired, api_key, fingerprint, decision, current, serving, status, runners, apis, nodes, deps, options, result)
 
 
-def _carry_out(manifest, desired, api_key, fingerprint, decision, current, serving, status, runners, apis, nodes, deps, options, result):  # noqa: PLR0913
+def _carry_out(manifest, desired, api_key, fingerprint, decision, current, serving, status, runners, apis, nodes, deps, options, result):
     state, name = deps.state, manifest.name
     number = state.next_revision(name)
     app = desired.rendered.renamed(decisions.app_name(number), PUBLIC_ROUTE)

@@ -18,11 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.serve import readiness
+from orchestrator.bench.target import serve_url
+from orchestrator.cluster.dashboard import open_dashboard
+from orchestrator.cluster.ray_nodes import current_by_name, node_resource
 from orchestrator.errors import PlanError, StateError
 from orchestrator.manifest.model import Manifest
-from orchestrator.cluster.ray_nodes import current_by_name, node_resource
+from orchestrator.plan.capacity import PlanOptions
+from orchestrator.plan.catalog import resolve_model
+from orchestrator.plan.planner import plan_model
+from orchestrator.plan.shape import shape_from_manifest
+from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
 from orchestrator.remote.runner import Runner
+from orchestrator.serve import readiness
+from orchestrator.serve.client import open_serve_client
 from orchestrator.serve.config import (
     AppTarget,
     RenderedApp,
@@ -34,7 +42,7 @@ from orchestrator.serve.config import (
     stage_nodes_for,
 )
 from orchestrator.state import StateStore
-from orchestrator.workflows.rollout import ClusterApis, Desired
+from orchestrator.workflows.rollout import ClusterApis, Desired, load_meta
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,6 @@ def model_location(manifest: Manifest, model: str, served_name: str | None, mode
     A path is used as given (made absolute). A name is looked up in the manifest's model_store
     (``<model_store>/<name>``); the local demo's ``tiny`` without a model_store is built in orch's
     cache. Anything else is a usage error naming what to pass."""
-    from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
 
     if model_path is not None:
         # The planner sizes the catalog entry (or the folder, when it is readable here); the
@@ -125,10 +132,6 @@ def accelerator_type_for(manifest: Manifest, nodes: list) -> tuple[str | None, s
 def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: ServeDefaults = ServeDefaults(), shape=None):
     """A factory (Ray nodes -> Desired) for `orch rollout --model ...`. ``shape``: the cluster
     shape to plan on (``workflows.cluster.planning_shape``); default: the manifest's."""
-    from orchestrator.plan.capacity import PlanOptions
-    from orchestrator.plan.catalog import resolve_model
-    from orchestrator.plan.shape import shape_from_manifest
-    from orchestrator.plan.planner import plan_model
 
     served, source, spec_ref = model_location(manifest, request.model, request.served_name, request.model_path)
     spec = resolve_model(spec_ref)
@@ -182,7 +185,6 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
 def desired_for_revision(state: StateStore, cluster: str, to: int | None):
     """A factory for `orch rollback [--to N]`: N's stored config (default: the revision that
     served before the current one)."""
-    from orchestrator.workflows.rollout import load_meta
 
     revisions = state.list_revisions(cluster)
     current = state.current_revision(cluster)
@@ -225,9 +227,6 @@ class HttpEndpoint:
 
 @contextmanager
 def open_cluster_apis(manifest: Manifest, runners: Mapping[str, Runner], token: str | None) -> Iterator[ClusterApis]:
-    from orchestrator.bench.target import serve_url
-    from orchestrator.cluster.dashboard import open_dashboard
-    from orchestrator.serve.client import open_serve_client
 
     head = runners[manifest.head.name]
     with open_dashboard(head, manifest.ray.dashboard_port, token) as dash, open_serve_client(head, manifest.ray.dashboard_port, token) as serve:

@@ -31,13 +31,23 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.bench import prometheus as prom
+from orchestrator.bench.target import parse_discovery
 from orchestrator.doctor.diagnose import node_temp_dirs
-from orchestrator.status.engine_stats import KvCapacity, keep_metric_lines, parse_kv_capacity, pick_baseline
-from orchestrator.errors import OrchError, RemoteError
 from orchestrator.doctor.logscan import ScanLimits, ScanParseError, parse_scan, scan_argv
+from orchestrator.errors import OrchError, RemoteError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
-from orchestrator.status.serving import NodeRef, ProbeResult, ServingStatus, build_serving_status, model_of_deployment, pick_app, revision_app
+from orchestrator.serve.client import open_serve_client
+from orchestrator.status.engine_stats import KvCapacity, keep_metric_lines, parse_kv_capacity, pick_baseline
+from orchestrator.status.serving import (
+    NodeRef,
+    ProbeResult,
+    ServingStatus,
+    build_serving_status,
+    model_of_deployment,
+    pick_app,
+    revision_app,
+)
 
 DISCOVERY_FILE = "prom_metrics_service_discovery.json"
 KV_KEYWORDS = ["KV cache size", "Maximum concurrency", " blocks: "]
@@ -94,7 +104,6 @@ def probe_completion(base_url: str, model: str, api_key: str | None, timeout: fl
 
 
 def _open_serve(runner: Runner, port: int, token: str | None) -> AbstractContextManager[Any]:
-    from orchestrator.serve.client import open_serve_client
 
     return open_serve_client(runner, port, token)
 
@@ -105,9 +114,9 @@ class ServingDeps:
 
     state: Any  # orchestrator.state.StateStore
     open_runners: RunnerOpener
-    open_serve: Callable[[Runner, int, "str | None"], AbstractContextManager[Any]] = _open_serve
+    open_serve: Callable[[Runner, int, str | None], AbstractContextManager[Any]] = _open_serve
     fetch: Callable[[str, float], str] = fetch_text
-    probe: Callable[[str, str, "str | None", float], ProbeResult] = probe_completion
+    probe: Callable[[str, str, str | None, float], ProbeResult] = probe_completion
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     wall_clock: Callable[[], float] = time.time
     capacity_cache: dict[tuple[str, str, int | None], KvCapacity | None] = field(default_factory=dict)
@@ -240,7 +249,6 @@ def _scrape(manifest, runners, head, ips, by_id, engines, deps: ServingDeps, opt
     res = head.run(["cat", path], timeout=30)
     if not res.ok:
         raise OrchError(f"Ray's metrics discovery file {path} is not on the head (exit {res.exit_code})")
-    from orchestrator.bench.target import parse_discovery
 
     targets = [u.removeprefix("http://").removesuffix("/metrics") for u in parse_discovery(res.stdout)]
     node_of_ip = {r.node_ip: by_id.get(r.node_id) for r in engines}

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.preflight.run import finding
+from orchestrator.preflight.findings import finding
 from orchestrator.state import StateStore
 from orchestrator.workflows.cluster import ClusterDeps
 from tests.workflows.cluster_world import YAML, Clock, World, manifest_of

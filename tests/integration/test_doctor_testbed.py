@@ -18,9 +18,9 @@ import sys
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.doctor.diagnose import diagnose
-from orchestrator.manifest.model import load_manifest
 from orchestrator.cluster.ray_nodes import node_resource, node_token_path, ray_process_env
+from orchestrator.doctor.diagnose import diagnose
+from orchestrator.manifest.load import load_manifest
 from orchestrator.remote import open_runners
 from orchestrator.state import StateStore
 from orchestrator.workflows.cluster import ClusterDeps, UpOptions, down, up

@@ -9,9 +9,9 @@ import time
 import pytest
 import yaml
 
+from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes import inventory
 from orchestrator.nodes.facts import NodeFacts
-from orchestrator.manifest.model import load_manifest
 from orchestrator.preflight.run import run_checks
 from orchestrator.remote import open_runners
 from tests.testbed import HostSpec

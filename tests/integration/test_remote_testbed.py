@@ -280,7 +280,7 @@ def test_hosts_differ_in_nics_shm_and_installed_versions(bed):
 
 
 def test_manifest_of_the_bed_opens_runners_for_every_node(bed):
-    from orchestrator.manifest.model import load_manifest
+    from orchestrator.manifest.load import load_manifest
 
     manifest = load_manifest(bed.manifest_yaml(name="tb"), bed.dir / "cluster.yaml")
     with open_runners(manifest, known_hosts=bed.dir / "unused") as runners:

@@ -30,8 +30,8 @@ def test_tiny_model_runs_and_a_completion_answers(served_tiny):
     first = served_tiny.first
     assert first.action == "fresh" and first.revision is not None
     assert first.cold_load_s and first.cold_load_s > 0
-    from orchestrator.serve.client import open_serve_client
     from orchestrator.remote import open_runners
+    from orchestrator.serve.client import open_serve_client
     from orchestrator.state import StateStore
 
     manifest = served_tiny.manifest

@@ -16,7 +16,6 @@ import re
 import pytest
 
 from orchestrator.cli import main
-
 from orchestrator.status.serving import node_refs
 from orchestrator.workflows.cluster import status_nodes
 from orchestrator.workflows.status import ServingDeps, ServingOptions, gather_serving

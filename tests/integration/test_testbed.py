@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.remote.ssh import SshRunner
-from tests.testbed import HostSpec, cleanup_stale, list_runs
-from tests.testbed import network
+from tests.testbed import HostSpec, cleanup_stale, list_runs, network
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

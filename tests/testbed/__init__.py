@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tests.testbed.bed import HostSpec, Testbed, TestHost, check_capabilities
-from tests.testbed.runs import cleanup_stale, list_runs, owner_alive, teardown_run
 from tests.testbed.gpus import GpuProfile, parse_profile
+from tests.testbed.runs import cleanup_stale, list_runs, owner_alive, teardown_run
 
 __all__ = [
     "GpuProfile",

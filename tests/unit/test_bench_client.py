@@ -10,7 +10,15 @@ import random
 import httpx
 import pytest
 
-from orchestrator.bench.loadgen import ClientPool, Prompt, RequestSpec, run_concurrency, run_levels, run_rate, send_request
+from orchestrator.bench.loadgen import (
+    ClientPool,
+    Prompt,
+    RequestSpec,
+    run_concurrency,
+    run_levels,
+    run_rate,
+    send_request,
+)
 
 
 class FakeClock:

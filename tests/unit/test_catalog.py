@@ -7,8 +7,8 @@ from dataclasses import asdict
 
 import pytest
 
-from orchestrator.plan.catalog import CATALOG, ModelSpec, closest_name, resolve_model, spec_from_config
 from orchestrator.errors import ModelSpecError
+from orchestrator.plan.catalog import CATALOG, ModelSpec, closest_name, resolve_model, spec_from_config
 from orchestrator.plan.tinymodel import TINY_CONFIG
 
 # The published config.json files (the fields orch reads), as on the Hugging Face hub.

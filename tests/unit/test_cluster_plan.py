@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.cluster.up_plan import manifest_diff, plan_up
-from orchestrator.manifest.model import load_manifest
 from orchestrator.cluster.ray_nodes import NodeState, node_resource
+from orchestrator.cluster.up_plan import manifest_diff, plan_up
+from orchestrator.manifest.load import load_manifest
 from orchestrator.state import ClusterRecord
 
 YAML = """

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.plan.shape import GIB, GPU_TYPES, gpu_type, make_shape, shape_from_facts, shape_from_manifest
 from orchestrator.errors import PlanError
+from orchestrator.manifest.load import load_manifest, load_manifest_file
 from orchestrator.nodes.facts import GpuInfo, NodeFacts, TopologyInfo
-from orchestrator.manifest.model import load_manifest, load_manifest_file
+from orchestrator.plan.shape import GIB, GPU_TYPES, gpu_type, make_shape, shape_from_facts, shape_from_manifest
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "cluster-templates"
 

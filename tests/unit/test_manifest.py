@@ -16,7 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.errors import ManifestError
-from orchestrator.manifest.model import Manifest, load_manifest, load_manifest_file, parse_size
+from orchestrator.manifest.load import load_manifest, load_manifest_file
+from orchestrator.manifest.model import Manifest
+from orchestrator.manifest.sections import parse_size
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -740,7 +742,7 @@ def test_unreadable_files_raise_one_manifest_error(tmp_path, make, fragment):
 
 
 def test_unreadable_permission(tmp_path, monkeypatch):
-    import orchestrator.manifest.model as manifest_module
+    import orchestrator.manifest.load as manifest_module
 
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")

@@ -9,10 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from orchestrator.errors import PlanError
 from orchestrator.plan.capacity import PlanOptions, stage_capacities
 from orchestrator.plan.catalog import CATALOG, ModelSpec, spec_from_config
-from orchestrator.plan.shape import GIB, ClusterShape, make_shape
-from orchestrator.errors import PlanError
 from orchestrator.plan.memory import (
     KIB,
     b_max,
@@ -25,6 +24,7 @@ from orchestrator.plan.memory import (
     weight_bytes,
 )
 from orchestrator.plan.planner import evaluate, plan_model, replicas_for
+from orchestrator.plan.shape import GIB, ClusterShape, make_shape
 
 # ---- seed 000, exactly as its code cell counts (vocab 128000, no norms, Wq/Wo = D x D) ----
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.preflight import run as preflight
-
-from orchestrator.nodes import probes
 from orchestrator.errors import HostKeyUnknownError, UnreachableError
+from orchestrator.manifest.load import load_manifest
+from orchestrator.nodes import probes
 from orchestrator.nodes.facts import ModelPathInfo, NodeFacts, Versions
-from orchestrator.manifest.model import load_manifest
-from orchestrator.preflight.run import CODES, Finding, run_checks
+from orchestrator.preflight import findings as preflight
+from orchestrator.preflight.findings import CODES, Finding
+from orchestrator.preflight.run import run_checks
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "probes"
 GIB = 1 << 30

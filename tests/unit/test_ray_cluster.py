@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.nodes.facts import NicAddress, NicInfo, NodeFacts
-from orchestrator.manifest.model import load_manifest
 from orchestrator.cluster.ray_nodes import (
     CLUSTER_ENV,
     NODE_RESOURCE_AMOUNT,
@@ -22,15 +20,17 @@ from orchestrator.cluster.ray_nodes import (
     node_name_from_resources,
     node_problems,
     node_resource,
-    parse_nodes,
-    parse_usage,
     node_token_path,
+    parse_nodes,
     parse_stop,
+    parse_usage,
     ray_process_env,
     stop_argv,
     with_usage,
     worker_start_argv,
 )
+from orchestrator.manifest.load import load_manifest
+from orchestrator.nodes.facts import NicAddress, NicInfo, NodeFacts
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ray_dashboard"
 HEAD_ID = "4a51e475b74873aa368577d96ff6ca434bb306068e8ff1632b78d131"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.manifest.model import load_manifest
+from orchestrator.manifest.load import load_manifest
 from orchestrator.remote import connect, open_runners
 from orchestrator.remote.local import LocalRunner
 from orchestrator.remote.ssh import SshRunner

@@ -120,7 +120,7 @@ def test_connect_failures_map_to_typed_errors_naming_node_and_address():
     refused = paramiko.ssh_exception.NoValidConnectionsError({("10.0.0.3", 2222): OSError(errno.ECONNREFUSED, "x")})
     cases = [
         (refused, UnreachableError, "connection refused"),
-        (socket.timeout("timed out"), UnreachableError, "no answer within 7s"),
+        (TimeoutError("timed out"), UnreachableError, "no answer within 7s"),
         (socket.gaierror(-2, "Name or service not known"), UnreachableError, "cannot resolve"),
         (OSError(errno.EHOSTUNREACH, "No route to host"), UnreachableError, "No route to host"),
         (paramiko.SSHException("Error reading SSH protocol banner"), UnreachableError, "handshake"),

@@ -1,7 +1,7 @@
 """Every finding code in the code base has a runbook with the required sections, listed in the
 index; every ``runbooks/<CODE>.md`` that a module mentions exists.
 
-Codes are collected from the registries (``orchestrator.preflight.run.CODES`` and, when the module
+Codes are collected from the registries (``orchestrator.preflight.findings.CODES`` and, when the module
 exists, ``orchestrator.doctor.diagnose.CODES``) and from the source text of ``orchestrator/`` (any
 ``runbooks/XYZ.md`` a hint can point at).
 """
@@ -17,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent.parent
 RUNBOOKS = REPO / "runbooks"
 SECTIONS = ("## Symptom", "## How orch detects it", "## Fix", "## Verify")
-REGISTRIES = ("orchestrator.preflight.run", "orchestrator.doctor.diagnose", "orchestrator.status.serving")
+REGISTRIES = ("orchestrator.preflight.findings", "orchestrator.doctor.diagnose", "orchestrator.status.serving")
 
 
 def registered_codes() -> dict[str, str]:
@@ -48,7 +48,7 @@ CODES = registered_codes()
 
 
 def test_registries_are_found():
-    assert "GPU_COUNT_MISMATCH" in CODES and CODES["GPU_COUNT_MISMATCH"] == "orchestrator.preflight.run"
+    assert "GPU_COUNT_MISMATCH" in CODES and CODES["GPU_COUNT_MISMATCH"] == "orchestrator.preflight.findings"
     assert all(re.fullmatch(r"[A-Z][A-Z0-9_]+", c) for c in CODES)
 
 
@@ -86,7 +86,7 @@ def test_index_links_resolve():
 
 
 def test_preflight_hints_end_with_their_runbook():
-    from orchestrator.preflight import run as preflight
+    from orchestrator.preflight import findings as preflight
 
     for code in preflight.CODES:
         f = preflight.finding("fail", code, "n1", "m", "do this.")

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.cluster.ray_nodes import node_resource
+from orchestrator.manifest.load import load_manifest_file
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import resolve_model
-from orchestrator.plan.shape import shape_from_manifest
-from orchestrator.manifest.model import load_manifest_file
 from orchestrator.plan.planner import plan_model
-from orchestrator.cluster.ray_nodes import node_resource
+from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.serve.config import (
     API_KEY_PLACEHOLDER,
     AppTarget,

@@ -84,7 +84,7 @@ def test_protocol_errors(bad):
 
 
 def test_feed_bytes_handles_any_split_of_the_stream():
-    stream = "\n".join([CMPL, "", CHAT_EMPTY_TEXT_TOKEN, "", USAGE, "", "data: [DONE]", ""]).encode() + "\n".encode()
+    stream = "\n".join([CMPL, "", CHAT_EMPTY_TEXT_TOKEN, "", USAGE, "", "data: [DONE]", ""]).encode() + b"\n"
     whole = SseDecoder().feed_bytes(stream)
     assert len(whole) == 4 and whole[-1] == DONE
     for size in (1, 3, 7, 64):

@@ -13,11 +13,11 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from orchestrator.errors import UnreachableError
-from orchestrator.nodes.facts import NicAddress, NicInfo, NodeFacts, Versions
-from orchestrator.manifest.model import load_manifest
-from orchestrator.cluster.ray_nodes import STOP_SCRIPT, NodeState, node_resource
 from orchestrator.cluster.dashboard import DashboardUnavailable
+from orchestrator.cluster.ray_nodes import STOP_SCRIPT, NodeState, node_resource
+from orchestrator.errors import UnreachableError
+from orchestrator.manifest.load import load_manifest
+from orchestrator.nodes.facts import NicAddress, NicInfo, NodeFacts, Versions
 from orchestrator.remote.fake import FakeRunner, result
 
 PY = "/opt/venv/bin/python"

@@ -10,10 +10,11 @@ import threading
 import pytest
 
 from orchestrator.errors import ClusterError
-from orchestrator.preflight.run import finding
+from orchestrator.preflight.findings import finding
 from orchestrator.state import StateStore
-from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
 from orchestrator.workflows.cluster import ClusterDeps, PreflightStopped, UpOptions, down, status_nodes, up
+from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
+
 
 @pytest.fixture()
 def env(tmp_path):
@@ -279,8 +280,8 @@ def test_status_when_head_unreachable(env):
 
 def test_planning_shape_uses_the_gpus_up_probed_only_for_the_manifest_that_is_up(tmp_path):
     """`orch up` keeps what nvidia-smi reported; the planner sizes on it while that manifest is up."""
+    from orchestrator.manifest.load import load_manifest
     from orchestrator.plan.shape import shape_from_manifest
-    from orchestrator.manifest.model import load_manifest
     from orchestrator.state import StateStore
     from orchestrator.workflows.cluster import planning_shape
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.doctor.diagnose import CODES, collect_logs, diagnose
-from orchestrator.errors import UnreachableError
 from orchestrator.doctor.logscan import ScanLimits
-from orchestrator.manifest.model import load_manifest
+from orchestrator.errors import UnreachableError
+from orchestrator.manifest.load import load_manifest
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.remote.local import LocalRunner
 

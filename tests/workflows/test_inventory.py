@@ -11,13 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.nodes import inventory
-
-from orchestrator.nodes import probes
 from orchestrator.errors import CommandTimeoutError, UnreachableError
+from orchestrator.manifest.load import load_manifest
+from orchestrator.nodes import inventory, probes
 from orchestrator.nodes.facts import NodeFacts
-from orchestrator.manifest.model import load_manifest
-from orchestrator.preflight.run import run_checks
 from orchestrator.nodes.probe_scripts import (
     CONNECT_SCRIPT,
     IB_SYSFS_SCRIPT,
@@ -26,6 +23,7 @@ from orchestrator.nodes.probe_scripts import (
     STORAGE_SCRIPT,
     VERSIONS_SCRIPT,
 )
+from orchestrator.preflight.run import run_checks
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.remote.local import LocalRunner
 

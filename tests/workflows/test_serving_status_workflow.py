@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import UnreachableError
-from orchestrator.manifest.model import load_manifest
+from orchestrator.manifest.load import load_manifest
 from orchestrator.remote.fake import FakeRunner
 from orchestrator.remote.local import LocalRunner
 from orchestrator.serve.client import ServeApiError, parse_serve_status
-from orchestrator.status.serving import ENDPOINT_PROBE_FAILED, SERVE_API_ERROR, NodeRef, ProbeResult
 from orchestrator.state import StateStore
+from orchestrator.status.serving import ENDPOINT_PROBE_FAILED, SERVE_API_ERROR, NodeRef, ProbeResult
 from orchestrator.workflows.status import ServingDeps, ServingOptions, gather_serving, probe_completion
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -192,7 +192,7 @@ def test_probe_completion_against_a_local_server():
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             ok = self.headers.get("Authorization") == "Bearer good"
             self.send_response(200 if ok else 401)

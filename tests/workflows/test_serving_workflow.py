@@ -6,18 +6,17 @@ from __future__ import annotations
 import copy
 import json
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import RolloutFailed, StateError, UsageError
-from orchestrator.manifest.model import load_manifest
 from orchestrator.cluster.ray_nodes import NodeState
-from orchestrator.serve.readiness import ProbeResult
+from orchestrator.errors import RolloutFailed, StateError, UsageError
+from orchestrator.manifest.load import load_manifest
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
-from orchestrator.status.serving import revision_app
+from orchestrator.serve.readiness import ProbeResult
 from orchestrator.state import StateStore
+from orchestrator.status.serving import revision_app
 from orchestrator.workflows.rollout import ClusterApis, RolloutOptions, ServingDeps, execute, load_meta
 from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model, desired_for_revision
 
