@@ -48,7 +48,7 @@ class MetricsFormatError(ValueError):
 
 def _parse_labels(text: str, i: int, line: str) -> tuple[tuple[tuple[str, str], ...], int]:
     """Parse ``{a="x",b="y"}`` starting at text[i] == '{'; return labels and the index after '}'."""
-    labels = []
+    labels: list[tuple[str, str]] = []
     i += 1
     n = len(text)
     while True:

@@ -9,6 +9,7 @@ else becomes a one-line internal error (the traceback only with ``--debug``).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 from pathlib import Path

@@ -7,6 +7,7 @@ Every file is checked, even after a bad one; each problem is printed as
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -27,7 +28,7 @@ def validate(files: tuple[Path, ...], as_json: bool) -> None:
     every problem names the file, the line and the field, e.g.
       error: cluster.yaml:12: nodes[2].gpus: must be at least 1 on a gpu cluster (got 0)
     """
-    reports = []
+    reports: list[dict[str, Any]] = []
     for path in files:
         try:
             manifest = load_manifest_file(path)

@@ -132,7 +132,7 @@ def cross_field_problems(data: dict[str, Any], context: dict[str, Any]) -> list[
     if serve is not None and serve.http_port in RAY_WORKER_PORTS:
         out.append((("serve", "http_port"), f"{serve.http_port} is inside Ray's worker port range 10002-19999 (used on every node); pick another, e.g. 8000"))
     if ray is not None and serve is not None:
-        untrusted = {("ray", f) for f in ray_bad} | {("serve", f) for f in serve_bad}
+        untrusted: set[PathKey] = {("ray", f) for f in ray_bad} | {("serve", f) for f in serve_bad}
         sshd = [(i, node, ssh_ports[i]) for i, node, bad in valid if i in ssh_ports and node.transport == "ssh" and "role" not in bad]
         out += _port_collisions(sshd, ray, serve, untrusted, written=lambda path: _written(data, path))
     return list(dict.fromkeys(out))

@@ -64,7 +64,7 @@ def check_manifest_text(text: str, label: str, context: dict[str, Any]) -> Manif
         data = {k: v for k, v in data.items() if k != "source_path"}
     manifest, error = validate_sections(data, context)
     if error is not None:
-        converted = (_from_pydantic(err, data, doc) for err in error.errors(include_url=False))
+        converted = (_from_pydantic(dict(err), data, doc) for err in error.errors(include_url=False))
         problems += [p for p in converted if p.path not in lost]
     problems += [Problem(doc.line_of(path), path, msg) for path, msg in cross_field_problems(data, context)]
     if problems or manifest is None:

@@ -111,8 +111,8 @@ def gather_facts(
 
     if head_address is not None and node.role == "worker":
         out["head_address"] = head_address
-        res = _connect(p, python, head_address, manifest.ray.port)
-        out["head_port_reachable"] = probes.reach_verdict(res, listener=None) if res else None
+        reach = _connect(p, python, head_address, manifest.ray.port)
+        out["head_port_reachable"] = probes.reach_verdict(reach, listener=None) if reach else None
 
     return NodeFacts(errors=errors, **out)
 
@@ -232,7 +232,7 @@ def gather_all(
 
     result: dict[str, NodeFacts | RemoteError] = {}
     for o in fan_out(rs, probe):
-        result[o.node] = o.value if o.ok else o.error  # type: ignore[assignment]
+        result[o.node] = o.value if o.ok else o.error
 
     head = manifest.head
     head_facts = result.get(head.name)

@@ -181,8 +181,8 @@ def stage_weight_bytes(spec: ModelSpec, start: int, end: int, *, tp: int, first:
     dtype = dtype or spec.dtype
     s_linear = DTYPE_BYTES[dtype]
     s_dense = 4 if dtype == "fp32" else 2
-    linear = sum(_linear_params_per_rank(spec, i, tp) for i in range(start, end))
-    dense = (end - start) * norm_params(spec)
+    linear: float = sum(_linear_params_per_rank(spec, i, tp) for i in range(start, end))
+    dense: float = (end - start) * norm_params(spec)
     if first:
         dense += spec.vocab * spec.hidden / tp
     if last:

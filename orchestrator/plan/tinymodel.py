@@ -13,9 +13,10 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 # The recipe. hidden 256 / 4 heads = head_dim 64; 2 KV heads (GQA), 4 layers, ffn 512, vocab 512.
-TINY_CONFIG = {
+TINY_CONFIG: dict[str, Any] = {
     "hidden_size": 256,
     "intermediate_size": 512,
     "num_hidden_layers": 4,
@@ -75,7 +76,7 @@ def build_tiny_model(dest: Path | None = None, seed: int = 0) -> Path:
     cfg = dict(TINY_CONFIG)
     cfg.pop("torch_dtype")
     config = LlamaConfig(**cfg, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[arg-type]  # transformers types .to() as a decorator
     model.save_pretrained(tmp, safe_serialization=True)
 
     tok = Tokenizer(models.BPE(unk_token=None))

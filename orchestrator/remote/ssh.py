@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import paramiko
 
@@ -112,7 +113,7 @@ class SshRunner:
                 self._client.close()  # the connection dropped since the last command: reconnect
                 self._client = None
             self._client = self._connect()
-            return self._client.get_transport()  # type: ignore[return-value]
+            return self._client.get_transport()
 
     def _connect(self) -> paramiko.SSHClient:
         if self.identity_file is not None and not self.identity_file.is_file():
@@ -150,7 +151,7 @@ class SshRunner:
                 banner_timeout=self.connect_timeout,
                 auth_timeout=self.connect_timeout,
                 channel_timeout=self.connect_timeout,
-                transport_factory=transport_factory,
+                transport_factory=transport_factory,  # type: ignore[arg-type]  # paramiko stubs type it as a Protocol
             )
         except (HostKeyChangedError, HostKeyUnknownError):
             client.close()
@@ -196,7 +197,7 @@ class SshRunner:
                 node=self.node,
             )
         if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-            codes = {e.errno for e in exc.errors.values()}
+            codes = {getattr(e, "errno", None) for e in exc.errors.values()}
             why = "connection refused" if errno.ECONNREFUSED in codes else "no route to host"
             return UnreachableError(f"{self.node}: cannot reach {where}: {why}", hint=unreachable_hint, node=self.node)
         if isinstance(exc, socket.gaierror):
@@ -383,7 +384,8 @@ class _Forward:
     def _pump(self, conn: socket.socket, chan: paramiko.Channel) -> None:
         try:
             while not self.closed.is_set():
-                ready, _, _ = select.select([conn, chan], [], [], 0.5)
+                watched: list[Any] = [conn, chan]
+                ready, _, _ = select.select(watched, [], [], 0.5)
                 if conn in ready:
                     data = conn.recv(65536)
                     if not data:

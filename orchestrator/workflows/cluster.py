@@ -156,7 +156,7 @@ def install_token(runner: Runner, manifest: Manifest, token: str) -> str:
     path = _token_path_on(runner, manifest)
     folder = path.rsplit("/", 1)[0]
     runner.run(["mkdir", "-p", "-m", "700", "--", folder], timeout=30).check(runner.node)
-    runner.put_file(path, (token + "\n").encode(), 0o600)  # type: ignore[attr-defined]
+    runner.put_file(path, (token + "\n").encode(), 0o600)
     return path
 
 

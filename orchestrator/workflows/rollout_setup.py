@@ -138,7 +138,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     options = PlanOptions(
         tp=request.tp, pp=request.pp, max_model_len=request.max_model_len,
         kv_cache_gib=request.kv_cache_gib, dtype=request.dtype, kv_cache_dtype=request.kv_cache_dtype,
-        **({"gpu_memory_utilization": request.gpu_memory_utilization} if request.gpu_memory_utilization else {}),
+        gpu_memory_utilization=request.gpu_memory_utilization or PlanOptions.gpu_memory_utilization,
     )  # fmt: skip
     plan = plan_model(spec, shape if shape is not None else shape_from_manifest(manifest), options)
     if not plan.fits:

@@ -261,7 +261,7 @@ def _scrape(manifest, runners, head, ips, by_id, engines, deps: ServingDeps, opt
         runner = runners.get(ref.name) if ref is not None else None
         via = runner or head
         try:
-            local = via.forward(host, int(port))  # type: ignore[attr-defined]
+            local = via.forward(host, int(port))
             pages.append(deps.fetch(f"http://127.0.0.1:{local}/metrics", options.http_timeout_s))
         except (OrchError, RemoteError, OSError) as exc:
             errors.append(f"{target}: {getattr(exc, 'message', exc)}")
