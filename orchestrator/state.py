@@ -108,7 +108,7 @@ class ClusterRecord:
 
 @dataclass(frozen=True)
 class Revision:
-    """One rollout attempt. ``config`` never holds secrets (see ``redact``)."""
+    """One rollout attempt. ``config`` never holds secrets (see ``redact_secrets``)."""
 
     cluster: str
     number: int
@@ -136,7 +136,7 @@ class Revision:
         }
 
 
-def redact(value: Any) -> Any:
+def redact_secrets(value: Any) -> Any:
     """A copy of a JSON-like value where every key that names a secret has its value replaced."""
     if isinstance(value, dict):
         out: dict[str, Any] = {}
@@ -144,10 +144,10 @@ def redact(value: Any) -> Any:
             if is_secret_key(str(key)) and item not in (None, "", [], {}):
                 out[key] = REDACTED
             else:
-                out[key] = redact(item)
+                out[key] = redact_secrets(item)
         return out
     if isinstance(value, list):
-        return [redact(item) for item in value]
+        return [redact_secrets(item) for item in value]
     return value
 
 
@@ -325,7 +325,7 @@ class StateStore:
                         model,
                         json.dumps(plan or {}, sort_keys=True, default=str),
                         config_fingerprint,
-                        json.dumps(redact(config or {}), sort_keys=True, default=str),
+                        json.dumps(redact_secrets(config or {}), sort_keys=True, default=str),
                         status,
                         now,
                         finished,

@@ -20,16 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator.errors import OrchError
+from orchestrator.manifest.sections import Targets
 
 PASS, FAIL, SKIPPED, ERROR = "pass", "fail", "skipped", "error"
 STAGES = ("topology", "cold_load", "short_prompts", "long_prompts", "concurrency_sweep", "output_heavy", "failure", "restart")
-
-
-@dataclass(frozen=True)
-class Targets:
-    ttft_p95_ms: float | None = None
-    tpot_p95_ms: float | None = None
-    max_error_rate: float = 0.01
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Prometheus text exposition format and histogram arithmetic for vLLM's own latency figures. Pure.
 
-``parse_text`` reads a ``/metrics`` page into samples. ``histogram`` collects one histogram
+``parse_text`` reads a ``/metrics`` page into samples (with ``prometheus_client``'s parser). ``histogram`` collects one histogram
 family (summed over the series that match a label filter) under any of several names, because
 the same vLLM metric is called ``vllm:time_to_first_token_seconds`` on a bare vLLM server and
 ``ray_vllm_time_to_first_token_seconds`` on a Ray node's metrics export port (Ray Serve LLM
@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
 
 # vLLM 0.32 names (vllm/v1/metrics/loggers.py) of the figures orch cross-checks.
 TTFT = "vllm:time_to_first_token_seconds"
@@ -46,69 +48,17 @@ class MetricsFormatError(ValueError):
     """A line that is not Prometheus text format."""
 
 
-def _parse_labels(text: str, i: int, line: str) -> tuple[tuple[tuple[str, str], ...], int]:
-    """Parse ``{a="x",b="y"}`` starting at text[i] == '{'; return labels and the index after '}'."""
-    labels: list[tuple[str, str]] = []
-    i += 1
-    n = len(text)
-    while True:
-        while i < n and text[i] in " ,":
-            i += 1
-        if i < n and text[i] == "}":
-            return tuple(labels), i + 1
-        eq = text.find("=", i)
-        if eq < 0 or eq + 1 >= n or text[eq + 1] != '"':
-            raise MetricsFormatError(f"bad label set in line: {line[:120]!r}")
-        key = text[i:eq].strip()
-        j = eq + 2
-        buf = []
-        while j < n and text[j] != '"':
-            if text[j] == "\\" and j + 1 < n:
-                nxt = text[j + 1]
-                buf.append({"n": "\n", "\\": "\\", '"': '"'}.get(nxt, "\\" + nxt))
-                j += 2
-                continue
-            buf.append(text[j])
-            j += 1
-        if j >= n:
-            raise MetricsFormatError(f"unterminated label value in line: {line[:120]!r}")
-        labels.append((key, "".join(buf)))
-        i = j + 1
-
-
-def _parse_value(text: str) -> float:
-    t = text.strip()
-    if t in ("+Inf", "Inf"):
-        return math.inf
-    if t == "-Inf":
-        return -math.inf
-    return float(t)  # float() accepts NaN
-
-
 def parse_text(text: str) -> list[Sample]:
-    """Every sample of a Prometheus text-format page (comments and TYPE/HELP lines skipped)."""
-    out: list[Sample] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        brace = line.find("{")
-        space = line.find(" ")
-        if brace >= 0 and (space < 0 or brace < space):
-            name = line[:brace]
-            labels, after = _parse_labels(line, brace, line)
-            rest = line[after:].split()
-        else:
-            parts = line.split()
-            name, labels, rest = parts[0], (), parts[1:]
-        if not rest:
-            raise MetricsFormatError(f"sample without a value: {line[:120]!r}")
-        try:
-            value = _parse_value(rest[0])  # an optional timestamp may follow
-        except ValueError as exc:
-            raise MetricsFormatError(f"bad sample value in line: {line[:120]!r}") from exc
-        out.append(Sample(name, labels, value))
-    return out
+    """Every sample of a Prometheus text-format page, read by ``prometheus_client``'s parser
+    (escapes, timestamps, NaN/Inf, TYPE/HELP lines); a page it cannot read is a MetricsFormatError."""
+    try:
+        return [
+            Sample(sample.name, tuple(sample.labels.items()), float(sample.value))
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        ]
+    except ValueError as exc:
+        raise MetricsFormatError(f"not Prometheus text format: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -197,7 +147,7 @@ def histogram(samples: Iterable[Sample], name: str, where: Mapping[str, str] | N
                 le = s.label("le")
                 if le is None:
                     continue
-                bound = _parse_value(le)
+                bound = float(le)  # float() reads +Inf
                 buckets[bound] = buckets.get(bound, 0.0) + s.value
                 seen = True
             elif suffix == "_sum":

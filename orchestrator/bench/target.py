@@ -1,7 +1,7 @@
 """Where ``orch bench`` sends load and reads metrics on a cluster: the Serve endpoint of the
 manifest's head, the served model name (``/v1/models``), and Ray's per-node metrics export
-addresses from the head's Prometheus service-discovery file. ``parse_discovery`` and
-``serve_url`` are pure; the rest does I/O (httpx, a runner).
+addresses from the head's Prometheus service-discovery file. ``parse_discovery`` is
+pure; the rest does I/O (httpx, a runner).
 """
 
 from __future__ import annotations
@@ -19,12 +19,6 @@ from orchestrator.remote.runner import Runner
 # alive node's metrics export address (ray/_private/metrics_agent.py, PrometheusServiceDiscoveryWriter).
 DISCOVERY_FILE = "prom_metrics_service_discovery.json"
 
-
-def serve_url(manifest: Manifest) -> str:
-    host = manifest.head.host
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{manifest.serve.http_port}"
 
 
 def api_key_from_env(var: str | None) -> str | None:

@@ -5,53 +5,26 @@ from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
-from typing import Any
 
 import click
 
 from orchestrator.errors import AcceptanceFailed
 
 
-def _max_model_len(state, cluster: str) -> int | None:
-    rev = state.current_revision(cluster)
-    if rev is None:
-        return None
-    for source in (rev.plan or {}, rev.config or {}):
-        found = _find_key(source, "max_model_len")
-        if isinstance(found, int):
-            return found
-    return None
-
-
-def _find_key(obj: Any, key: str) -> Any:
-    if isinstance(obj, dict):
-        if key in obj:
-            return obj[key]
-        for v in obj.values():
-            got = _find_key(v, key)
-            if got is not None:
-                return got
-    elif isinstance(obj, list):
-        for v in obj:
-            got = _find_key(v, key)
-            if got is not None:
-                return got
-    return None
-
-
 def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat: bool, seed: int, timeout_s: float,
                json_mode: bool, out: Path | None, requests: int, max_concurrency: int, max_model_len: int | None,
                skip: tuple[str, ...]) -> None:  # fmt: skip
     from orchestrator.accept.report import RUNBOOK, acceptance_dict, write_acceptance_report
-    from orchestrator.accept.stages import STAGES, AcceptancePlan, Targets, run_acceptance
+    from orchestrator.accept.stages import STAGES, AcceptancePlan, run_acceptance
     from orchestrator.bench.session import BenchOptions
-    from orchestrator.cli.cluster import known_hosts_path
     from orchestrator.cli.output import console, print_json
+    from orchestrator.cli.wiring import known_hosts_path
     from orchestrator.errors import UsageError
+    from orchestrator.manifest.sections import Targets
     from orchestrator.remote import open_runners
     from orchestrator.serve.client import open_serve_client
     from orchestrator.state import StateStore
-    from orchestrator.workflows.accept import ClusterAcceptanceEnv
+    from orchestrator.workflows.accept import ClusterAcceptanceEnv, deployed_max_model_len
 
     unknown = [s for s in skip if s not in STAGES]
     if unknown:
@@ -59,9 +32,8 @@ def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat
     manifest = target["manifest"]
     state_dir = ctx.obj["state_dir"]
     state = StateStore(state_dir)
-    t = manifest.targets
-    targets = Targets(t.ttft_p95_ms, t.tpot_p95_ms, t.max_error_rate) if t else Targets()
-    mml = max_model_len or _max_model_len(state, manifest.name) or 1024
+    targets = manifest.targets or Targets()
+    mml = max_model_len or deployed_max_model_len(state, manifest.name) or 1024
     plan = AcceptancePlan(targets=targets, max_model_len=mml, requests=requests, max_concurrency=max_concurrency, skip=skip)
     bench = BenchOptions(
         base_url=target["url"], model=target["model"], tokenizer=tokenizer, api_key=target["api_key"],

@@ -44,7 +44,7 @@ def _resolve_target(
         manifest = load_manifest_file(cluster_yaml)
     if url is None and manifest is None:
         raise UsageError("no endpoint: give CLUSTER_YAML or --url", hint="e.g. orch bench --url http://127.0.0.1:8000")
-    base = (url or bench_target.serve_url(manifest)).rstrip("/")
+    base = (url or manifest.serve_url()).rstrip("/")
     if base.endswith("/v1"):
         base = base[:-3]
     key_var = api_key_env or (manifest.serve.api_key_env if manifest else None)
@@ -58,7 +58,7 @@ def _resolve_target(
     settle_s = 5.0  # a bare vLLM's page is current at once
     if not metrics and manifest is not None:
         settle_s = 30.0  # Ray exports every few seconds: wait for the run to show up
-        from orchestrator.cli.cluster import known_hosts_path
+        from orchestrator.cli.wiring import known_hosts_path
         from orchestrator.remote import connect
 
         runner = connect(manifest, manifest.head, known_hosts_path(manifest, ctx.obj["state_dir"]))

@@ -7,53 +7,15 @@ progress on stderr (a spinner on a terminal, plain lines otherwise), and prints 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
 
 from orchestrator.cli.output import console, print_json
+from orchestrator.cli.wiring import cluster_deps, progress_display
 
 SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "dim"}
-
-
-def known_hosts_path(manifest: Any, state_dir: Path) -> Path:
-    return Path(manifest.ssh.known_hosts) if manifest.ssh.known_hosts else state_dir / "known_hosts"
-
-
-def make_deps(manifest: Any, state_dir: Path, accept_new_host_keys: bool, progress: Callable[[str], None]):
-    """The real dependencies of the cluster workflows."""
-    from orchestrator.remote import open_runners
-    from orchestrator.state import StateStore
-    from orchestrator.workflows.cluster import ClusterDeps
-
-    known_hosts = known_hosts_path(manifest, state_dir)
-    return ClusterDeps(
-        state=StateStore(state_dir),
-        open_runners=lambda m: open_runners(m, known_hosts, accept_new_host_keys),
-        progress=progress,
-    )
-
-
-@contextmanager
-def progress_display(enabled: bool = True) -> Iterator[Callable[[str], None]]:
-    """A progress callback: a rich spinner on a terminal, one plain line per step otherwise."""
-    err = console(stderr=True)
-    if not enabled:
-        yield lambda _m: None
-        return
-    if not err.is_terminal:
-        yield lambda m: err.print(f"- {m}", markup=False)
-        return
-    with err.status("starting", spinner="dots") as status:
-
-        def show(message: str) -> None:
-            err.print(f"[dim]-[/dim] {message}", markup=True, highlight=False)
-            status.update(message)
-
-        yield show
 
 
 def findings_table(findings: list) -> Any:
@@ -120,7 +82,7 @@ def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dr
     state_dir: Path = ctx.obj["state_dir"]
     out = console()
     with progress_display() as progress:
-        deps = make_deps(manifest, state_dir, accept_new_host_keys, progress)
+        deps = cluster_deps(manifest, state_dir, accept_new_host_keys, progress)
         options = UpOptions(check_only=check_only, force=force, dry_run=dry_run, timeout=timeout)
         try:
             result = up_workflow(manifest, deps, options)
@@ -177,7 +139,7 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
 
     manifest = load_manifest_file(cluster_yaml)
     with progress_display() as progress:
-        result = down_workflow(manifest, make_deps(manifest, ctx.obj["state_dir"], accept_new_host_keys, progress))
+        result = down_workflow(manifest, cluster_deps(manifest, ctx.obj["state_dir"], accept_new_host_keys, progress))
     if as_json:
         print_json(result.to_dict())
     else:

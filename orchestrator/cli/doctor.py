@@ -94,21 +94,21 @@ def doctor(
     Exit 0: nothing of severity fail found. Exit 1: at least one failure found.
     Each finding names its evidence line (file:line on the node) and its runbook.
     """
-    from orchestrator.cli.status import resolve_manifest
+    from orchestrator.cli.wiring import known_hosts_path, resolve_manifest
     from orchestrator.doctor.diagnose import diagnose
     from orchestrator.doctor.logscan import ScanLimits
     from orchestrator.remote import open_runners
 
     since_s = parse_duration(since) if since else None
     state_dir: Path = ctx.obj["state_dir"]
-    manifest = resolve_manifest(cluster_yaml, state_dir)
+    manifest = resolve_manifest(cluster_yaml, state_dir, "doctor")
     names = [n.name for n in manifest.nodes]
     unknown = [n for n in only_nodes if n not in names]
     if unknown:
         raise UsageError(
             f"--node {', '.join(unknown)}: not a node of cluster {manifest.name}", hint=f"nodes: {', '.join(names)}"
         )
-    known_hosts = Path(manifest.ssh.known_hosts) if manifest.ssh.known_hosts else state_dir / "known_hosts"
+    known_hosts = known_hosts_path(manifest, state_dir)
     # Runners connect on their first command: a dead node becomes its own finding in the fan-out.
     with open_runners(manifest, known_hosts, accept_new_host_keys, nodes=only_nodes or None) as runners:
         report = diagnose(

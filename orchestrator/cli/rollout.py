@@ -15,43 +15,8 @@ from typing import Any
 import click
 
 from orchestrator.cli.output import console, print_json
-from orchestrator.errors import StateError, UsageError
-
-
-def load_cluster_manifest(cluster_yaml: Path | None, state_dir: Path):
-    from orchestrator.manifest.load import load_manifest, load_manifest_file
-    from orchestrator.state import StateStore
-
-    if cluster_yaml is not None:
-        return load_manifest_file(cluster_yaml)
-    up = [c for c in StateStore(state_dir).list_clusters() if c.state == "up"]
-    if len(up) != 1:
-        names = ", ".join(c.name for c in up) or "none"
-        raise UsageError(f"give CLUSTER_YAML: {len(up)} clusters are up ({names})", hint="orch rollout --model NAME cluster.yaml")
-    rec = up[0]
-    if rec.manifest_path and Path(rec.manifest_path).exists():
-        return load_manifest_file(Path(rec.manifest_path))
-    if rec.manifest_json:
-        return load_manifest(rec.manifest_json, Path(rec.manifest_path or f"{rec.name}.yaml"))
-    raise StateError(f"cluster {rec.name!r} has no manifest recorded", hint="pass CLUSTER_YAML")
-
-
-def _deps(manifest: Any, state_dir: Path, progress):
-    from orchestrator.cli.cluster import known_hosts_path
-    from orchestrator.remote import open_runners
-    from orchestrator.serve.validate import validate_app
-    from orchestrator.state import StateStore
-    from orchestrator.workflows.rollout import ServingDeps
-    from orchestrator.workflows.rollout_setup import open_cluster_apis
-
-    known_hosts = known_hosts_path(manifest, state_dir)
-    return ServingDeps(
-        state=StateStore(state_dir),
-        open_runners=lambda m: open_runners(m, known_hosts),
-        open_apis=open_cluster_apis,
-        validate=validate_app,
-        progress=progress,
-    )
+from orchestrator.cli.wiring import progress_display, resolve_manifest, rollout_deps
+from orchestrator.errors import UsageError
 
 
 def _engine_args(values: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
@@ -78,7 +43,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
     if dry_run:
         import yaml
 
-        from orchestrator.serve.config import redact
+        from orchestrator.serve.config import mask_api_key
 
         out.print(f"[bold]plan[/bold] for {result.model}: TP={result.plan.get('tp')} PP={result.plan.get('pp')} "
                   f"replicas={result.plan.get('replicas')} max_model_len={result.plan.get('max_model_len')}")  # fmt: skip
@@ -86,7 +51,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
             out.print(f"  - {reason}", markup=False)
         out.print(f"[bold]decision[/bold]: {d['kind']}: {d['reason']}")
         out.print("[bold]rendered Serve application[/bold] (API key redacted):")
-        click.echo(yaml.safe_dump(redact(result.config), sort_keys=False))
+        click.echo(yaml.safe_dump(mask_api_key(result.config), sort_keys=False))
         return
     out.print(f"revision {result.revision} ready: {result.app_name} serves '{result.model}' ({d['kind']})")
     if result.cold_load_s is not None:
@@ -123,14 +88,13 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
       orch rollout --model llama3-405b cluster.yaml --dry-run
       orch rollout --model /models/my-llama --served-name my-llama --max-model-len 8192
     """
-    from orchestrator.cli.cluster import progress_display
     from orchestrator.state import StateStore
     from orchestrator.workflows.cluster import planning_shape
     from orchestrator.workflows.rollout import RolloutOptions, execute
     from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model
 
     state_dir = ctx.obj["state_dir"]
-    manifest = load_cluster_manifest(cluster_yaml, state_dir)
+    manifest = resolve_manifest(cluster_yaml, state_dir, "rollout")
     request = RolloutRequest(
         model=model, served_name=served_name, model_path=model_path, tp=tp, pp=pp, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib, dtype=dtype,
@@ -140,7 +104,7 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
     api_key = os.environ.get(manifest.serve.api_key_env) or None
     with progress_display(enabled=not as_json) as progress:
         shape = planning_shape(manifest, StateStore(state_dir))
-        result = execute(manifest, desired_for_model(manifest, request, shape=shape), api_key, _deps(manifest, state_dir, progress), options)
+        result = execute(manifest, desired_for_model(manifest, request, shape=shape), api_key, rollout_deps(manifest, state_dir, progress), options)
     _print_result(result, as_json, dry_run)
 
 
@@ -160,16 +124,15 @@ def rollback(ctx, cluster_yaml, to, dry_run, allow_downtime, timeout_s, as_json)
       orch rollback            # the revision that served before the current one
       orch rollback --to 3 cluster.yaml
     """
-    from orchestrator.cli.cluster import progress_display
     from orchestrator.state import StateStore
     from orchestrator.workflows.rollout import RolloutOptions, execute
     from orchestrator.workflows.rollout_setup import desired_for_revision
 
     state_dir = ctx.obj["state_dir"]
-    manifest = load_cluster_manifest(cluster_yaml, state_dir)
+    manifest = resolve_manifest(cluster_yaml, state_dir, "rollout")
     build = desired_for_revision(StateStore(state_dir), manifest.name, to)
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s)
     api_key = os.environ.get(manifest.serve.api_key_env) or None
     with progress_display(enabled=not as_json) as progress:
-        result = execute(manifest, build, api_key, _deps(manifest, state_dir, progress), options)
+        result = execute(manifest, build, api_key, rollout_deps(manifest, state_dir, progress), options)
     _print_result(result, as_json, dry_run)

@@ -1,4 +1,4 @@
-"""`orch status [CLUSTER_YAML]`: nodes (and, when its owner adds it, serving). CLI only.
+"""`orch status [CLUSTER_YAML]`: nodes and serving. CLI only.
 
 The report is built by ``orchestrator.workflows.cluster.status_nodes`` (a ``StatusReport`` from
 ``orchestrator.status.nodes``). Rendering is one function per section (``render_nodes``; a serving
@@ -10,49 +10,31 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from orchestrator.cli.output import console, print_json
+from orchestrator.cli.wiring import cluster_deps, resolve_manifest
+
+if TYPE_CHECKING:
+    from orchestrator.manifest.model import Manifest
 
 STATE_STYLE = {"ALIVE": "green", "DEAD": "bold red", "MISSING": "red", "UNKNOWN": "yellow"}
 
 
-def resolve_manifest(cluster_yaml: Path | None, state_dir: Path):
-    """The manifest from the file, or the one recorded by `orch up` when exactly one cluster is
-    recorded (what was brought up, even if the file changed since)."""
-    from orchestrator.errors import StateError, UsageError
-    from orchestrator.manifest.load import load_manifest_file
-    from orchestrator.manifest.model import Manifest
-    from orchestrator.state import StateStore
-
-    if cluster_yaml is not None:
-        return load_manifest_file(cluster_yaml)
-    records = [r for r in StateStore(state_dir).list_clusters() if r.manifest_json]
-    if not records:
-        raise StateError(f"no cluster is recorded in {state_dir}", hint="pass CLUSTER_YAML, or run `orch up CLUSTER_YAML` first")
-    if len(records) > 1:
-        raise UsageError(
-            f"{len(records)} clusters are recorded ({', '.join(r.name for r in records)}); say which",
-            hint="pass its CLUSTER_YAML: `orch status CLUSTER_YAML`",
-        )
-    return Manifest.model_validate_json(records[0].manifest_json)
-
-
-def collect(manifest: Any, state_dir: Path, accept_new_host_keys: bool = False, capacity_cache: dict | None = None):
+def collect(manifest: Manifest, state_dir: Path, accept_new_host_keys: bool = False, capacity_cache: dict | None = None):
     """Nodes from Ray's dashboard, then the serving section (Serve app, revision, engine figures).
 
     ``capacity_cache`` keeps each replica's start-up KV-cache line across --watch refreshes, so a
     replica's log is read once."""
-    from orchestrator.cli.cluster import make_deps
     from orchestrator.status.serving import node_refs
     from orchestrator.workflows.cluster import status_nodes
-    from orchestrator.workflows.status import ServingDeps, gather_serving
+    from orchestrator.workflows.status import StatusDeps, gather_serving
 
-    deps = make_deps(manifest, state_dir, accept_new_host_keys, lambda _m: None)
+    deps = cluster_deps(manifest, state_dir, accept_new_host_keys, lambda _m: None)
     report = status_nodes(manifest, deps)
-    serving = gather_serving(manifest, ServingDeps.from_cluster(deps, capacity_cache), node_refs(report.nodes))
+    serving = gather_serving(manifest, StatusDeps.from_cluster(deps, capacity_cache), node_refs(report.nodes))
     return report.with_serving(serving)
 
 
@@ -140,7 +122,7 @@ def status(ctx: click.Context, cluster_yaml: Path | None, as_json: bool, watch: 
     report could be made (see "healthy" in --json).
     """
     state_dir: Path = ctx.obj["state_dir"]
-    manifest = resolve_manifest(cluster_yaml, state_dir)
+    manifest = resolve_manifest(cluster_yaml, state_dir, "status")
     cache: dict = {}
     if not watch:
         report = collect(manifest, state_dir, accept_new_host_keys, cache)

@@ -16,6 +16,7 @@ import httpx
 
 from orchestrator.cluster.ray_nodes import NodeState, node_problems, parse_nodes, parse_usage, with_usage
 from orchestrator.errors import ClusterError, OrchError
+from orchestrator.polling import poll_until
 
 RUNBOOK_NOT_JOINED = "runbooks/RAY_NODE_NOT_JOINED.md"
 
@@ -125,35 +126,35 @@ def wait_for_nodes(
     """Poll ``fetch`` until every expected node is ALIVE with its GPU count; return the last
     states. A dashboard that does not answer yet counts as "not ready". On timeout raise
     ClusterError naming each missing node and why."""
-    deadline = clock() + timeout
-    last_error: ClusterError | None = None
-    problems: dict[str, str] = {name: "not in the Ray cluster" for name in expected_gpus}
-    last_said = ""
-    while True:
+    said: list[str] = []
+
+    def attempt() -> tuple[list[NodeState], dict[str, str], ClusterError | None]:
         try:
             states = fetch()
-            last_error = None
-            problems = node_problems(expected_gpus, states)
-            if not problems:
-                if progress:
-                    progress(f"{len(expected_gpus)}/{len(expected_gpus)} nodes ALIVE")
-                return states
         except DashboardRefused:
             raise
         except ClusterError as exc:
-            last_error = exc
+            return [], {name: "not in the Ray cluster" for name in expected_gpus}, exc
+        return states, node_problems(expected_gpus, states), None
+
+    def done(value: tuple[list[NodeState], dict[str, str], ClusterError | None]) -> bool:
+        _, problems, _ = value
         if progress:
             ready = len(expected_gpus) - len(problems)
-            said = f"{ready}/{len(expected_gpus)} nodes ALIVE; waiting for {', '.join(sorted(problems))}"
-            if said != last_said:
-                progress(said)
-                last_said = said
-        if clock() >= deadline:
-            detail = "; ".join(f"{name}: {why}" for name, why in sorted(problems.items()))
-            if last_error is not None:
-                detail += f"; last dashboard error: {last_error.message}"
-            raise ClusterError(
-                f"timed out after {timeout:g} s waiting for Ray nodes {', '.join(sorted(problems))} ({detail})",
-                hint=f"see the node's Ray logs under its temp dir (session_latest/logs/raylet.err); {RUNBOOK_NOT_JOINED}",
-            )
-        sleep(min(interval, max(0.0, deadline - clock())))
+            line = f"{ready}/{len(expected_gpus)} nodes ALIVE" + (f"; waiting for {', '.join(sorted(problems))}" if problems else "")
+            if not said or said[-1] != line:
+                progress(line)
+                said.append(line)
+        return not problems
+
+    polled = poll_until(attempt, done, deadline=clock() + timeout, clock=clock, sleep=sleep, interval=interval)
+    states, problems, last_error = polled.value
+    if polled.done:
+        return states
+    detail = "; ".join(f"{name}: {why}" for name, why in sorted(problems.items()))
+    if last_error is not None:
+        detail += f"; last dashboard error: {last_error.message}"
+    raise ClusterError(
+        f"timed out after {timeout:g} s waiting for Ray nodes {', '.join(sorted(problems))} ({detail})",
+        hint=f"see the node's Ray logs under its temp dir (session_latest/logs/raylet.err); {RUNBOOK_NOT_JOINED}",
+    )

@@ -20,6 +20,7 @@ from typing import Any
 from orchestrator.doctor.logscan import DEFAULT_GROUPS, NodeScan, ScanLimits, ScanParseError, parse_scan, scan_argv
 from orchestrator.doctor.signatures import SIGNATURE_CODES, SIGNATURES, DoctorFinding, LogLine, match_logs
 from orchestrator.errors import CommandFailedError, RemoteError
+from orchestrator.manifest.model import Manifest
 from orchestrator.nodes.inventory import gather_facts
 from orchestrator.preflight.findings import CODES as PREFLIGHT_CODES
 from orchestrator.preflight.run import run_checks
@@ -92,7 +93,7 @@ class DoctorReport:
         }
 
 
-def node_temp_dirs(manifest: Any, node: Any) -> list[str]:
+def node_temp_dirs(manifest: Manifest, node: Any) -> list[str]:
     """Where the node's Ray session may live, most specific first.
 
     ``ray.temp_dir`` of the manifest; a per-node subfolder ``<temp_dir>/<node name>`` first, because
@@ -102,7 +103,7 @@ def node_temp_dirs(manifest: Any, node: Any) -> list[str]:
     return [posixpath.join(base, node.name), base]
 
 
-def _node_spec(manifest: Any, name: str) -> Any:
+def _node_spec(manifest: Manifest, name: str) -> Any:
     for node in manifest.nodes:
         if node.name == name:
             return node
@@ -115,7 +116,7 @@ def _keywords() -> list[str]:
 
 def scan_node(
     runner: Runner,
-    manifest: Any,
+    manifest: Manifest,
     limits: ScanLimits = ScanLimits(),
     since_s: float | None = None,
     temp_dirs: list[str] | None = None,
@@ -142,7 +143,7 @@ def scan_node(
 def collect_logs(
     runner: Runner,
     node: str,
-    manifest: Any,
+    manifest: Manifest,
     limits: ScanLimits = ScanLimits(),
     since_s: float | None = None,
 ) -> list[LogLine]:
@@ -181,7 +182,7 @@ def _no_session(node: str, temp_dirs: list[str]) -> DoctorFinding:
     )
 
 
-def preflight_findings(manifest: Any, runners: list[Runner]) -> tuple[list[DoctorFinding], list[str]]:
+def preflight_findings(manifest: Manifest, runners: list[Runner]) -> tuple[list[DoctorFinding], list[str]]:
     """Facts checks that still hold on a running cluster, as doctor findings."""
     # No head_address: the head-port test needs a listener arranged before Ray starts.
     outcomes = fan_out(runners, lambda r: gather_facts(r, _node_spec(manifest, r.node), manifest))
@@ -218,7 +219,7 @@ def _preflight_title(code: str) -> str:
 
 
 def diagnose(
-    manifest: Any,
+    manifest: Manifest,
     runners: Mapping[str, Runner] | Iterable[Runner],
     limits: ScanLimits = ScanLimits(),
     since_s: float | None = None,

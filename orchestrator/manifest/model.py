@@ -70,6 +70,13 @@ class Manifest(_Frozen):
                 return node
         raise KeyError(name)
 
+    def serve_url(self) -> str:
+        """The public OpenAI endpoint: the head's address and Serve's HTTP port."""
+        host = self.head.host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.serve.http_port}"
+
     def fingerprint(self) -> str:
         """sha256 of the canonical content (defaults filled in, paths resolved, keys sorted):
         comments, key order and layout of the file do not change it; any value does."""

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from orchestrator.errors import CommandTimeoutError, RemoteError
+from orchestrator.manifest.model import Manifest
 from orchestrator.nodes import probes
 from orchestrator.nodes.facts import NodeFacts
 from orchestrator.remote.runner import CommandResult, Runner, fan_out
@@ -62,7 +63,7 @@ class _Probe:
 def gather_facts(
     runner: Runner,
     node: Any,
-    manifest: Any,
+    manifest: Manifest,
     head_address: str | None = None,
     clock: Callable[[], float] = time.time,
     model_path: str | None = None,
@@ -141,7 +142,7 @@ def _gpu_facts(p: _Probe) -> dict[str, Any]:
     return out
 
 
-def head_address(manifest: Any, head_facts: NodeFacts | None) -> str:
+def head_address(manifest: Manifest, head_facts: NodeFacts | None) -> str:
     """The address workers use for the head: the first global address (IPv4 first) of the
     head's ``interface`` when the manifest names one and the head has it, else its ``host``."""
     head = manifest.head
@@ -174,7 +175,7 @@ def _connect(p: _Probe, python: str, host: str, port: int) -> tuple[bool, str | 
 def check_head_port(
     head_runner: Runner,
     worker_runners: list[Runner],
-    manifest: Any,
+    manifest: Manifest,
     address: str,
 ) -> tuple[dict[str, bool | None], dict[str, str], dict | None]:
     """Listen on the head's Ray port while each worker connects to ``address``.
@@ -218,7 +219,7 @@ def check_head_port(
 
 def gather_all(
     runners: Mapping[str, Runner] | Iterable[Runner],
-    manifest: Any,
+    manifest: Manifest,
     clock: Callable[[], float] = time.time,
     model_path: str | None = None,
 ) -> dict[str, NodeFacts | RemoteError]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import PlanError
+from orchestrator.manifest.model import Manifest
 
 GIB = 2**30
 MIB = 2**20
@@ -141,7 +142,7 @@ def make_shape(
     return ClusterShape(gpus_per_node, nodes, known.memory_bytes, known.name, nvlink, notes)
 
 
-def shape_from_manifest(manifest: Any) -> ClusterShape:
+def shape_from_manifest(manifest: Manifest) -> ClusterShape:
     """The shape cluster.yaml declares. Mixed nodes: the smallest GPU count and memory decide
     (a replica must fit on any of them), and a note says so."""
     nodes = list(manifest.nodes)
@@ -166,7 +167,7 @@ def shape_from_manifest(manifest: Any) -> ClusterShape:
     return ClusterShape(gpn, len(nodes), smallest.memory_bytes, smallest.name, nvlink, tuple(notes))
 
 
-def shape_from_facts(manifest: Any, facts: Mapping[str, Any]) -> ClusterShape:
+def shape_from_facts(manifest: Manifest, facts: Mapping[str, Any]) -> ClusterShape:
     """The shape nvidia-smi reported (``NodeFacts`` per node name); falls back to the manifest for
     nodes without facts. Memory: the known type's CUDA total when the GPU name matches one, else
     nvidia-smi's total less the driver's share. NVLink: the probed topology where there is one."""

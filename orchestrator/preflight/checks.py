@@ -12,6 +12,7 @@ import ipaddress
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.manifest.model import Manifest
 from orchestrator.nodes.facts import NodeFacts
 from orchestrator.preflight.compare import GIB, Facts, differing, probed
 from orchestrator.preflight.findings import (
@@ -60,7 +61,7 @@ def _gib(n: int) -> str:
 # ------------------------------------------------------------------------------------ reachability
 
 
-def check_unreachable(manifest: Any, facts: Facts) -> list[Finding]:
+def check_unreachable(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     for node in manifest.nodes:
         value = facts.get(node.name)
@@ -89,7 +90,7 @@ def _nic_checked(f: NodeFacts) -> bool:
     return "nics" not in f.errors
 
 
-def check_interface(manifest: Any, facts: Facts) -> list[Finding]:
+def check_interface(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     for node, f in probed(manifest, facts):
         if not node.interface or not _nic_checked(f):
@@ -124,7 +125,7 @@ def check_interface(manifest: Any, facts: Facts) -> list[Finding]:
     return out
 
 
-def _head_ip(manifest: Any, facts: Facts) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def _head_ip(manifest: Manifest, facts: Facts) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     hf = facts.get(manifest.head.name)
     addr = None
     if isinstance(hf, NodeFacts):
@@ -136,7 +137,7 @@ def _head_ip(manifest: Any, facts: Facts) -> ipaddress.IPv4Address | ipaddress.I
         return None  # a host name: no subnet to compare without resolving it
 
 
-def check_subnet(manifest: Any, facts: Facts) -> list[Finding]:
+def check_subnet(manifest: Manifest, facts: Facts) -> list[Finding]:
     head_ip = _head_ip(manifest, facts)
     if head_ip is None:
         return []
@@ -161,7 +162,7 @@ def check_subnet(manifest: Any, facts: Facts) -> list[Finding]:
     return out
 
 
-def check_head_port(manifest: Any, facts: Facts) -> list[Finding]:
+def check_head_port(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     for node, f in probed(manifest, facts):
         if node.role == "worker" and f.head_port_reachable is False:
@@ -177,7 +178,7 @@ def check_head_port(manifest: Any, facts: Facts) -> list[Finding]:
     return out
 
 
-def check_infiniband(manifest: Any, facts: Facts) -> list[Finding]:
+def check_infiniband(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     for node, f in probed(manifest, facts):
         down = [p for p in f.ib_devices if not p.active]
@@ -197,7 +198,7 @@ def check_infiniband(manifest: Any, facts: Facts) -> list[Finding]:
 # ------------------------------------------------------------------------------------ software
 
 
-def check_software(manifest: Any, facts: Facts) -> list[Finding]:
+def check_software(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     for node, f in probed(manifest, facts):
         py = node.python_bin(manifest)
@@ -230,7 +231,7 @@ def check_software(manifest: Any, facts: Facts) -> list[Finding]:
     return out
 
 
-def check_versions(manifest: Any, facts: Facts) -> list[Finding]:
+def check_versions(manifest: Manifest, facts: Facts) -> list[Finding]:
     nodes = [(n, f) for n, f in probed(manifest, facts) if f.versions is not None]
     out = []
     for package, severity in (("python", FAIL), ("ray", FAIL), ("vllm", FAIL), ("torch", FAIL), ("nccl", WARN)):
@@ -255,7 +256,7 @@ def check_versions(manifest: Any, facts: Facts) -> list[Finding]:
 # ------------------------------------------------------------------------------------ storage, model, clock
 
 
-def check_shm(manifest: Any, facts: Facts) -> list[Finding]:
+def check_shm(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     osm = manifest.ray.object_store_memory
     for node, f in probed(manifest, facts):
@@ -281,7 +282,7 @@ def check_shm(manifest: Any, facts: Facts) -> list[Finding]:
     return out
 
 
-def check_model(manifest: Any, facts: Facts) -> list[Finding]:
+def check_model(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     fingerprints = {}
     for node, f in probed(manifest, facts):
@@ -312,7 +313,7 @@ def check_model(manifest: Any, facts: Facts) -> list[Finding]:
     return out
 
 
-def check_disk(manifest: Any, facts: Facts) -> list[Finding]:
+def check_disk(manifest: Manifest, facts: Facts) -> list[Finding]:
     return [
         finding(
             WARN, DISK_LOW, node.name,
@@ -324,7 +325,7 @@ def check_disk(manifest: Any, facts: Facts) -> list[Finding]:
     ]
 
 
-def check_clock(manifest: Any, facts: Facts) -> list[Finding]:
+def check_clock(manifest: Manifest, facts: Facts) -> list[Finding]:
     offsets = {n.name: f.clock_offset_s for n, f in probed(manifest, facts) if f.clock_offset_s is not None}
     head = manifest.head.name
     if len(offsets) < 2:
@@ -345,7 +346,7 @@ def check_clock(manifest: Any, facts: Facts) -> list[Finding]:
     ]
 
 
-def check_probe_errors(manifest: Any, facts: Facts) -> list[Finding]:
+def check_probe_errors(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     for node, f in probed(manifest, facts):
         # Probe errors that a dedicated finding already reports.

@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from orchestrator.manifest.model import Manifest
 from orchestrator.nodes.facts import NodeFacts
 from orchestrator.preflight.compare import Facts, differing, probed
 from orchestrator.preflight.findings import (
@@ -30,13 +31,13 @@ from orchestrator.preflight.findings import (
 )
 
 
-def _gpu_nodes(manifest: Any, facts: Facts) -> list[tuple[Any, NodeFacts]]:
+def _gpu_nodes(manifest: Manifest, facts: Facts) -> list[tuple[Any, NodeFacts]]:
     if manifest.accelerator != "gpu":
         return []
     return [(n, f) for n, f in probed(manifest, facts) if f.nvidia_smi]
 
 
-def check_gpu_tool(manifest: Any, facts: Facts) -> list[Finding]:
+def check_gpu_tool(manifest: Manifest, facts: Facts) -> list[Finding]:
     if manifest.accelerator != "gpu":
         return []
     out = []
@@ -54,7 +55,7 @@ def check_gpu_tool(manifest: Any, facts: Facts) -> list[Finding]:
     return out
 
 
-def check_gpu_count(manifest: Any, facts: Facts) -> list[Finding]:
+def check_gpu_count(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     for node, f in _gpu_nodes(manifest, facts):
         if "gpus" in f.errors:
@@ -96,7 +97,7 @@ def _gpu_type_matches(gpu_type: str, name: str, memory_mib: int | None) -> bool:
     return True
 
 
-def check_gpu_type(manifest: Any, facts: Facts) -> list[Finding]:
+def check_gpu_type(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     for node, f in _gpu_nodes(manifest, facts):
         if not f.gpus:
@@ -125,7 +126,7 @@ def check_gpu_type(manifest: Any, facts: Facts) -> list[Finding]:
     return out
 
 
-def check_gpu_memory(manifest: Any, facts: Facts) -> list[Finding]:
+def check_gpu_memory(manifest: Manifest, facts: Facts) -> list[Finding]:
     per_node = {}
     for node, f in _gpu_nodes(manifest, facts):
         mems = [g.memory_total_mib for g in f.gpus if g.memory_total_mib]
@@ -157,7 +158,7 @@ def check_gpu_memory(manifest: Any, facts: Facts) -> list[Finding]:
     return out
 
 
-def check_driver(manifest: Any, facts: Facts) -> list[Finding]:
+def check_driver(manifest: Manifest, facts: Facts) -> list[Finding]:
     values = {n.name: f.driver_version for n, f in _gpu_nodes(manifest, facts)}
     return [
         finding(
@@ -169,7 +170,7 @@ def check_driver(manifest: Any, facts: Facts) -> list[Finding]:
     ]
 
 
-def check_cuda(manifest: Any, facts: Facts) -> list[Finding]:
+def check_cuda(manifest: Manifest, facts: Facts) -> list[Finding]:
     values = {n.name: f.cuda_version for n, f in _gpu_nodes(manifest, facts)}
     out = []
     for n, v, ref, label in differing(manifest, values):
@@ -185,7 +186,7 @@ def check_cuda(manifest: Any, facts: Facts) -> list[Finding]:
     return out
 
 
-def check_mig(manifest: Any, facts: Facts) -> list[Finding]:
+def check_mig(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     for node, f in _gpu_nodes(manifest, facts):
         on = [str(g.index) for g in f.gpus if g.mig_enabled]
@@ -201,7 +202,7 @@ def check_mig(manifest: Any, facts: Facts) -> list[Finding]:
     return out
 
 
-def check_nvlink(manifest: Any, facts: Facts) -> list[Finding]:
+def check_nvlink(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     for node, f in _gpu_nodes(manifest, facts):
         if f.topology is None or f.topology.nvlink is not False:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.manifest.model import Manifest
 from orchestrator.preflight import checks
 from orchestrator.preflight.findings import _SEVERITY_ORDER, Finding
 
 
-def run_checks(manifest: Any, facts: dict[str, Any]) -> list[Finding]:
+def run_checks(manifest: Manifest, facts: dict[str, Any]) -> list[Finding]:
     """All findings for a cluster: ``facts`` maps node name to its NodeFacts, or to the
     RemoteError that stopped its probing (a node missing from ``facts`` was not probed). Sorted by node order of the
     manifest (cluster-wide first), then severity, then code."""

@@ -8,9 +8,7 @@ fingerprints print as ``SHA256:<base64 without padding>`` like ``ssh-keygen -lf`
 
 from __future__ import annotations
 
-import base64
 import fcntl
-import hashlib
 import os
 import threading
 from pathlib import Path
@@ -20,12 +18,6 @@ import paramiko
 from orchestrator.errors import HostKeyChangedError, HostKeyUnknownError
 
 _APPEND_LOCK = threading.Lock()
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH-style SHA256 fingerprint of a public key."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
 
 
 def host_entry_name(host: str, port: int) -> str:
@@ -90,8 +82,8 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
             old = recorded if recorded is not None else next(iter(entry.values()))
             raise HostKeyChangedError(
                 f"{self.node}: the host key of {where} has CHANGED: {self.known_hosts} records "
-                f"{old.get_name()} {fingerprint(old)}, the host now offers {key.get_name()} "
-                f"{fingerprint(key)}. Someone may be intercepting the connection "
+                f"{old.get_name()} {old.fingerprint}, the host now offers {key.get_name()} "
+                f"{key.fingerprint}. Someone may be intercepting the connection "
                 "(man-in-the-middle), or the host was reinstalled or its keys regenerated. "
                 "orch refuses to connect.",
                 hint=(
@@ -104,11 +96,11 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
         if not self.accept_new:
             raise HostKeyUnknownError(
                 f"{self.node}: {where} is not in {self.known_hosts} (it offers {key.get_name()} "
-                f"{fingerprint(key)}); orch does not trust hosts it has never seen",
+                f"{key.fingerprint}); orch does not trust hosts it has never seen",
                 hint="verify the fingerprint with the machine's owner, then re-run with --accept-new-host-keys "
                 "to record it",
                 node=self.node,
             )
         append(self.known_hosts, self.host, self.port, key, hashed=self.hashed)
-        self.accepted_new_key = fingerprint(key)
+        self.accepted_new_key = key.fingerprint
         self.verified = True

@@ -25,7 +25,7 @@ import httpx
 
 from orchestrator.cluster.dashboard import DashboardClient
 from orchestrator.errors import ServeError
-from orchestrator.serve.config import redact
+from orchestrator.serve.config import mask_api_key
 
 APPLICATIONS_PATH = "/api/serve/applications/"
 RUNBOOK = "runbooks/SERVE_API_ERROR.md"
@@ -129,7 +129,7 @@ class AppStatus:
             "route_prefix": self.route_prefix,
             "last_deployed_time_s": self.last_deployed_time_s,
             "deployments": [d.to_dict() for d in self.deployments],
-            "deployed_config": redact(self.deployed_config),
+            "deployed_config": mask_api_key(self.deployed_config),
         }
 
 

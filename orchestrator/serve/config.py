@@ -24,6 +24,7 @@ from typing import Any
 
 from orchestrator.cluster.ray_nodes import NODE_RESOURCE_PREFIX
 from orchestrator.errors import OrchError
+from orchestrator.manifest.model import Manifest
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "cluster-templates"
 TEMPLATE_NAME = "serve-app.yaml.j2"
@@ -235,7 +236,7 @@ def placement(
     return bundles, "PACK"
 
 
-def serving_env(manifest: Any, plan: ServingPlan, defaults: ServeDefaults, node_cores: int | None = None) -> dict[str, str]:
+def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, node_cores: int | None = None) -> dict[str, str]:
     """runtime_env env_vars: the cluster env, NCCL/Gloo interfaces when uniform, CPU KV space."""
     env: dict[str, str] = dict(DIRECT_STREAMING_ENV)
     nodes = list(getattr(manifest, "nodes", []) or [])
@@ -281,7 +282,7 @@ def max_ongoing(plan: ServingPlan, defaults: ServeDefaults) -> int:
 
 
 def render_app(
-    manifest: Any,
+    manifest: Manifest,
     plan: ServingPlan,
     target: AppTarget,
     *,
@@ -361,7 +362,7 @@ def render_app(
     return RenderedApp(app=app, stage_nodes=tuple(stage_nodes) if stage_nodes else None, notes=tuple(notes))
 
 
-def deploy_body(apps: Sequence[Mapping[str, Any]], manifest: Any) -> dict:
+def deploy_body(apps: Sequence[Mapping[str, Any]], manifest: Manifest) -> dict:
     """The body of ``PUT /api/serve/applications/``: every application that should exist."""
     serve = getattr(manifest, "serve", None)
     port = int(getattr(serve, "http_port", 8000) or 8000)
@@ -377,7 +378,7 @@ def deploy_body(apps: Sequence[Mapping[str, Any]], manifest: Any) -> dict:
 # Secrets and fingerprints
 
 
-def redact(obj: Any) -> Any:
+def mask_api_key(obj: Any) -> Any:
     """A copy of any config/status structure with every ``api_key`` value replaced."""
     if isinstance(obj, Mapping):
         out = {}
@@ -386,10 +387,10 @@ def redact(obj: Any) -> Any:
                 # Always the list form vLLM needs (the state store writes its own string marker).
                 out[key] = [API_KEY_PLACEHOLDER]
             else:
-                out[key] = redact(value)
+                out[key] = mask_api_key(value)
         return out
     if isinstance(obj, list):
-        return [redact(v) for v in obj]
+        return [mask_api_key(v) for v in obj]
     return obj
 
 
@@ -405,7 +406,7 @@ def config_fingerprint(app: Mapping[str, Any], api_key: str | None = None) -> st
     The app name and route change with each revision (side-by-side rollout) and must not make
     an identical config look new; a rotated API key must.
     """
-    body = {k: v for k, v in redact(app).items() if k not in ("name", "route_prefix")}
+    body = {k: v for k, v in mask_api_key(app).items() if k not in ("name", "route_prefix")}
     # Which nodes the stages are pinned to depends on what is free at the time (a side-by-side
     # copy lands on other nodes): the layout counts, not the node names.
     for cfg in body.get("args", {}).get("llm_configs", []):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -23,22 +24,35 @@ PROBE_TOKENS = 8
 
 @dataclass(frozen=True)
 class ProbeResult:
-    ok: bool
-    url: str
-    first_token_s: float | None = None
-    output_tokens: int = 0
-    status: int | None = None
-    error: str | None = None
+    """A real completion sent to the public endpoint: whether tokens came back, and how fast.
+    The one result type of the readiness probe (rollout's gate, ``orch status``, ``orch accept``)."""
 
-    def to_dict(self) -> dict:
+    ok: bool
+    latency_s: float | None = None  # the whole answer
+    status_code: int | None = None  # HTTP status; None when nothing answered
+    error: str | None = None
+    url: str | None = None
+    model: str | None = None
+    output_tokens: int | None = None
+    timed_out: bool = False  # connected, but no answer within the probe's timeout
+    first_token_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
-            "url": self.url,
-            "first_token_s": self.first_token_s,
-            "output_tokens": self.output_tokens,
-            "status": self.status,
+            "timed_out": self.timed_out,
+            "latency_ms": _ms(self.latency_s),
+            "first_token_ms": _ms(self.first_token_s),
+            "status_code": self.status_code,
             "error": self.error,
+            "url": self.url,
+            "model": self.model,
+            "output_tokens": self.output_tokens,
         }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 1)
 
 
 def route_url(base_url: str, route_prefix: str) -> str:
@@ -47,7 +61,8 @@ def route_url(base_url: str, route_prefix: str) -> str:
 
 
 def probe_completion(base_url: str, route_prefix: str, model: str, api_key: str | None, timeout_s: float = 120.0) -> ProbeResult:
-    """One streamed completion of a few tokens through ``base_url`` + ``route_prefix``."""
+    """One streamed completion of a few tokens through ``base_url`` + ``route_prefix``. A timeout
+    after connecting (not a connect timeout) is ``timed_out``: the engine is stuck or overloaded."""
     url = route_url(base_url, route_prefix)
     spec = RequestSpec(base_url=url, model=model, output_tokens=PROBE_TOKENS, api_key=api_key, timeout_s=timeout_s, token_ids=False)
 
@@ -57,8 +72,10 @@ def probe_completion(base_url: str, route_prefix: str, model: str, api_key: str 
 
     rec = asyncio.run(once())
     if not rec.ok:
-        return ProbeResult(False, url, status=rec.status, error=f"{rec.error_kind}: {rec.error}")
-    return ProbeResult(True, url, first_token_s=rec.token_times[0] if rec.token_times else None, output_tokens=rec.output_tokens or 0)
+        timed_out = rec.error_kind == "timeout" and rec.error != "ConnectTimeout"
+        return ProbeResult(False, rec.end, rec.status, f"{rec.error_kind}: {rec.error}", url, model, timed_out=timed_out)
+    first = rec.token_times[0] if rec.token_times else None
+    return ProbeResult(True, rec.end, 200, None, url, model, rec.output_tokens or 0, first_token_s=first)
 
 
 def unauthenticated_status(base_url: str, route_prefix: str, model: str, timeout_s: float = 30.0) -> int | None:

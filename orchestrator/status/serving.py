@@ -24,6 +24,7 @@ from typing import Any
 
 from orchestrator.bench import prometheus as prom
 from orchestrator.runbooks import runbook
+from orchestrator.serve.readiness import ProbeResult
 from orchestrator.status.engine_stats import (
     REPLICA_LABEL,
     KvCapacity,
@@ -56,32 +57,6 @@ APP_TRANSIENT = ("DEPLOYING", "NOT_STARTED")
 
 
 # ----------------------------------------------------------------------------- the report
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """A real completion sent to the public endpoint: whether it came back, and how fast."""
-
-    ok: bool
-    latency_s: float | None = None
-    status_code: int | None = None  # HTTP status; None when nothing answered
-    error: str | None = None
-    url: str | None = None
-    model: str | None = None
-    output_tokens: int | None = None
-    timed_out: bool = False  # connected, but no answer within the probe's timeout
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "timed_out": self.timed_out,
-            "latency_ms": None if self.latency_s is None else round(self.latency_s * 1000.0, 1),
-            "status_code": self.status_code,
-            "error": self.error,
-            "url": self.url,
-            "model": self.model,
-            "output_tokens": self.output_tokens,
-        }
 
 
 @dataclass(frozen=True)

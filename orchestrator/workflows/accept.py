@@ -25,6 +25,7 @@ from orchestrator.cluster.ray_nodes import ray_process_env
 from orchestrator.errors import RemoteError, ServeError, StateError
 from orchestrator.manifest.model import Manifest
 from orchestrator.nodes.inventory import gather_facts
+from orchestrator.polling import poll_until
 from orchestrator.remote.runner import Runner, fan_out
 from orchestrator.serve import readiness
 from orchestrator.serve.client import APP_RUNNING, AppStatus, ServeClient
@@ -240,7 +241,34 @@ class ClusterAcceptanceEnv:
             raise ServeError("no deployed application config to redeploy", hint="orch status")
         others = [a.deployed_config for n, a in status.applications.items() if n != app.name and a.deployed_config]
         self.serve.apply(deploy_body(others, self.manifest))
-        deadline = self._clock() + 300
-        while app.name in self.serve.status().applications and self._clock() < deadline:
-            self._sleep(2.0)
+        poll_until(lambda: app.name in self.serve.status().applications, lambda present: not present,
+                   deadline=self._clock() + 300, clock=self._clock, sleep=self._sleep, interval=2.0)  # fmt: skip
         self.serve.apply(deploy_body([*others, app.deployed_config], self.manifest))
+
+
+def deployed_max_model_len(state: StateStore, cluster: str) -> int | None:
+    """The max_model_len the cluster's current revision was planned or rendered with (None: unknown)."""
+    rev = state.current_revision(cluster)
+    if rev is None:
+        return None
+    for source in (rev.plan or {}, rev.config or {}):
+        found = _find_key(source, "max_model_len")
+        if isinstance(found, int):
+            return found
+    return None
+
+
+def _find_key(obj: Any, key: str) -> Any:
+    if isinstance(obj, dict):
+        if key in obj:
+            return obj[key]
+        for v in obj.values():
+            got = _find_key(v, key)
+            if got is not None:
+                return got
+    elif isinstance(obj, list):
+        for v in obj:
+            got = _find_key(v, key)
+            if got is not None:
+                return got
+    return None

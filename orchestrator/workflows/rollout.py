@@ -32,7 +32,7 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
 from orchestrator.serve import decisions
 from orchestrator.serve.client import APP_RUNNING, AppStatus, ServeStatus, failure_messages
-from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body, redact
+from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body, mask_api_key
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.state import Revision, StateStore
 
@@ -128,7 +128,7 @@ class RolloutResult:
             "first_token_s": self.first_token_s,
             "steps": self.steps,
             "plan": self.plan,
-            "config": redact(self.config),
+            "config": mask_api_key(self.config),
         }
 
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.bench.target import serve_url
 from orchestrator.cluster.dashboard import open_dashboard
 from orchestrator.cluster.ray_nodes import current_by_name, node_resource
 from orchestrator.errors import PlanError, StateError
@@ -230,4 +229,4 @@ def open_cluster_apis(manifest: Manifest, runners: Mapping[str, Runner], token: 
 
     head = runners[manifest.head.name]
     with open_dashboard(head, manifest.ray.dashboard_port, token) as dash, open_serve_client(head, manifest.ray.dashboard_port, token) as serve:
-        yield ClusterApis(serve=serve, nodes=dash.nodes_with_usage, endpoint=HttpEndpoint(serve_url(manifest)))
+        yield ClusterApis(serve=serve, nodes=dash.nodes_with_usage, endpoint=HttpEndpoint(manifest.serve_url()))

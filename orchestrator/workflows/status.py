@@ -6,7 +6,7 @@
   replica's worker log ``<temp_dir>/session_latest/logs/worker-<worker_id>-*-<pid>.out`` (vLLM's
   EngineCore is a child of the replica actor and writes to the same stdout). The bounded scan of
   ``orchestrator.doctor.logscan`` (the doctor's) does the reading; only matching lines travel. A
-  replica's capacity never changes, so it is read once per replica (``ServingDeps.capacity_cache``).
+  replica's capacity never changes, so it is read once per replica (``StatusDeps.capacity_cache``).
 - The engine's metrics: vLLM under Ray Serve LLM publishes them through Ray's metrics agent of
   the replica's node (``ray_vllm_*`` names, label ``ReplicaId``). Ray lists every metrics export
   address in ``<temp_dir>/prom_metrics_service_discovery.json`` on the head (read through the
@@ -37,11 +37,12 @@ from orchestrator.doctor.logscan import ScanLimits, ScanParseError, parse_scan, 
 from orchestrator.errors import OrchError, RemoteError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
+from orchestrator.serve import readiness
 from orchestrator.serve.client import open_serve_client
+from orchestrator.serve.readiness import ProbeResult
 from orchestrator.status.engine_stats import KvCapacity, keep_metric_lines, parse_kv_capacity, pick_baseline
 from orchestrator.status.serving import (
     NodeRef,
-    ProbeResult,
     ServingStatus,
     build_serving_status,
     model_of_deployment,
@@ -56,7 +57,6 @@ KV_KEYWORDS = ["KV cache size", "Maximum concurrency", " blocks: "]
 KV_SCAN_LIMITS = ScanLimits(max_files=4, tail_lines=10**8, max_bytes=64 * 1024 * 1024, count_prefix_bytes=0,
                             max_line_chars=1000, max_matches_per_file=200)  # fmt: skip
 DEFAULT_WINDOW_S = 300.0
-PROBE_PROMPT = "Hello"
 
 RunnerOpener = Callable[[Manifest], AbstractContextManager[Mapping[str, Runner]]]
 
@@ -74,55 +74,30 @@ def fetch_text(url: str, timeout: float) -> str:
     return resp.text
 
 
-def probe_completion(base_url: str, model: str, api_key: str | None, timeout: float, clock: Callable[[], float] = time.monotonic) -> ProbeResult:
-    """One real completion (1 token) through the public endpoint, timed."""
-    import httpx
-
-    url = f"{base_url.rstrip('/')}/v1/completions"
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    body = {"model": model, "prompt": PROBE_PROMPT, "max_tokens": 1, "temperature": 0}
-    t0 = clock()
-    try:
-        resp = httpx.post(url, json=body, headers=headers, timeout=timeout)
-    except httpx.TimeoutException as exc:
-        timed_out = not isinstance(exc, httpx.ConnectTimeout)
-        return ProbeResult(False, None, None, f"{type(exc).__name__} after {timeout:g} s", url, model, timed_out=timed_out)
-    except httpx.HTTPError as exc:
-        return ProbeResult(False, None, None, f"{type(exc).__name__}: {exc}"[:300], url, model)
-    latency = clock() - t0
-    if resp.status_code != 200:
-        return ProbeResult(False, latency, resp.status_code, resp.text.strip()[:300], url, model)
-    try:
-        data = resp.json()
-        choices = data.get("choices") or []
-        tokens = (data.get("usage") or {}).get("completion_tokens")
-    except (ValueError, AttributeError):
-        return ProbeResult(False, latency, resp.status_code, "the answer is not a completion (not JSON)", url, model)
-    if not choices:
-        return ProbeResult(False, latency, resp.status_code, "the answer holds no choices", url, model)
-    return ProbeResult(True, latency, resp.status_code, None, url, model, tokens)
+def probe_public(base_url: str, model: str, api_key: str | None, timeout: float) -> ProbeResult:
+    """The readiness probe (``serve.readiness``) on the public route of the endpoint."""
+    return readiness.probe_completion(base_url, "/", model, api_key, timeout)
 
 
 def _open_serve(runner: Runner, port: int, token: str | None) -> AbstractContextManager[Any]:
-
     return open_serve_client(runner, port, token)
 
 
 @dataclass
-class ServingDeps:
+class StatusDeps:
     """What the serving status needs from the outside world (real ones by default)."""
 
     state: Any  # orchestrator.state.StateStore
     open_runners: RunnerOpener
     open_serve: Callable[[Runner, int, str | None], AbstractContextManager[Any]] = _open_serve
     fetch: Callable[[str, float], str] = fetch_text
-    probe: Callable[[str, str, str | None, float], ProbeResult] = probe_completion
+    probe: Callable[[str, str, str | None, float], ProbeResult] = probe_public
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     wall_clock: Callable[[], float] = time.time
     capacity_cache: dict[tuple[str, str, int | None], KvCapacity | None] = field(default_factory=dict)
 
     @classmethod
-    def from_cluster(cls, deps: Any, capacity_cache: dict | None = None) -> ServingDeps:
+    def from_cluster(cls, deps: Any, capacity_cache: dict | None = None) -> StatusDeps:
         """Reuse a ``workflows.cluster.ClusterDeps`` (its state store and runner opener); pass the
         same ``capacity_cache`` dict on every refresh of ``--watch`` to read each log only once."""
         out = cls(state=deps.state, open_runners=deps.open_runners)
@@ -140,15 +115,9 @@ class ServingOptions:
     keep_scrapes: bool = True
 
 
-def serve_url(manifest: Manifest) -> str:
-    host = manifest.head.host
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{manifest.serve.http_port}"
-
 
 def gather_serving(
-    manifest: Manifest, deps: ServingDeps, nodes: list[NodeRef], options: ServingOptions = ServingOptions()
+    manifest: Manifest, deps: StatusDeps, nodes: list[NodeRef], options: ServingOptions = ServingOptions()
 ) -> ServingStatus:
     """Everything the serving section shows (see the module doc); failures of one input become
     problems or notes of the report, never an exception, except a broken state database."""
@@ -156,7 +125,7 @@ def gather_serving(
     revision = deps.state.current_revision(name)
     token = deps.state.read_token(name)
     app_name, model_ids, _ = revision_app(revision) if revision is not None else (None, [], {})
-    endpoint = serve_url(manifest)
+    endpoint = manifest.serve_url()
     serve = None
     serve_error = None
     engine_logs: dict[str, list[str]] = {}
@@ -210,7 +179,7 @@ def _engine_replicas(app: Any, model_ids: list[str]) -> list[Any]:
     return servers or [r for d in app.deployments for r in d.replicas]
 
 
-def _engine_log(manifest: Manifest, runners: Mapping[str, Runner], ref: NodeRef | None, rep: Any, deps: ServingDeps):
+def _engine_log(manifest: Manifest, runners: Mapping[str, Runner], ref: NodeRef | None, rep: Any, deps: StatusDeps):
     """(lines, error) of the capacity lines in the replica's worker log on its node."""
     if ref is None:
         return None, f"node {rep.node_ip or rep.node_id or '?'} of replica {rep.replica_id} is not a manifest node"
@@ -243,7 +212,7 @@ def _engine_log(manifest: Manifest, runners: Mapping[str, Runner], ref: NodeRef 
     return lines, None
 
 
-def _scrape(manifest, runners, head, ips, by_id, engines, deps: ServingDeps, options: ServingOptions) -> str:
+def _scrape(manifest, runners, head, ips, by_id, engines, deps: StatusDeps, options: ServingOptions) -> str:
     """The metrics pages of the nodes running engines, concatenated."""
     path = f"{manifest.ray.temp_dir.rstrip('/')}/{DISCOVERY_FILE}"
     res = head.run(["cat", path], timeout=30)
@@ -270,11 +239,11 @@ def _scrape(manifest, runners, head, ips, by_id, engines, deps: ServingDeps, opt
     return "\n".join(pages)
 
 
-def _scrape_dir(deps: ServingDeps, cluster: str) -> Path:
+def _scrape_dir(deps: StatusDeps, cluster: str) -> Path:
     return Path(deps.state.cluster_dir(cluster)) / "serving-metrics"
 
 
-def _baseline_and_keep(deps: ServingDeps, cluster: str, text: str, options: ServingOptions):
+def _baseline_and_keep(deps: StatusDeps, cluster: str, text: str, options: ServingOptions):
     """The kept scrape to diff against (parsed) and the window it spans; keep this one."""
     now = deps.wall_clock()
     folder = _scrape_dir(deps, cluster)

@@ -30,7 +30,8 @@ def cli_env(tmp_path, monkeypatch):
                            check=lambda m, f: box["check"](m, f), open_dashboard=world.open_dashboard, clock=clock,
                            sleep=clock.sleep, progress=progress)  # fmt: skip
 
-    monkeypatch.setattr("orchestrator.cli.cluster.make_deps", make_deps)
+    monkeypatch.setattr("orchestrator.cli.cluster.cluster_deps", make_deps)
+    monkeypatch.setattr("orchestrator.cli.status.cluster_deps", make_deps)
     return path, world, box, state_dir
 
 
@@ -98,7 +99,6 @@ def test_status_finds_the_recorded_cluster(cli_env, capsys):
     assert main(["up", str(path)]) == 0
     world.kill_raylet("w1")
     capsys.readouterr()
-    monkey_collect_deps(cli_env)
     assert main(["status", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["cluster"] == "tb" and out["totals"]["alive"] == 2 and out["healthy"] is False
@@ -108,19 +108,15 @@ def test_status_finds_the_recorded_cluster(cli_env, capsys):
     assert "DEAD" in text and "2/3 nodes ALIVE" in text and "heartbeats" in text
 
 
-def monkey_collect_deps(cli_env):
-    """status uses the same make_deps as up/down (patched by the fixture)."""
-
-
 def test_status_without_any_cluster_or_with_two(cli_env, capsys):
     _, _, _, state_dir = cli_env
     assert main(["status"]) == 1
-    assert "no cluster is recorded" in capsys.readouterr().err
+    assert "no cluster is up" in capsys.readouterr().err
     store = StateStore(state_dir)
     for name in ("a", "b"):
         store.record_cluster(name, "f", "h", 1, manifest_json=manifest_of().model_dump_json())
     assert main(["status"]) == 2
-    assert "2 clusters are recorded (a, b)" in capsys.readouterr().err
+    assert "2 clusters are up (a, b)" in capsys.readouterr().err
 
 
 def _render_text(renderable) -> str:

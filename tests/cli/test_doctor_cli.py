@@ -93,7 +93,7 @@ def test_missing_manifest_is_exit_2(short_dir, capsys):
 def test_without_cluster_yaml_and_nothing_recorded(capsys):
     assert main(["doctor"]) == 1
     err = capsys.readouterr().err
-    assert "no cluster is recorded" in err and "pass CLUSTER_YAML" in err
+    assert "no cluster is up" in err and "pass CLUSTER_YAML" in err
 
 
 @pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200), ("1d", 86400), ("1.5h", 5400)])

@@ -7,7 +7,8 @@ import json
 from rich.console import Console
 
 from orchestrator.cli.status_serving import render_serving, render_serving_to, serving_json
-from orchestrator.status.serving import NodeRef, ProbeResult
+from orchestrator.serve.readiness import ProbeResult
+from orchestrator.status.serving import NodeRef
 from tests.unit.test_serving_status import LOGGED, NODE_ID, build, payload
 
 

@@ -18,7 +18,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.status.serving import node_refs
 from orchestrator.workflows.cluster import status_nodes
-from orchestrator.workflows.status import ServingDeps, ServingOptions, gather_serving
+from orchestrator.workflows.status import ServingOptions, StatusDeps, gather_serving
 from tests.fixtures.serving import MAX_MODEL_LEN
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
@@ -30,7 +30,7 @@ EXPORT_WAIT_S = 60.0  # Ray's metrics agent exports every few seconds; a loaded 
 def _status(served, deps, window_s: float = 300.0):
     manifest = served.manifest
     report = status_nodes(manifest, deps)
-    sdeps = ServingDeps.from_cluster(deps)
+    sdeps = StatusDeps.from_cluster(deps)
     sdeps.environ = {manifest.serve.api_key_env: served.api_key}
     return gather_serving(manifest, sdeps, node_refs(report.nodes), ServingOptions(window_s=window_s))
 

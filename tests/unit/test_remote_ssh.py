@@ -44,8 +44,8 @@ def test_fingerprint_matches_ssh_keygen(keys, tmp_path):
     pub = tmp_path / "k.pub"
     pub.write_text(f"{keys[0].get_name()} {keys[0].get_base64()} test\n")
     out = subprocess.run(["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True, check=True).stdout
-    assert kh.fingerprint(keys[0]) == out.split()[1]
-    assert kh.fingerprint(keys[0]).startswith("SHA256:") and not kh.fingerprint(keys[0]).endswith("=")
+    assert keys[0].fingerprint == out.split()[1]
+    assert keys[0].fingerprint.startswith("SHA256:") and not keys[0].fingerprint.endswith("=")
 
 
 def policy(path, accept=False, hashed=False, port=22):
@@ -56,7 +56,7 @@ def test_unknown_host_refused_without_flag_and_file_untouched(keys, tmp_path):
     path = tmp_path / "known_hosts"
     with pytest.raises(HostKeyUnknownError) as info:
         policy(path).missing_host_key(None, "10.0.0.3", keys[0])
-    assert info.value.node == "gpu3" and kh.fingerprint(keys[0]) in str(info.value)
+    assert info.value.node == "gpu3" and keys[0].fingerprint in str(info.value)
     assert not path.exists()
 
 
@@ -66,7 +66,7 @@ def test_accepted_key_is_recorded_in_openssh_form(keys, tmp_path, port, name):
     p = policy(path, accept=True, port=port)
     p.missing_host_key(None, name, keys[0])
     assert path.read_text() == f"{name} {keys[0].get_name()} {keys[0].get_base64()}\n"
-    assert p.accepted_new_key == kh.fingerprint(keys[0])
+    assert p.accepted_new_key == keys[0].fingerprint
     policy(path, port=port).missing_host_key(None, name, keys[0])  # now known: passes
     p.missing_host_key(None, name, keys[0])  # recording again does not duplicate
     assert len(path.read_text().splitlines()) == 1
@@ -88,7 +88,7 @@ def test_changed_key_refused_even_with_accept_and_names_both_fingerprints(keys, 
             policy(path, accept=accept).missing_host_key(None, "10.0.0.3", keys[1])
         msg = str(info.value)
         assert "gpu3" in msg and "10.0.0.3:22" in msg
-        assert kh.fingerprint(keys[0]) in msg and kh.fingerprint(keys[1]) in msg
+        assert keys[0].fingerprint in msg and keys[1].fingerprint in msg
         assert "man-in-the-middle" in msg and "ssh-keygen -R '10.0.0.3'" in info.value.hint
     assert len(path.read_text().splitlines()) == 3  # the comment, 10.0.0.9, 10.0.0.3: nothing added
 

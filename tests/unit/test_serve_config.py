@@ -20,8 +20,8 @@ from orchestrator.serve.config import (
     ServingPlan,
     config_fingerprint,
     deploy_body,
+    mask_api_key,
     ray_accelerator_type,
-    redact,
     render_app,
     stage_nodes_for,
 )
@@ -132,7 +132,7 @@ def test_key_lives_only_in_the_put_copy_and_in_the_fingerprint(local_manifest):
     rendered = _cpu_app(local_manifest)
     with_key = rendered.with_api_key("s3cret")
     assert with_key["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == ["s3cret"]
-    assert "s3cret" not in str(rendered.app) and "s3cret" not in str(redact(with_key))
+    assert "s3cret" not in str(rendered.app) and "s3cret" not in str(mask_api_key(with_key))
     assert rendered.fingerprint("s3cret") != rendered.fingerprint("other")
     assert "s3cret" not in rendered.fingerprint("s3cret")
     # The same config under another name/route (a side-by-side copy) is the same revision.

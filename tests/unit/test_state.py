@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from orchestrator.errors import StateError
-from orchestrator.state import REDACTED, SCHEMA_VERSION, StateStore, redact
+from orchestrator.state import REDACTED, SCHEMA_VERSION, StateStore, redact_secrets
 
 
 class FakeClock:
@@ -137,7 +137,7 @@ def test_config_secrets_never_stored(store, tmp_path):
 
 
 def test_redact_leaves_plain_values_alone():
-    assert redact({"a": [1, {"password": "p"}], "tokenizer": "t"}) == {"a": [1, {"password": REDACTED}], "tokenizer": "t"}
+    assert redact_secrets({"a": [1, {"password": "p"}], "tokenizer": "t"}) == {"a": [1, {"password": REDACTED}], "tokenizer": "t"}
 
 
 def test_concurrent_add_revision_never_duplicates_numbers(tmp_path, clock):

@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.bench import prometheus as prom
 from orchestrator.serve.client import parse_serve_status
+from orchestrator.serve.readiness import ProbeResult
 from orchestrator.status.serving import (
     ENDPOINT_PROBE_FAILED,
     NODE_HEARTBEAT_LOST,
@@ -21,7 +22,6 @@ from orchestrator.status.serving import (
     SERVE_API_ERROR,
     SERVE_APP_NOT_RUNNING,
     NodeRef,
-    ProbeResult,
     build_serving_status,
     model_of_deployment,
     revision_app,
@@ -198,7 +198,7 @@ def test_json_shape():
     assert d["deployments"][0]["replicas"][0]["kv_cache_tokens"] == 524_288
     bad = build(probe=ProbeResult(False, None, None, "ConnectError", "u", "tiny")).to_dict()
     assert set(bad["problems"][0]) == {"severity", "code", "subject", "message", "hint"}
-    assert set(d["probe"]) == {"ok", "timed_out", "latency_ms", "status_code", "error", "url", "model", "output_tokens"}
+    assert set(d["probe"]) == {"ok", "timed_out", "latency_ms", "first_token_ms", "status_code", "error", "url", "model", "output_tokens"}
 
 
 @pytest.mark.parametrize("code", [REPLICA_UNHEALTHY, SERVE_APP_NOT_RUNNING, ENDPOINT_PROBE_FAILED, NODE_HEARTBEAT_LOST, NODE_UNREACHABLE])

@@ -17,10 +17,12 @@ from orchestrator.errors import UnreachableError
 from orchestrator.manifest.load import load_manifest
 from orchestrator.remote.fake import FakeRunner
 from orchestrator.remote.local import LocalRunner
+from orchestrator.serve import readiness
 from orchestrator.serve.client import ServeApiError, parse_serve_status
+from orchestrator.serve.readiness import ProbeResult
 from orchestrator.state import StateStore
-from orchestrator.status.serving import ENDPOINT_PROBE_FAILED, SERVE_API_ERROR, NodeRef, ProbeResult
-from orchestrator.workflows.status import ServingDeps, ServingOptions, gather_serving, probe_completion
+from orchestrator.status.serving import ENDPOINT_PROBE_FAILED, SERVE_API_ERROR, NodeRef
+from orchestrator.workflows.status import ServingOptions, StatusDeps, gather_serving, probe_public
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 NODE_ID = "fb356170c7eeea9b674844e2204ed80ed204358c9e6c6ae6afcb634d"
@@ -96,12 +98,12 @@ class World:
         yield type("C", (), {"status": staticmethod(lambda: parse_serve_status(STATUS))})()
 
 
-def deps_for(state, w: World, runners) -> ServingDeps:
+def deps_for(state, w: World, runners) -> StatusDeps:
     @contextmanager
     def open_runners(_m):
         yield runners
 
-    return ServingDeps(state=state, open_runners=open_runners, open_serve=w.open_serve, fetch=w.fetch, probe=w.probe,
+    return StatusDeps(state=state, open_runners=open_runners, open_serve=w.open_serve, fetch=w.fetch, probe=w.probe,
                        environ={"TEST_ORCH_KEY": "k-123"}, wall_clock=lambda: w.now[0])  # fmt: skip
 
 
@@ -186,20 +188,28 @@ def test_log_read_failure_becomes_a_note(world):
     assert s.models[0].live.ttft.count == 49
 
 
-def test_probe_completion_against_a_local_server():
-    """probe_completion over real HTTP: a tiny server answering like vLLM (200 and 401)."""
+def test_status_probe_is_the_readiness_probe_against_a_local_server():
+    """The status probe is serve.readiness's streamed completion, over real HTTP: a tiny server
+    streaming like vLLM's completions endpoint (SSE chunks, usage, [DONE]) and refusing a wrong key."""
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            ok = self.headers.get("Authorization") == "Bearer good"
-            self.send_response(200 if ok else 401)
-            self.send_header("Content-Type", "application/json")
+            if self.headers.get("Authorization") != "Bearer good":
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"error": "Unauthorized"}')
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
-            answer = {"choices": [{"text": "x"}], "usage": {"completion_tokens": body["max_tokens"]}} if ok else {"error": "Unauthorized"}
-            self.wfile.write(json.dumps(answer).encode())
+            for i in range(body["max_tokens"]):
+                self.wfile.write(b"data: " + json.dumps({"choices": [{"index": 0, "text": f"t{i}"}]}).encode() + b"\n\n")
+            usage = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": body["max_tokens"]}}
+            self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
 
         def log_message(self, *a):
             pass
@@ -208,16 +218,16 @@ def test_probe_completion_against_a_local_server():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_port}"
     try:
-        ticks = iter([10.0, 10.25, 20.0, 20.5])
-        good = probe_completion(base, "tiny", "good", 10, clock=lambda: next(ticks))
-        bad = probe_completion(base, "tiny", "wrong", 10, clock=lambda: next(ticks))
+        good = probe_public(base, "tiny", "good", 10)
+        bad = probe_public(base, "tiny", "wrong", 10)
     finally:
         server.shutdown()
         server.server_close()
-    assert (good.ok, good.status_code, good.latency_s, good.output_tokens) == (True, 200, 0.25, 1)
+    assert (good.ok, good.status_code, good.output_tokens, good.model) == (True, 200, readiness.PROBE_TOKENS, "tiny")
+    assert 0 <= good.first_token_s <= good.latency_s
     assert (bad.ok, bad.status_code) == (False, 401) and "Unauthorized" in bad.error
-    down = probe_completion(base, "tiny", "good", 2, clock=lambda: 0.0)
-    assert not down.ok and down.status_code is None and down.error.startswith("ConnectError")
+    down = probe_public(base, "tiny", "good", 2)
+    assert not down.ok and down.status_code is None and down.timed_out is False and down.error.startswith("connection")
 
 
 def test_probe_problem_names_the_missing_key_variable(world):

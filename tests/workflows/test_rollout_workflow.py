@@ -94,8 +94,8 @@ class FakeEndpoint:
     def probe(self, route, model, key):
         self.probes.append((route, model, key))
         if self.ok:
-            return ProbeResult(True, "http://10.0.0.1:8000" + route, first_token_s=0.05, output_tokens=8)
-        return ProbeResult(False, "http://10.0.0.1:8000" + route, status=500, error="http: HTTP 500")
+            return ProbeResult(True, url="http://10.0.0.1:8000" + route, first_token_s=0.05, output_tokens=8)
+        return ProbeResult(False, url="http://10.0.0.1:8000" + route, status_code=500, error="http: HTTP 500")
 
     def unauthenticated_status(self, route, model):
         return self.unauth
