@@ -103,3 +103,9 @@ def test_rollout_dry_run_renders_the_packaged_serve_template(venv):
     assert data["action"] == "dry_run:fresh"
     assert data["config"]["import_path"] == "ray.serve.llm:build_openai_app"
 
+
+
+def test_runbook_is_read_from_the_package(venv):
+    res = orch(venv, "runbook", "NO_NVLINK")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (REPO / "runbooks" / "NO_NVLINK.md").read_text()

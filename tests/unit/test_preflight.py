@@ -375,7 +375,7 @@ def test_each_code_names_its_node_and_says_why(scenario, code, node, severity, f
     assert {x.severity for x in hits} == {severity}
     # Every hint, of this finding and any other, ends with its runbook.
     for x in found:
-        assert x.hint.endswith(f"see runbooks/{x.code}.md"), x.hint
+        assert x.hint.endswith(f"see `orch runbook {x.code}` or runbooks/{x.code}.md"), x.hint
 
 
 def test_every_registered_code_has_a_scenario():
