@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.nodes import smi
+from orchestrator.nodes import probes, smi
 from orchestrator.nodes.parse_error import ProbeParseError
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "probes"
@@ -164,3 +164,41 @@ def test_the_refused_field_is_read_from_the_message():
 def test_query_argv_is_built_from_the_fields_given():
     assert smi.gpu_query_argv(("index", "name")) == ["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader,nounits"]
     assert smi.help_query_gpu_argv() == ["nvidia-smi", "--help-query-gpu"]
+
+
+# ----------------------------------------------------------------------------------- ibstat (RoCE, Omni-Path)
+
+
+def test_ibstat_bonded_roce_devices():
+    ports = probes.parse_ibstat(read("ibstat_roce_bond_pplx_garden_2_excerpt.txt"))
+    # the third CA is cut before its port: two ports
+    assert [(p.device, p.port, p.state, p.rate_gbps, p.link_layer) for p in ports] == [
+        ("mlx5_bond_0", 1, "Active", 200.0, "Ethernet"),
+        ("mlx5_bond_1", 1, "Active", 200.0, "Ethernet"),
+    ]
+    assert all(p.active for p in ports)
+
+
+def test_ibstat_roce_and_a_disabled_port_cut_before_its_rate():
+    ports = probes.parse_ibstat(read("ibstat_roce_cx7_and_down_cx6_mooncake_1999_excerpt.txt"))
+    assert [(p.device, p.state, p.physical_state, p.rate_gbps, p.link_layer) for p in ports] == [
+        ("mlx5_0", "Active", "LinkUp", 200.0, "Ethernet"),
+        ("mlx5_1", "Active", "LinkUp", 200.0, "Ethernet"),
+        ("mlx5_10", "Down", "Disabled", None, None),
+    ]
+    assert [p.active for p in ports] == [True, True, False]
+
+
+def test_ibstat_infiniband_ndr_and_hdr():
+    ndr = probes.parse_ibstat(read("ibstat_ib_ndr400_deepep_303_excerpt.txt"))
+    assert [(p.device, p.rate_gbps, p.link_layer) for p in ndr] == [
+        ("mlx5_0", 400.0, "InfiniBand"), ("mlx5_1", 400.0, "InfiniBand"), ("mlx5_2", None, None)]  # fmt: skip
+    hdr = probes.parse_ibstat(read("ibstat_ib_hdr_down_disabled_nccl_tests_128_excerpt.txt"))
+    assert [(p.device, p.state, p.physical_state, p.rate_gbps) for p in hdr] == [
+        ("mlx5_0", "Active", "LinkUp", 200.0), ("mlx5_1", "Down", "Disabled", 10.0), ("mlx5_2", "Active", "LinkUp", None)]  # fmt: skip
+
+
+def test_ibstat_omni_path_hfi_with_empty_values_and_four_space_indent():
+    (port,) = probes.parse_ibstat(read("ibstat_omnipath_hfi1_opa_ff_4.txt"))
+    assert (port.device, port.port, port.state, port.physical_state, port.rate_gbps, port.link_layer) == (
+        "hfi1_0", 1, "Active", "LinkUp", 100.0, "InfiniBand")  # fmt: skip
