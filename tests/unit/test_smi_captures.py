@@ -42,6 +42,7 @@ def test_topo_raw_escape_bytes_around_the_header():
     "name, gpus, kind, nics",
     [
         ("topo_8gpu_h20_nv18_sglang_24966.txt", 8, "NV18", 8),
+        ("topo_8gpu_b200_nv18_vllm_24513_excerpt.txt", 8, "NV18", 8),  # NIC4 row cut: GPU rows complete
         ("topo_8gpu_h100_nv18_spaces_sglang_30401.txt", 8, "NV18", 8),
         ("topo_4gpu_h100_nv6_nccl_1617_excerpt.txt", 4, "NV6", 4),
         ("topo_4gpu_gb200_nv18_k8s_test_infra_371_excerpt.txt", 4, "NV18", 0),
