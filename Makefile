@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 install: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml scripts/install-system-packages.sh
+$(STAMP): setup.cfg setup.py pyproject.toml scripts/install-system-packages.sh
 	bash scripts/install-system-packages.sh
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip

@@ -10,9 +10,10 @@ from typing import Any
 
 from orchestrator.accept.stages import PASS, AcceptancePlan, StageResult, overall
 from orchestrator.bench.report import levels_table, plot_tradeoff
+from orchestrator.runbooks import runbook
 
 SCHEMA = "orch.accept/1"
-RUNBOOK = "runbooks/acceptance.md"
+RUNBOOK = runbook("acceptance")
 _MARK = {"pass": "PASS", "fail": "**FAIL**", "error": "**ERROR**", "skipped": "skipped"}
 
 
@@ -43,7 +44,7 @@ def render_markdown(data: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
         f"**Verdict: {'PASS' if data['verdict'] == PASS else 'FAIL'}** - started {data.get('started_at') or '-'}; endpoint {t.get('url')}",
         "",
         f"Targets (cluster.yaml): TTFT p95 <= {tg['ttft_p95_ms'] or 'not set'} ms, TPOT p95 <= {tg['tpot_p95_ms'] or 'not set'} ms, "
-        f"error rate <= {tg['max_error_rate']:.1%}. What to do when a stage fails: `{RUNBOOK}`.",
+        f"error rate <= {tg['max_error_rate']:.1%}. What to do when a stage fails: {RUNBOOK}.",
         "",
         "| stage | verdict | seconds | result |",
         "|---|---|---|---|",

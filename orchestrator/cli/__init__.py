@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "bench": ("orchestrator.cli.bench", "bench", "Measure TTFT, TPOT and throughput against an OpenAI-compatible endpoint."),
     "accept": ("orchestrator.cli.bench", "accept", "Run the staged production acceptance test."),
     "doctor": ("orchestrator.cli.doctor", "doctor", "Collect logs from every node and match known failure signatures."),
+    "runbook": ("orchestrator.cli.runbook", "runbook", "Print the runbook of a finding code (every hint names one)."),
 }
 
 

@@ -130,5 +130,5 @@ def doctor(
         named = ", ".join(f"{f.code} on {f.node}" for f in failures[:5]) + (", ..." if len(failures) > 5 else "")
         raise DiagnosisFailed(
             f"doctor found {len(failures)} failure(s): {named}",
-            hint="follow the runbook named for each finding above (runbooks/<CODE>.md)",
+            hint="follow the runbook named for each finding above: `orch runbook <CODE>` (runbooks/<CODE>.md)",
         )

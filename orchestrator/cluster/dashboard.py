@@ -17,8 +17,9 @@ import httpx
 from orchestrator.cluster.ray_nodes import NodeState, node_problems, parse_nodes, parse_usage, with_usage
 from orchestrator.errors import ClusterError, OrchError
 from orchestrator.polling import poll_until
+from orchestrator.runbooks import runbook
 
-RUNBOOK_NOT_JOINED = "runbooks/RAY_NODE_NOT_JOINED.md"
+RUNBOOK_NOT_JOINED = runbook("RAY_NODE_NOT_JOINED")
 
 
 class DashboardUnavailable(ClusterError):
@@ -156,5 +157,5 @@ def wait_for_nodes(
         detail += f"; last dashboard error: {last_error.message}"
     raise ClusterError(
         f"timed out after {timeout:g} s waiting for Ray nodes {', '.join(sorted(problems))} ({detail})",
-        hint=f"see the node's Ray logs under its temp dir (session_latest/logs/raylet.err); {RUNBOOK_NOT_JOINED}",
+        hint=f"see the node's Ray logs under its temp dir (session_latest/logs/raylet.err); see {RUNBOOK_NOT_JOINED}",
     )

@@ -37,7 +37,9 @@ class _Probe:
         self.runner = runner
         self.errors = errors
 
-    def run(self, key: str, argv: list[str], timeout: float = PROBE_TIMEOUT_S) -> CommandResult | None:
+    def attempt(self, key: str, argv: list[str], timeout: float = PROBE_TIMEOUT_S) -> CommandResult | None:
+        """The result whatever its exit code; None (and the reason recorded) when the command
+        timed out or does not exist."""
         try:
             res = self.runner.run(argv, timeout=timeout)
         except CommandTimeoutError as exc:
@@ -46,9 +48,16 @@ class _Probe:
         if res.exit_code == probes.COMMAND_NOT_FOUND:
             self.errors[key] = f"`{argv[0]}` not found on the node (exit 127)"
             return None
-        if res.exit_code != 0:
-            tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
-            self.errors[key] = f"`{argv[0]}` exited {res.exit_code}: {tail[0][:300]}"
+        return res
+
+    def failed(self, key: str, argv: list[str], res: CommandResult) -> None:
+        tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-1:] or [""]
+        self.errors[key] = f"`{argv[0]}` exited {res.exit_code}: {tail[0][:300]}"
+
+    def run(self, key: str, argv: list[str], timeout: float = PROBE_TIMEOUT_S) -> CommandResult | None:
+        res = self.attempt(key, argv, timeout)
+        if res is not None and res.exit_code != 0:
+            self.failed(key, argv, res)
             return None
         return res
 
@@ -118,11 +127,53 @@ def gather_facts(
     return NodeFacts(errors=errors, **out)
 
 
-def _gpu_facts(p: _Probe) -> dict[str, Any]:
-    res = p.run("gpus", probes.gpu_query_argv())
+def _query_gpus(p: _Probe) -> tuple[CommandResult | None, tuple[str, ...], bool]:
+    """Run ``--query-gpu`` with the fields this driver knows: (result or None, the fields
+    queried, whether nvidia-smi itself works).
+
+    An older driver refuses the whole query when one field is newer than it (470 and
+    ``compute_cap``: exit 2, ``Field "compute_cap" is not a valid field to query.``). Then
+    ``--help-query-gpu`` says which fields it knows; if the query still names a refused field, that
+    field is dropped and the query retried, one field at a time. The fields left out are noted
+    (their values stay None), never a reason to call the driver missing."""
+    fields = probes.GPU_FIELDS
+    res = p.attempt("gpus", probes.gpu_query_argv(fields))
     if res is None:
-        return {"nvidia_smi": False}
-    gpus = p.parse("gpus", probes.parse_gpu_query, res.stdout)
+        return None, fields, False
+    if res.exit_code != 0 and probes.invalid_query_field(res.stdout + res.stderr):
+        help_res = p.attempt("gpus", probes.help_query_gpu_argv())
+        if help_res is not None and help_res.exit_code == 0:
+            try:
+                known = probes.parse_help_query_gpu(help_res.stdout)
+            except probes.ProbeParseError:
+                known = None
+            narrowed = probes.supported_fields(fields, known) if known else ()
+            if narrowed and narrowed != fields:
+                fields = narrowed
+                res = p.attempt("gpus", probes.gpu_query_argv(fields))
+        while res is not None and res.exit_code != 0:
+            refused = probes.invalid_query_field(res.stdout + res.stderr)
+            if refused not in fields or len(fields) == 1:
+                break
+            fields = tuple(f for f in fields if f != refused)
+            res = p.attempt("gpus", probes.gpu_query_argv(fields))
+    if res is None:
+        return None, fields, False
+    if res.exit_code != 0:
+        p.failed("gpus", probes.gpu_query_argv(fields), res)
+        # A refused field means nvidia-smi answered: the driver works, orch's query does not.
+        return None, fields, probes.invalid_query_field(res.stdout + res.stderr) is not None
+    left_out = [f for f in probes.GPU_FIELDS if f not in fields]
+    if left_out:
+        p.errors["gpu_fields"] = f"this nvidia-smi does not know --query-gpu field(s) {', '.join(left_out)}; queried without them"
+    return res, fields, True
+
+
+def _gpu_facts(p: _Probe) -> dict[str, Any]:
+    res, fields, works = _query_gpus(p)
+    if res is None:
+        return {"nvidia_smi": works}
+    gpus = p.parse("gpus", lambda text: probes.parse_gpu_query(text, fields), res.stdout)
     if gpus is None:
         return {"nvidia_smi": True}
     out: dict[str, Any] = {"nvidia_smi": True, "gpus": tuple(gpus)}
@@ -134,7 +185,10 @@ def _gpu_facts(p: _Probe) -> dict[str, Any]:
         out["cuda_version"] = cuda
         out["driver_version"] = out["driver_version"] or driver
         if cuda is None:
-            p.errors["cuda"] = "no CUDA Version in the nvidia-smi banner"
+            p.errors["cuda"] = (
+                "the nvidia-smi banner names no CUDA version (`CUDA Version: N/A` when the CUDA user library "
+                "is not visible, e.g. a container without the NVIDIA runtime)"
+            )
     if len(gpus) >= 2:
         topo = p.run("topology", probes.topo_argv())
         if topo:

@@ -5,6 +5,7 @@ brought back. Machine-readable output where the tool has it (``nvidia-smi --quer
 ``ip -j addr``, JSON printed by small ``python -c`` scripts); where it has not (``nvidia-smi
 topo -m``, the ``nvidia-smi`` banner, ``ibstat``) the parsers are tested on real captured output
 (``tests/data/probes/SOURCES.md``). Parsers raise ``ProbeParseError`` on output they cannot read.
+nvidia-smi's own argv and parsers are in ``orchestrator.nodes.smi`` and re-exported here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import json
 import re
 
-from orchestrator.nodes.facts import GpuInfo, IbPort, ModelPathInfo, NicAddress, NicInfo, TopologyInfo, Versions
+from orchestrator.nodes.facts import IbPort, ModelPathInfo, NicAddress, NicInfo, Versions
+from orchestrator.nodes.parse_error import ProbeParseError
 from orchestrator.nodes.probe_scripts import (
     CONNECT_SCRIPT,
     IB_SYSFS_SCRIPT,
@@ -21,171 +23,29 @@ from orchestrator.nodes.probe_scripts import (
     STORAGE_SCRIPT,
     VERSIONS_SCRIPT,
 )
+from orchestrator.nodes.smi import (
+    GPU_FIELDS,
+    gpu_query_argv,
+    help_query_gpu_argv,
+    invalid_query_field,
+    parse_gpu_query,
+    parse_help_query_gpu,
+    parse_smi_banner,
+    parse_topo,
+    smi_banner_argv,
+    strip_ansi,
+    supported_fields,
+    topo_argv,
+)
+
+# Re-exported: nvidia-smi's argv and parsers (orchestrator.nodes.smi) are part of this module's API.
+__all__ = [
+    "GPU_FIELDS", "ProbeParseError", "gpu_query_argv", "help_query_gpu_argv", "invalid_query_field", "parse_gpu_query",
+    "parse_help_query_gpu", "parse_smi_banner", "parse_topo", "smi_banner_argv", "strip_ansi", "supported_fields", "topo_argv",
+]  # fmt: skip
 
 # Exit status of a shell (and of orch's runners) when the command does not exist.
 COMMAND_NOT_FOUND = 127
-
-
-class ProbeParseError(ValueError):
-    """Output of a probe that does not have the expected shape."""
-
-
-# --------------------------------------------------------------------------------------------
-# GPUs: nvidia-smi --query-gpu
-# --------------------------------------------------------------------------------------------
-
-GPU_FIELDS: tuple[str, ...] = (
-    "index",
-    "name",
-    "memory.total",
-    "driver_version",
-    "uuid",
-    "pci.bus_id",
-    "mig.mode.current",
-    "compute_cap",
-)
-
-# nvidia-smi writes these where a value does not exist on this GPU or driver.
-_NA = {"[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", ""}
-
-
-def gpu_query_argv(fields: tuple[str, ...] = GPU_FIELDS) -> list[str]:
-    return ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
-
-
-def _value(raw: str) -> str | None:
-    v = raw.strip()
-    return None if v.lower() in _NA else v
-
-
-def _int_or_none(raw: str | None) -> int | None:
-    if raw is None:
-        return None
-    m = re.match(r"^\s*(\d+)", raw)  # tolerate " MiB" when someone forgot nounits
-    return int(m.group(1)) if m else None
-
-
-def parse_gpu_query(text: str, fields: tuple[str, ...] = GPU_FIELDS) -> list[GpuInfo]:
-    """Parse ``--format=csv,noheader,nounits`` output of ``--query-gpu=<fields>``.
-
-    Values are comma-separated (GPU names hold no commas); ``[N/A]`` and ``[Not Supported]``
-    become None. A header line (``--format=csv`` without noheader) is recognised and skipped.
-    """
-    gpus: list[GpuInfo] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        cells = [c.strip() for c in line.split(",")]
-        if cells and cells[0].split(" [")[0] == fields[0]:
-            continue  # header line
-        if len(cells) != len(fields):
-            raise ProbeParseError(f"nvidia-smi line {lineno}: expected {len(fields)} fields, got {len(cells)}: {line!r}")
-        row = {f: _value(c) for f, c in zip(fields, cells)}
-        index = _int_or_none(row.get("index"))
-        gpus.append(
-            GpuInfo(
-                index=index if index is not None else len(gpus),
-                name=row.get("name") or "unknown",
-                memory_total_mib=_int_or_none(row.get("memory.total")),
-                driver_version=row.get("driver_version"),
-                uuid=row.get("uuid") or row.get("gpu_uuid"),
-                pci_bus_id=row.get("pci.bus_id") or row.get("gpu_bus_id"),
-                mig_mode=row.get("mig.mode.current"),
-                compute_cap=row.get("compute_cap"),
-            )
-        )
-    return gpus
-
-
-# --------------------------------------------------------------------------------------------
-# nvidia-smi banner: driver and CUDA version
-# --------------------------------------------------------------------------------------------
-
-
-def smi_banner_argv() -> list[str]:
-    return ["nvidia-smi"]
-
-
-_BANNER = re.compile(r"Driver Version:\s*(?P<driver>[\w.\-]+)(?:\s+CUDA Version:\s*(?P<cuda>[\w.\- ]+?))?\s*\|?\s*$", re.M)
-
-
-def parse_smi_banner(text: str) -> tuple[str | None, str | None]:
-    """(driver_version, cuda_version) from the header box of plain ``nvidia-smi`` (or the
-    ``Driver Version :`` / ``CUDA Version :`` lines of ``nvidia-smi -q``). CUDA is the highest
-    version the driver supports; ``Not Found`` and absence give None."""
-    driver = cuda = None
-    m = _BANNER.search(text)
-    if m:
-        driver = m.group("driver")
-        cuda = m.group("cuda")
-    else:
-        dq = re.search(r"^\s*Driver Version\s*:\s*(\S+)", text, re.M)
-        cq = re.search(r"^\s*CUDA Version\s*:\s*(.+?)\s*$", text, re.M)
-        driver = dq.group(1) if dq else None
-        cuda = cq.group(1) if cq else None
-    if cuda is not None:
-        cuda = cuda.strip()
-        if not re.fullmatch(r"\d+(\.\d+)*", cuda):
-            cuda = None
-    return driver, cuda
-
-
-# --------------------------------------------------------------------------------------------
-# nvidia-smi topo -m
-# --------------------------------------------------------------------------------------------
-
-
-def topo_argv() -> list[str]:
-    return ["nvidia-smi", "topo", "-m"]
-
-
-_LINK = re.compile(r"^(X|NV\d+|NODE|SYS|PHB|PXB|PIX|SOC|MPB|SPB)$")
-
-
-def parse_topo(text: str) -> TopologyInfo:
-    """Parse ``nvidia-smi topo -m``: the GPU x GPU link matrix, NIC columns and the NIC legend.
-
-    Works with tab or space separation, with trailing ``CPU Affinity``/``NUMA Affinity``/``GPU
-    NUMA ID`` columns, NIC rows, and the legend (``NIC0: mlx5_0``) that newer drivers print.
-    """
-    lines = [ln.rstrip("\n") for ln in text.splitlines()]
-    header_idx = next((i for i, ln in enumerate(lines) if re.match(r"^\s*GPU0\b", ln)), None)
-    if header_idx is None:
-        raise ProbeParseError("nvidia-smi topo -m: no header line starting with GPU0")
-    header = lines[header_idx].split()
-    devices: list[str] = []
-    for tok in header:
-        if tok in ("CPU", "NUMA", "GPU") or tok.startswith("Affinity"):
-            break
-        devices.append(tok)
-    gpu_cols = [d for d in devices if re.fullmatch(r"GPU\d+", d)]
-    nic_cols = [d for d in devices if d not in gpu_cols]
-    rows: dict[str, list[str]] = {}
-    for ln in lines[header_idx + 1 :]:
-        if not ln.strip():
-            break
-        toks = ln.split()
-        name, cells = toks[0], toks[1:]
-        if name in devices:
-            rows[name] = cells[: len(devices)]
-    missing = [g for g in gpu_cols if g not in rows]
-    if missing:
-        raise ProbeParseError(f"nvidia-smi topo -m: no row for {', '.join(missing)}")
-    links: list[tuple[str, ...]] = []
-    for g in gpu_cols:
-        cells = rows[g]
-        if len(cells) < len(gpu_cols):
-            raise ProbeParseError(f"nvidia-smi topo -m: row {g} has {len(cells)} cells for {len(gpu_cols)} GPUs")
-        row = tuple(cells[: len(gpu_cols)])
-        for c in row:
-            if not _LINK.match(c):
-                raise ProbeParseError(f"nvidia-smi topo -m: unknown link kind {c!r} in row {g}")
-        links.append(row)
-    nic_names = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.M))
-    nvlink: bool | None = None
-    if len(gpu_cols) >= 2:
-        nvlink = all(links[i][j].startswith("NV") for i in range(len(gpu_cols)) for j in range(len(gpu_cols)) if i != j)
-    return TopologyInfo(gpus=tuple(gpu_cols), links=tuple(links), nics=tuple(nic_cols), nic_names=nic_names, nvlink=nvlink)
 
 
 # --------------------------------------------------------------------------------------------

@@ -358,7 +358,7 @@ def check_probe_errors(manifest: Manifest, facts: Facts) -> list[Finding]:
         for key, msg in sorted(f.errors.items()):
             if key in covered:
                 continue
-            sev = INFO if key in ("ib", "cuda") else WARN
+            sev = INFO if key in ("ib", "cuda", "gpu_fields") else WARN
             out.append(
                 finding(
                     sev, PROBE_FAILED, node.name,

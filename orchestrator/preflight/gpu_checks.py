@@ -6,12 +6,12 @@ conventions (facts map, head as the reference for comparisons).
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
 from orchestrator.manifest.model import Manifest
 from orchestrator.nodes.facts import NodeFacts
+from orchestrator.plan.gpu_names import gpu_type_matches
 from orchestrator.preflight.compare import Facts, differing, probed
 from orchestrator.preflight.findings import (
     CUDA_MISMATCH,
@@ -77,26 +77,6 @@ def check_gpu_count(manifest: Manifest, facts: Facts) -> list[Finding]:
     return out
 
 
-def _gpu_type_matches(gpu_type: str, name: str, memory_mib: int | None) -> bool:
-    """``H100-80GB`` matches ``NVIDIA H100 80GB HBM3`` (model token in the name; memory from the
-    name or nvidia-smi's total within 10%)."""
-    tokens = [t for t in re.split(r"[-_ ]+", gpu_type.upper()) if t]
-    name_tokens = set(re.split(r"[-_ ]+", name.upper()))
-    for tok in tokens:
-        m = re.fullmatch(r"(\d+)(G|GB|GIB)", tok)
-        if m:
-            if tok in name_tokens or f"{m.group(1)}GB" in name_tokens:
-                continue
-            if memory_mib is None:
-                return False
-            want_gib = int(m.group(1))
-            if abs(memory_mib / 1024 - want_gib) > GPU_TYPE_MEMORY_TOLERANCE * want_gib:
-                return False
-        elif tok not in name_tokens:
-            return False
-    return True
-
-
 def check_gpu_type(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     for node, f in _gpu_nodes(manifest, facts):
@@ -113,7 +93,7 @@ def check_gpu_type(manifest: Manifest, facts: Facts) -> list[Finding]:
                 )
             )
             continue
-        if node.gpu_type and not all(_gpu_type_matches(node.gpu_type, g.name, g.memory_total_mib) for g in f.gpus):
+        if node.gpu_type and not all(gpu_type_matches(node.gpu_type, g.name, g.memory_total_mib, GPU_TYPE_MEMORY_TOLERANCE) for g in f.gpus):
             g = f.gpus[0]
             mem = f", {g.memory_total_mib} MiB" if g.memory_total_mib else ""
             out.append(

@@ -169,7 +169,7 @@ class SshRunner:
         where, t = self.where, self.connect_timeout
         unreachable_hint = (
             f"check that {self.host} is up, that sshd listens on port {self.port} and that no firewall "
-            "drops the traffic (runbooks/NODE_UNREACHABLE.md); the wait is ssh.connect_timeout in cluster.yaml"
+            "drops the traffic (`orch runbook NODE_UNREACHABLE` or runbooks/NODE_UNREACHABLE.md); the wait is ssh.connect_timeout in cluster.yaml"
         )
         if isinstance(exc, paramiko.PasswordRequiredException):
             return AuthenticationError(

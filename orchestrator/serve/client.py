@@ -25,10 +25,11 @@ import httpx
 
 from orchestrator.cluster.dashboard import DashboardClient
 from orchestrator.errors import ServeError
+from orchestrator.runbooks import runbook
 from orchestrator.serve.config import mask_api_key
 
 APPLICATIONS_PATH = "/api/serve/applications/"
-RUNBOOK = "runbooks/SERVE_API_ERROR.md"
+RUNBOOK = runbook("SERVE_API_ERROR")
 
 # Application states (ray.serve._private.common.ApplicationStatus).
 APP_NOT_STARTED = "NOT_STARTED"
@@ -244,7 +245,7 @@ class ServeClient(DashboardClient):
             tail = text[-1500:] if len(text) > 1500 else text
             raise ServeApiError(
                 f"Serve refused {method} {APPLICATIONS_PATH} ({resp.status_code}): {tail}",
-                hint=RUNBOOK,
+                hint=f"see {RUNBOOK}",
                 status_code=resp.status_code,
             )
         if method == "GET":

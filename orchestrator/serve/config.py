@@ -1,13 +1,13 @@
 """Plan + manifest + facts -> the Ray Serve LLM application config. Pure.
 
-Owns the rendering of ``cluster-templates/serve-app.yaml.j2`` (one Serve application running one
+Owns the rendering of ``cluster-templates/serve-app.yaml.j2`` (package data: ``orchestrator.resources``; one Serve application running one
 model through ``ray.serve.llm:build_openai_app``), the placement layout (TP inside a node, stage
 *i* of the pipeline pinned to its node through the per-node custom resource that ``orch up``
 registered), the API-key handling (the rendered config carries a placeholder; the real key only
 exists in the body of the PUT) and the config fingerprint that makes a rollout idempotent.
 Validation with Ray Serve LLM's own ``LLMConfig`` lives in ``serve_validate``.
 
-No I/O except reading the template file.
+No I/O except reading the template (through ``orchestrator.resources``).
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from orchestrator.cluster.ray_nodes import NODE_RESOURCE_PREFIX
 from orchestrator.errors import OrchError
 from orchestrator.manifest.model import Manifest
+from orchestrator.resources import read_text
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "cluster-templates"
 TEMPLATE_NAME = "serve-app.yaml.j2"
 IMPORT_PATH = "ray.serve.llm:build_openai_app"
 API_KEY_PLACEHOLDER = "<redacted>"
@@ -347,12 +346,11 @@ def render_app(
         "max_surge_percent": defaults.max_surge_percent,
     }
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
     )
-    text = env.get_template(TEMPLATE_NAME).render(**context)
+    text = env.from_string(read_text("templates", TEMPLATE_NAME)).render(**context)
     app = yaml.safe_load(text)
     notes = []
     if stage_nodes:

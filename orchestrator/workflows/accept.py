@@ -27,6 +27,7 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.nodes.inventory import gather_facts
 from orchestrator.polling import poll_until
 from orchestrator.remote.runner import Runner, fan_out
+from orchestrator.runbooks import runbook
 from orchestrator.serve import readiness
 from orchestrator.serve.client import APP_RUNNING, AppStatus, ServeClient
 from orchestrator.serve.config import deploy_body
@@ -227,7 +228,7 @@ class ClusterAcceptanceEnv:
         pids = [int(p) for p in found.stdout.split() if p.strip().isdigit()]
         if not pids:
             raise RemoteError(f"{runner.node}: no {ENGINE_COMM} child of replica pid {rep.pid}",
-                              hint="the replica may use another executor; see runbooks/acceptance.md", node=runner.node)  # fmt: skip
+                              hint=f"the replica may use another executor; see {runbook('acceptance')}", node=runner.node)  # fmt: skip
         runner.run(["kill", "-9", str(pids[0])], timeout=15.0).check(runner.node)
         return {"node": runner.node, "pid": pids[0], "process": "VLLM::EngineCore", "replica": rep.replica_id,
                 "replica_pid": rep.pid, "deployment": dep.name}  # fmt: skip

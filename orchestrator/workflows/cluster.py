@@ -58,6 +58,7 @@ from orchestrator.preflight import findings as preflight
 from orchestrator.preflight.findings import Finding
 from orchestrator.preflight.run import run_checks
 from orchestrator.remote.runner import Runner, fan_out
+from orchestrator.runbooks import runbook
 from orchestrator.state import StateStore
 from orchestrator.status.nodes import StatusReport, build_nodes_section
 
@@ -67,7 +68,7 @@ DashboardOpener = Callable[[Runner, int, "str | None"], AbstractContextManager[A
 
 RAY_START_TIMEOUT_S = 180.0
 RAY_STOP_TIMEOUT_S = 120.0
-RUNBOOK_START = "runbooks/RAY_START_FAILED.md"
+RUNBOOK_START = runbook("RAY_START_FAILED")
 # Errors that mean "orch could not get onto the node" (as opposed to a command failing there).
 NOT_REACHED = (UnreachableError, AuthenticationError, HostKeyUnknownError, HostKeyChangedError)
 
@@ -212,7 +213,7 @@ def _start(
             continue
         raise ClusterError(
             f"`ray start` failed {'twice ' if attempt == 2 else ''}on {node.name} (exit {res.exit_code}): {tail}",
-            hint=f"see {node.name}'s Ray logs (TEMP_DIR/session_latest/logs); {RUNBOOK_START}",
+            hint=f"see {node.name}'s Ray logs (TEMP_DIR/session_latest/logs); see {RUNBOOK_START}",
         )
 
 

@@ -30,13 +30,14 @@ from typing import Any, Protocol
 from orchestrator.errors import RolloutFailed, StateError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
+from orchestrator.runbooks import runbook
 from orchestrator.serve import decisions
 from orchestrator.serve.client import APP_RUNNING, AppStatus, ServeStatus, failure_messages
 from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body, mask_api_key
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.state import Revision, StateStore
 
-RUNBOOK = "runbooks/ROLLOUT_FAILED.md"
+RUNBOOK = runbook("ROLLOUT_FAILED")
 Progress = Callable[[str], None]
 
 
@@ -419,7 +420,7 @@ def _carry_out(manifest, desired, api_key, fingerprint, decision, current, servi
         meta.update({"error": error, "restored": restored})
         save_meta(state, name, number, meta)
         back = f"revision {serving.revision} is serving" if restored else "nothing is serving"
-        raise RolloutFailed(f"revision {number} failed: {error}; {back}", hint=RUNBOOK, rolled_back=restored) from None
+        raise RolloutFailed(f"revision {number} failed: {error}; {back}", hint=f"see {RUNBOOK}", rolled_back=restored) from None
     state.update_revision(name, number, "ready")
     if current is not None and current.number != number:
         state.update_revision(name, current.number, "rolled_back" if desired.rollback_of is not None else "superseded")

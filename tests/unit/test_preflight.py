@@ -20,6 +20,7 @@ from orchestrator.errors import HostKeyUnknownError, UnreachableError
 from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes import probes
 from orchestrator.nodes.facts import ModelPathInfo, NodeFacts, Versions
+from orchestrator.plan.gpu_names import gpu_type_matches
 from orchestrator.preflight import findings as preflight
 from orchestrator.preflight.findings import CODES, Finding
 from orchestrator.preflight.run import run_checks
@@ -375,7 +376,7 @@ def test_each_code_names_its_node_and_says_why(scenario, code, node, severity, f
     assert {x.severity for x in hits} == {severity}
     # Every hint, of this finding and any other, ends with its runbook.
     for x in found:
-        assert x.hint.endswith(f"see runbooks/{x.code}.md"), x.hint
+        assert x.hint.endswith(f"see `orch runbook {x.code}` or runbooks/{x.code}.md"), x.hint
 
 
 def test_every_registered_code_has_a_scenario():
@@ -485,6 +486,4 @@ def test_finding_refuses_an_unregistered_code():
     ],
 )
 def test_gpu_type_matching(gpu_type, name, mem, ok):
-    from orchestrator.preflight.gpu_checks import _gpu_type_matches
-
-    assert _gpu_type_matches(gpu_type, name, mem) is ok
+    assert gpu_type_matches(gpu_type, name, mem) is ok

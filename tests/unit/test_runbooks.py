@@ -36,10 +36,12 @@ def registered_codes() -> dict[str, str]:
 
 
 def referenced_codes() -> dict[str, str]:
-    """code -> source file, for each ``runbooks/CODE.md`` written in orchestrator/."""
+    """code -> source file, for each ``runbooks/CODE.md`` or ``runbook("CODE")`` written in
+    orchestrator/."""
     out: dict[str, str] = {}
     for path in sorted((REPO / "orchestrator").rglob("*.py")):
-        for code in re.findall(r"runbooks/([A-Z][A-Z0-9_]+)\.md", path.read_text()):
+        text = path.read_text()
+        for code in re.findall(r"runbooks/([A-Z][A-Z0-9_]+)\.md", text) + re.findall(r"runbook\(['\"](\w+)['\"]\)", text):
             out.setdefault(code, str(path.relative_to(REPO)))
     return out
 
@@ -90,4 +92,12 @@ def test_preflight_hints_end_with_their_runbook():
 
     for code in preflight.CODES:
         f = preflight.finding("fail", code, "n1", "m", "do this.")
-        assert f.hint == f"do this; see runbooks/{code}.md"
+        assert f.hint == f"do this; see `orch runbook {code}` or runbooks/{code}.md"
+
+
+def test_runbooks_named_through_the_helper_are_found():
+    # Hints built with runbook("CODE") (constants in rollout, cluster, dashboard, serve client).
+    refs = referenced_codes()
+    assert refs["ROLLOUT_FAILED"] == "orchestrator/workflows/rollout.py"
+    assert refs["RAY_START_FAILED"] == "orchestrator/workflows/cluster.py"
+    assert refs["acceptance"] == "orchestrator/accept/report.py"
