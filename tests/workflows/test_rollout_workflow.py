@@ -17,7 +17,7 @@ from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.state import StateStore
 from orchestrator.status.serving import revision_app
-from orchestrator.workflows.rollout import ClusterApis, RolloutOptions, ServingDeps, execute, load_meta
+from orchestrator.workflows.rollout import ClusterApis, RolloutOptions, ServingDeps, execute
 from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model, desired_for_revision
 
 KEY = "key-for-tests-0123456789"
@@ -166,7 +166,7 @@ def test_first_rollout_deploys_on_the_public_route_and_records_a_ready_revision(
     assert world.validated and world.validated[0]["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == ["<redacted>"]
     rev = world.state.current_revision("wf")
     assert rev.number == 1 and rev.status == "ready" and KEY not in json.dumps(rev.config)
-    assert res.cold_load_s is not None and load_meta(world.state, "wf", 1)["cold_load_s"] == res.cold_load_s
+    assert res.cold_load_s is not None and world.state.revision_meta("wf", 1)["cold_load_s"] == res.cold_load_s
     assert world.endpoint.probes[0] == ("/", "tiny", KEY)
     # Every node was checked for the model folder before anything was applied.
     for runner in world.runners.values():
@@ -203,7 +203,7 @@ def test_change_with_room_is_proved_as_a_candidate_then_the_live_app_takes_it_wi
     assert _llm(live)["deployment_config"]["max_surge_percent"] == 100
     probes = world.endpoint.probes
     assert probes.index(("/_orch/r2", "tiny", KEY)) < len(probes) - 1 and probes[-1] == ("/", "tiny", KEY)
-    assert res.app_name == "orch-r1" and load_meta(world.state, "wf", 2)["app_name"] == "orch-r1"
+    assert res.app_name == "orch-r1" and world.state.revision_meta("wf", 2)["app_name"] == "orch-r1"
     # The revision records what it serves as (orch status finds its application from it).
     stored = world.state.get_revision("wf", 2).config
     assert (stored["name"], stored["route_prefix"]) == ("orch-r1", "/") and revision_app(world.state.get_revision("wf", 2))[0] == "orch-r1"
