@@ -278,11 +278,11 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             check_ready(apis, PUBLIC_ROUTE, desired.served_name, api_key, deps, options)
             step(f"{old_live} serves revision {number}; the old replica is gone")
         reach("record the revision as ready")
-    except BaseException as exc:
+        state.update_revision(name, number, "ready")
+        if attempt.current is not None and attempt.current.number != number:
+            state.update_revision(name, attempt.current.number, "rolled_back" if desired.rollback_of is not None else "superseded")
+    except BaseException as exc:  # every way out puts the previous revision back
         _fail(attempt, link, deps, number, app.name, meta, step, exc, applied)
-    state.update_revision(name, number, "ready")
-    if attempt.current is not None and attempt.current.number != number:
-        state.update_revision(name, attempt.current.number, "rolled_back" if desired.rollback_of is not None else "superseded")
     meta.update({"step": "done", "cold_load_s": result.cold_load_s, "first_token_s": result.first_token_s})
     state.save_revision_meta(name, number, meta)
     result.config = served_as.app
@@ -327,6 +327,8 @@ def _fail(attempt: Attempt, link: Link, deps: ServingDeps, number: int, app_name
     else:
         restored = attempt.serving.live  # nothing was applied: what served still serves
     state.update_revision(name, number, "failed", error=error)
+    if restored and attempt.current is not None:
+        state.update_revision(name, attempt.current.number, "ready")  # an interrupt may have come after it was superseded
     meta.update({"error": error, "restored": restored})
     state.save_revision_meta(name, number, meta)
     back = f"revision {attempt.serving.revision} is serving" if restored else "nothing is serving"
