@@ -39,7 +39,7 @@ class Holder:
     host: str | None = None
 
     def describe(self) -> str:
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since)) if self.since else "an unknown time"
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since)) if self.since is not None else "an unknown time"
         return f"`orch {self.command}` (pid {self.pid if self.pid is not None else '?'}" + (f" on {self.host}" if self.host else "") + f", since {when})"
 
 

@@ -21,6 +21,8 @@ import signal
 
 import pytest
 
+from orchestrator import cluster_lock
+from orchestrator.cluster_lock import ClusterBusy
 from orchestrator.errors import RolloutFailed, RolloutInterrupted, ServeError, UnreachableError
 from orchestrator.serve.client import ServeApiError
 from orchestrator.workflows.rollout import RolloutOptions
@@ -124,7 +126,7 @@ def _rollout_in_child(world, run) -> int:
     if pid == 0:  # the child: an orch process
         try:
             run()
-        except BaseException:  # noqa: BLE001 - the child only reports through its exit
+        except BaseException:
             os._exit(3)
         os._exit(0)
     _, status = os.waitpid(pid, 0)
@@ -237,3 +239,31 @@ def test_a_status_error_that_lasts_past_the_deadline_restores_and_names_it(world
         world.rollout(options=OPTIONS, max_model_len=2048)
     assert "Serve's status did not answer" in err.value.message and err.value.rolled_back
     _old_revision_serves(world)
+
+
+def test_a_second_rollout_while_one_holds_the_cluster_is_refused_before_anything(world):
+    world.rollout(options=OPTIONS)
+    bodies = len(world.serve.bodies)
+    with cluster_lock.hold(world.state.cluster_dir("wf"), "wf", "rollout"):
+        with pytest.raises(ClusterBusy, match=r"cluster 'wf' is busy: `orch rollout` \(pid"):
+            world.rollout(options=OPTIONS, max_model_len=2048)
+        dry = world.rollout(options=RolloutOptions(dry_run=True), max_model_len=2048)  # looking needs no lock
+    assert dry.action == "dry_run:side_by_side"
+    assert len(world.serve.bodies) == bodies and [r.number for r in world.state.list_revisions("wf")] == [1]
+
+
+def test_the_application_is_named_after_the_number_the_database_gave(world):
+    """Issue 12 item 6: a revision number taken meanwhile (another writer) does not make two
+    rollouts deploy the same orch-rN."""
+    world.rollout(options=OPTIONS)
+    real_add = world.state.add_revision
+
+    def add_revision(cluster, model, **kw):
+        if model != "elsewhere":
+            real_add(cluster, "elsewhere")  # another writer takes number 2 just before this insert
+        return real_add(cluster, model, **kw)
+
+    world.state.add_revision = add_revision
+    res = world.rollout(options=OPTIONS, max_model_len=2048)
+    assert res.revision == 3 and [a["name"] for a in world.serve.bodies[1]["applications"]] == ["orch-r1", "orch-r3"]
+    assert world.state.get_revision("wf", 3).app_name == "orch-r1"  # it serves as the live application
