@@ -26,12 +26,13 @@ from orchestrator.cluster_lock import ClusterBusy
 from orchestrator.errors import RolloutFailed, RolloutInterrupted, ServeError, UnreachableError
 from orchestrator.serve.client import ServeApiError
 from orchestrator.workflows.rollout import RolloutOptions
-from tests.workflows.serving_world import KEY, FakeServe, ServeEndpoint, _nodes, make_world
+from tests.workflows.serving_world import KEY, MANIFEST, FakeServe, ServeEndpoint, _nodes, make_world
 
 SIDE_BY_SIDE_STEPS = ["model_path", "apply", "wait", "probe", "switch", "wait_switch", "probe_live", "record_ready"]
 IN_PLACE_STEPS = ["model_path", "apply", "wait", "probe", "record_ready"]
 FAULTS = ["sigint", "dashboard_error", "tunnel_drop", "sigkill"]
 OPTIONS = RolloutOptions(timeout_s=60, probe_timeout_s=10)
+SECRET = "hf_secret-for-fault-tests"
 IN_PLACE = RolloutOptions(timeout_s=60, probe_timeout_s=10, allow_downtime=True)
 
 
@@ -114,7 +115,7 @@ class Injector:
 
 @pytest.fixture
 def world(tmp_path):
-    w = make_world(tmp_path)
+    w = make_world(tmp_path, MANIFEST + f"env: {{HF_TOKEN: {SECRET}}}\n")  # a secret the stored configs do not hold
     w.serve = FakeServe(keep_in=tmp_path / "serve.json")
     w.endpoint = ServeEndpoint(w)
     return w
@@ -137,6 +138,7 @@ def _old_revision_serves(world) -> None:
     assert set(world.serve.apps) == {"orch-r1"}, world.serve.apps.keys()
     engine = world.serve.apps["orch-r1"]["args"]["llm_configs"][0]["engine_kwargs"]
     assert engine["max_model_len"] == 1024 and engine["api_key"] == [KEY]
+    assert world.serve.apps["orch-r1"]["runtime_env"]["env_vars"]["HF_TOKEN"] == SECRET
     assert world.serve.apps["orch-r1"]["route_prefix"] == "/"
 
 
