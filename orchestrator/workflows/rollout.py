@@ -38,7 +38,7 @@ from orchestrator.serve import decisions
 from orchestrator.serve.client import ServeStatus
 from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp
 from orchestrator.serve.secrets import fill_secrets, for_display, unfilled
-from orchestrator.state import Revision
+from orchestrator.state import Revision, StateStore
 from orchestrator.workflows.rollout_repair import repair_interrupted
 from orchestrator.workflows.rollout_steps import (
     ClusterApis,
@@ -136,6 +136,30 @@ class Link:
     nodes: list
 
 
+@dataclass
+class Trail:
+    """What one rollout has done so far: its revision and candidate, the step reached (written to
+    the revision's meta file before each step, so an interrupted one can be explained), and
+    whether anything was applied (then a failure must put the previous revision back)."""
+
+    state: StateStore
+    cluster: str
+    number: int
+    app_name: str
+    meta: dict[str, Any]
+    result: RolloutResult
+    progress: Callable[[str], None]
+    applied: bool = False
+
+    def step(self, text: str) -> None:
+        self.result.steps.append(text)
+        self.progress(text)
+
+    def reach(self, where: str) -> None:
+        self.meta["step"] = where
+        self.state.save_revision_meta(self.cluster, self.number, self.meta)
+
+
 # (Ray nodes with usage, [] when unknown; cores of the smallest node, None when unknown) -> Desired
 DesiredFactory = Callable[[list, "int | None"], Desired]
 
@@ -231,16 +255,8 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
     meta: dict[str, Any] = {"app_name": served_as.name, "candidate": app.name, "decision": attempt.decision.to_dict(),
                             "served_name": desired.served_name, "model_source": desired.model_source,
                             "rollback_of": desired.rollback_of, "steps": result.steps}  # fmt: skip
-
-    def step(text: str) -> None:
-        result.steps.append(text)
-        deps.progress(text)
-
-    def reach(where: str) -> None:
-        meta["step"] = where
-        state.save_revision_meta(name, number, meta)
-
-    applied = False
+    trail = Trail(state, name, number, app.name, meta, result, deps.progress)
+    step, reach = trail.step, trail.reach
     try:
         reach("check the model path on the nodes")
         if options.check_model_path:
@@ -248,7 +264,7 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         keep = [attempt.restore.config] if side and attempt.restore.config else []
         reach(f"apply {app.name} ({attempt.decision.kind})")
         t_apply = deps.clock()
-        applied = True
+        trail.applied = True
         put(apis.serve, [*keep, app.with_api_key(api_key)], manifest)
         step(f"applied {app.name} on {app.app['route_prefix']} ({attempt.decision.kind})")
         reach(f"wait for {app.name} to run")
@@ -282,7 +298,7 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         if attempt.current is not None and attempt.current.number != number:
             state.update_revision(name, attempt.current.number, "rolled_back" if desired.rollback_of is not None else "superseded")
     except BaseException as exc:  # every way out puts the previous revision back
-        _fail(attempt, link, deps, number, app.name, meta, step, exc, applied)
+        _fail(attempt, link, deps, trail, exc)
     meta.update({"step": "done", "cold_load_s": result.cold_load_s, "first_token_s": result.first_token_s})
     state.save_revision_meta(name, number, meta)
     result.config = served_as.app
@@ -298,13 +314,13 @@ def _what_failed(exc: BaseException) -> tuple[str, str | None]:
     return f"{type(exc).__name__}: {message}", getattr(exc, "hint", None)
 
 
-def _fail(attempt: Attempt, link: Link, deps: ServingDeps, number: int, app_name: str, meta: dict[str, Any],
-          step: Callable[[str], None], exc: BaseException, applied: bool) -> None:  # fmt: skip
+def _fail(attempt: Attempt, link: Link, deps: ServingDeps, trail: Trail, exc: BaseException) -> None:
     """Put the previous revision back, record what happened, raise the error to report.
 
     A second interrupt during the restore is not caught: the revision stays pending and the next
     rollout repairs it. A restore that cannot reach Serve leaves it pending for the same reason."""
     state, name = deps.state, attempt.manifest.name
+    number, app_name, meta, step, applied = trail.number, trail.app_name, trail.meta, trail.step, trail.applied
     what, detail = _what_failed(exc)
     if isinstance(exc, Failure) and (not detail or "Traceback" in detail):
         try:

@@ -319,7 +319,11 @@ def restore_plan(manifest: Manifest, current: Revision | None, serving: decision
     served = meta.get("served_name") or _model_id(current.config) or current.model
     running = status.app(serving.app_name)
     if running is not None and running.deployed_config:
-        return RestorePlan(current.number, serving.app_name, dict(running.deployed_config), served, serving.live)
+        # As Serve runs it (re-applying it changes nothing); a placeholder an older orch deployed
+        # there gets its real value.
+        deployed = fill_secrets(running.deployed_config, manifest.env, deps.environ)
+        if not unfilled(deployed):
+            return RestorePlan(current.number, serving.app_name, deployed, served, serving.live)
     filled = fill_secrets(current.config, manifest.env, deps.environ)
     left = unfilled(filled)
     app = RenderedApp(app=filled).renamed(serving.app_name, PUBLIC_ROUTE)

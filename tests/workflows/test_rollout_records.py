@@ -122,3 +122,17 @@ def test_a_fresh_deploy_never_deletes_a_running_application_without_allow_downti
     assert set(world.serve.apps) == {"orch-r7"}
     res = world.rollout(options=RolloutOptions(timeout_s=60, probe_timeout_s=10, allow_downtime=True), max_model_len=2048)
     assert res.action == "fresh" and set(world.serve.apps) == {"orch-r2"}
+
+
+def test_a_placeholder_an_older_orch_deployed_is_replaced_not_copied(tmp_path):
+    """Before the fix a rollback deployed HF_TOKEN=<redacted>; the next rollout keeps that
+    application beside its candidate, and must not PUT the placeholder again."""
+    world = make_world(tmp_path, WITH_SECRET)
+    world.rollout(options=OPTIONS)
+    broken = json.loads(json.dumps(world.serve.apps["orch-r1"]))
+    _env_vars(broken)["HF_TOKEN"] = "<redacted>"
+    world.serve.apps["orch-r1"] = broken
+    world.rollout(options=OPTIONS, max_model_len=2048)
+    candidate_put = world.serve.bodies[-2]
+    assert "<redacted>" not in json.dumps(candidate_put)
+    assert _env_vars(candidate_put["applications"][0])["HF_TOKEN"] == SECRET
