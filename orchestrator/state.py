@@ -348,7 +348,7 @@ class StateStore:
         with self._connect() as conn:
             cur = conn.execute(
                 "UPDATE revisions SET app_name = ?, config_json = ? WHERE cluster = ? AND number = ?",
-                (app_name, json.dumps(redact(config), sort_keys=True, default=str), cluster, number),
+                (app_name, json.dumps(redact_secrets(config), sort_keys=True, default=str), cluster, number),
             )
             if cur.rowcount == 0:
                 raise StateError(f"cluster {cluster!r} has no revision {number}", hint="see `orch status` for revisions")

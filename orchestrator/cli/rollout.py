@@ -19,7 +19,6 @@ import click
 
 from orchestrator.cli.output import console, print_json
 from orchestrator.cli.wiring import progress_display, resolve_manifest, rollout_deps
-from orchestrator.errors import UsageError
 
 
 def _engine_args(values: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:

@@ -8,7 +8,6 @@ functions so that ``orch --help`` and ``orch validate`` stay fast.
 from __future__ import annotations
 
 import os
-
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
