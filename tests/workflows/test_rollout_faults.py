@@ -10,7 +10,7 @@ Faults, at the first call of a step:
 - ``sigkill``: orch is SIGKILLed (a forked child runs the rollout and kills itself at the step;
   nothing of orch's own cleanup runs; Serve's state is what the fake kept in its file).
 
-The world is tests/workflows/serving_world.py: a scripted declarative Serve, an endpoint that
+The world is tests/workflows/rollout_world.py: a scripted declarative Serve, an endpoint that
 answers only where an application runs, a real state database, an injected clock.
 """
 
@@ -26,7 +26,7 @@ from orchestrator.cluster_lock import ClusterBusy
 from orchestrator.errors import RolloutFailed, RolloutInterrupted, ServeError, UnreachableError
 from orchestrator.serve.client import ServeApiError
 from orchestrator.workflows.rollout import RolloutOptions
-from tests.workflows.serving_world import KEY, MANIFEST, FakeServe, ServeEndpoint, _nodes, make_world
+from tests.workflows.rollout_world import KEY, MANIFEST, FakeServe, ServeEndpoint, _nodes, make_world
 
 SIDE_BY_SIDE_STEPS = ["model_path", "apply", "wait", "probe", "switch", "wait_switch", "probe_live", "record_ready"]
 IN_PLACE_STEPS = ["model_path", "apply", "wait", "probe", "record_ready"]

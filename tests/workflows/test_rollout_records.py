@@ -13,7 +13,7 @@ import pytest
 from orchestrator.errors import UsageError
 from orchestrator.workflows.rollout import RolloutOptions, execute
 from orchestrator.workflows.rollout_setup import desired_for_revision
-from tests.workflows.serving_world import KEY, MANIFEST, _nodes, make_world
+from tests.workflows.rollout_world import KEY, MANIFEST, _nodes, make_world
 
 OPTIONS = RolloutOptions(timeout_s=60, probe_timeout_s=10)
 SECRET = "hf_secret-value-for-tests"

@@ -12,7 +12,7 @@ from orchestrator.remote.fake import result
 from orchestrator.status.serving import revision_app
 from orchestrator.workflows.rollout import RolloutOptions, execute
 from orchestrator.workflows.rollout_setup import desired_for_revision
-from tests.workflows.serving_world import KEY, TRACEBACK, _nodes, make_world
+from tests.workflows.rollout_world import KEY, TRACEBACK, _nodes, make_world
 
 
 @pytest.fixture

@@ -73,6 +73,12 @@ class FakeServe:
         serve.apps, serve.polls, serve.deployed = data["apps"], data["polls"], data["deployed"]
         return serve
 
+    def last_seen(self, name):
+        """The status orch's last poll got for ``name`` (None: never polled since it deployed)."""
+        script = self.scripts.get(name, ["DEPLOYING", "RUNNING"])
+        polls = self.polls.get(name, 0)
+        return script[min(polls - 1, len(script) - 1)] if name in self.apps and polls > 0 else None
+
     def state_of(self, name):
         """The status Serve reports for ``name`` now, without counting a poll."""
         script = self.scripts.get(name, ["DEPLOYING", "RUNNING"])
@@ -131,8 +137,7 @@ class ServeEndpoint(FakeEndpoint):
 
     def probe(self, route, model, key):
         serve = self.world.serve
-        self.ok = any(cfg["route_prefix"] == route and serve.polls.get(n, 0) > 0 and serve.scripts.get(n, ["DEPLOYING", "RUNNING"])[
-            min(serve.polls[n] - 1, len(serve.scripts.get(n, ["DEPLOYING", "RUNNING"])) - 1)] == "RUNNING" for n, cfg in serve.apps.items())
+        self.ok = any(cfg["route_prefix"] == route and serve.last_seen(name) == "RUNNING" for name, cfg in serve.apps.items())
         return super().probe(route, model, key)
 
 
