@@ -116,6 +116,12 @@ class RolloutFailed(OrchError):
         self.rolled_back = rolled_back
 
 
+class RolloutInterrupted(RolloutFailed):
+    """Ctrl-C (or SIGTERM) stopped a rollout; the previous revision was put back first."""
+
+    exit_code = 130
+
+
 class StateError(OrchError):
     """The local state database is missing what a command needs (no cluster up, no revision)."""
 
@@ -144,4 +150,5 @@ EXIT_CODES: dict[int, str] = {
     5: "cluster bring-up or state failed",
     6: "serving: Serve API error or rollout failed (rolled back when possible)",
     7: "acceptance test failed",
+    130: "interrupted (Ctrl-C, SIGTERM); a rollout puts the previous revision back before it exits",
 }

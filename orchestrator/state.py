@@ -8,8 +8,12 @@ Tables
   ``orch status`` works without the file), head address, dashboard port, the Ray node id of each
   orch node (JSON), Ray version, state (``up``/``down``), created/updated times.
 - ``revisions``: one row per rollout attempt of a cluster, numbered 1, 2, ... per cluster:
-  model, plan (JSON), config fingerprint, config (JSON, secrets redacted), status
-  (pending|ready|failed|rolled_back|superseded), error, created/finished times.
+  model, plan (JSON), config fingerprint, config (JSON, secrets redacted), the Serve application
+  it serves as, status (pending|ready|failed|rolled_back|superseded), error, created/finished
+  times. A revision left ``pending`` by an orch that stopped (killed, Ctrl-C, lost connection)
+  is what the next rollout repairs.
+- Per-revision details without a column (decision, steps, cold-load time) live in
+  ``clusters/<name>/revisions/<n>.json``, written atomically (temp file + rename).
 
 The schema is versioned with ``PRAGMA user_version``; ``MIGRATIONS`` only ever grows, so an older
 database is upgraded in place and a newer one is refused (StateError) instead of being damaged.
@@ -71,6 +75,9 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX IF NOT EXISTS revisions_by_status ON revisions (cluster, status, number)",
     ],
+    # 2: the Serve application a revision serves as (was only in the meta file, whose loss made
+    # a rollout take the live application for gone)
+    ["ALTER TABLE revisions ADD COLUMN app_name TEXT"],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -120,12 +127,14 @@ class Revision:
     error: str | None
     created_at: float
     finished_at: float | None
+    app_name: str | None = None  # the Serve application it serves as (None: not recorded)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "cluster": self.cluster,
             "number": self.number,
             "model": self.model,
+            "app_name": self.app_name,
             "plan": self.plan,
             "config_fingerprint": self.config_fingerprint,
             "config": self.config,
@@ -291,12 +300,6 @@ class StateStore:
         return cur.rowcount > 0
 
     # ------------------------------------------------------------------ revisions
-    def next_revision(self, cluster: str) -> int:
-        """The number the next ``add_revision`` of this cluster will get (1 for the first)."""
-        with self._connect() as conn:
-            row = conn.execute("SELECT MAX(number) FROM revisions WHERE cluster = ?", (cluster,)).fetchone()
-        return int(row[0] or 0) + 1
-
     def add_revision(
         self,
         cluster: str,
@@ -306,7 +309,9 @@ class StateStore:
         config: dict[str, Any] | None = None,
         status: str = "pending",
     ) -> Revision:
-        """Append a revision with the next number (atomically: two writers never share one)."""
+        """Append a revision with the next number (atomically: two writers never share one).
+        Anything named after the number (the Serve application) is set afterwards with
+        ``set_served_as``: a number guessed before the insert could be taken by another writer."""
         _check_status(status)
         now = self._clock()
         finished = now if status in FINISHED_STATUSES else None
@@ -337,6 +342,18 @@ class StateStore:
                 raise
             out = conn.execute("SELECT * FROM revisions WHERE cluster = ? AND number = ?", (cluster, number)).fetchone()
         return _revision_from_row(out)
+
+    def set_served_as(self, cluster: str, number: int, app_name: str, config: dict[str, Any]) -> Revision:
+        """Record the Serve application a revision serves as and its config (stored redacted)."""
+        with self._connect() as conn:
+            cur = conn.execute(
+                "UPDATE revisions SET app_name = ?, config_json = ? WHERE cluster = ? AND number = ?",
+                (app_name, json.dumps(redact_secrets(config), sort_keys=True, default=str), cluster, number),
+            )
+            if cur.rowcount == 0:
+                raise StateError(f"cluster {cluster!r} has no revision {number}", hint="see `orch status` for revisions")
+            row = conn.execute("SELECT * FROM revisions WHERE cluster = ? AND number = ?", (cluster, number)).fetchone()
+        return _revision_from_row(row)
 
     def update_revision(self, cluster: str, number: int, status: str, error: str | None = None) -> Revision:
         """Set a revision's status (and error); finishing statuses stamp ``finished_at``."""
@@ -374,11 +391,27 @@ class StateStore:
             ).fetchone()
         return _revision_from_row(row) if row else None
 
-    # ------------------------------------------------------------------ secrets
+    # ------------------------------------------------------------------ files
     def cluster_dir(self, name: str) -> Path:
         if not name or "/" in name or name.startswith("."):
             raise ValueError(f"bad cluster name for a folder: {name!r}")
         return self.state_dir / "clusters" / name
+
+    def revision_meta_path(self, cluster: str, number: int) -> Path:
+        return self.cluster_dir(cluster) / "revisions" / f"{int(number)}.json"
+
+    def save_revision_meta(self, cluster: str, number: int, meta: Mapping[str, Any]) -> None:
+        """A revision's details (JSON), replaced atomically: a reader sees the old or the new file."""
+        write_atomic(self.revision_meta_path(cluster, number), json.dumps(dict(meta), indent=1, sort_keys=True, default=str))
+
+    def revision_meta(self, cluster: str, number: int) -> dict[str, Any] | None:
+        """A revision's details; None when the file is missing or unreadable (callers must not
+        take a lost file for "nothing was recorded")."""
+        try:
+            data = json.loads(self.revision_meta_path(cluster, number).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
 
     def facts_path(self, name: str) -> Path:
         """The node facts (JSON) that the last `orch up` of the cluster probed."""
@@ -386,11 +419,7 @@ class StateStore:
 
     def save_facts(self, name: str, facts: Mapping[str, Mapping[str, Any]]) -> None:
         """Keep what `orch up` probed (node name -> ``NodeFacts.to_dict()``) for the planner."""
-        path = self.facts_path(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"probed_at": self._clock(), "nodes": dict(facts)}, default=str))
-        tmp.replace(path)
+        write_atomic(self.facts_path(name), json.dumps({"probed_at": self._clock(), "nodes": dict(facts)}, default=str))
 
     def load_facts(self, name: str) -> dict[str, dict[str, Any]] | None:
         try:
@@ -419,6 +448,21 @@ class StateStore:
         token = generate()
         write_secret(self.token_path(name), token)
         return token
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` through a temp file in the same folder (fsynced, then
+    renamed): a crash leaves the old file or the new one, never a truncated one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_secret(path: Path, text: str) -> None:
@@ -483,4 +527,5 @@ def _revision_from_row(row: sqlite3.Row) -> Revision:
         error=row["error"],
         created_at=float(row["created_at"]),
         finished_at=None if row["finished_at"] is None else float(row["finished_at"]),
+        app_name=row["app_name"],
     )

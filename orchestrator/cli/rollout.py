@@ -9,6 +9,9 @@ dependencies and prints the decision, the plan, the rendered config (key redacte
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +19,30 @@ import click
 
 from orchestrator.cli.output import console, print_json
 from orchestrator.cli.wiring import progress_display, resolve_manifest, rollout_deps
-from orchestrator.errors import UsageError
 
 
 def _engine_args(values: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
-    import yaml
+    from orchestrator.serve.config import parse_engine_arg
 
-    out = []
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--engine-arg {item!r}: expected KEY=VALUE", hint="e.g. --engine-arg max_num_seqs=64")
-        out.append((key.strip().replace("-", "_"), yaml.safe_load(raw)))
-    return tuple(out)
+    return tuple(parse_engine_arg(item) for item in values)
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """`kill PID` stops a rollout the way Ctrl-C does: the previous revision is put back first."""
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (an embedding caller): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_result(result, as_json: bool, dry_run: bool) -> None:
@@ -37,13 +51,15 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
         return
     out = console()
     d = result.decision
+    for note in getattr(result, "repaired", []):
+        out.print(f"repaired: {note}", markup=False)
     if result.action == "noop":
         out.print(f"nothing to do: {d['reason']}")
         return
     if dry_run:
         import yaml
 
-        from orchestrator.serve.config import mask_api_key
+        from orchestrator.serve.secrets import for_display
 
         out.print(f"[bold]plan[/bold] for {result.model}: TP={result.plan.get('tp')} PP={result.plan.get('pp')} "
                   f"replicas={result.plan.get('replicas')} max_model_len={result.plan.get('max_model_len')}")  # fmt: skip
@@ -51,7 +67,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
             out.print(f"  - {reason}", markup=False)
         out.print(f"[bold]decision[/bold]: {d['kind']}: {d['reason']}")
         out.print("[bold]rendered Serve application[/bold] (API key redacted):")
-        click.echo(yaml.safe_dump(mask_api_key(result.config), sort_keys=False))
+        click.echo(yaml.safe_dump(for_display(result.config), sort_keys=False))
         return
     out.print(f"revision {result.revision} ready: {result.app_name} serves '{result.model}' ({d['kind']})")
     if result.cold_load_s is not None:
@@ -102,7 +118,7 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
     )  # fmt: skip
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s)
     api_key = os.environ.get(manifest.serve.api_key_env) or None
-    with progress_display(enabled=not as_json) as progress:
+    with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():
         shape = planning_shape(manifest, StateStore(state_dir))
         result = execute(manifest, desired_for_model(manifest, request, shape=shape), api_key, rollout_deps(manifest, state_dir, progress), options)
     _print_result(result, as_json, dry_run)
@@ -131,8 +147,8 @@ def rollback(ctx, cluster_yaml, to, dry_run, allow_downtime, timeout_s, as_json)
     state_dir = ctx.obj["state_dir"]
     manifest = resolve_manifest(cluster_yaml, state_dir, "rollout")
     build = desired_for_revision(StateStore(state_dir), manifest.name, to)
-    options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s)
+    options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s, command="rollback")
     api_key = os.environ.get(manifest.serve.api_key_env) or None
-    with progress_display(enabled=not as_json) as progress:
+    with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():
         result = execute(manifest, build, api_key, rollout_deps(manifest, state_dir, progress), options)
     _print_result(result, as_json, dry_run)

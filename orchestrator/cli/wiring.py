@@ -7,6 +7,7 @@ functions so that ``orch --help`` and ``orch validate`` stay fast.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,6 +81,7 @@ def rollout_deps(manifest: Manifest, state_dir: Path, progress: Progress) -> Ser
         open_apis=open_cluster_apis,
         validate=validate_app,
         progress=progress,
+        environ=os.environ,  # where the secrets of a stored config (rollback, restore) come from
     )
 
 

@@ -374,8 +374,12 @@ class _Forward:
             except (OSError, ValueError):  # ValueError: select on a socket closed meanwhile
                 return
             try:
+                # The runner's live transport, not the one the forward started on: when the SSH
+                # connection dropped since (sshd restarted, a network blip), this re-dials, so a
+                # caller polling through the tunnel (a rollout watching Serve) gets through again.
+                self.transport = self.runner._transport()
                 chan = self.transport.open_channel("direct-tcpip", self.remote, peer, timeout=self.runner.connect_timeout)
-            except (paramiko.SSHException, OSError, EOFError):
+            except (paramiko.SSHException, OSError, EOFError, RemoteError):
                 conn.close()  # the client sees the connection close, as with ssh -L
                 continue
             self.pumps.append((conn, chan))

@@ -158,6 +158,45 @@ class RenderedApp:
         return RenderedApp(app=app, stage_nodes=self.stage_nodes, notes=self.notes)
 
 
+# vLLM engine argument names are Python identifiers in snake case (``AsyncEngineArgs`` fields);
+# anything else (quotes, spaces, YAML syntax) is refused before it gets near the template.
+ENGINE_ARG_KEY = re.compile(r"[a-z][a-z0-9_]*\Z")
+# Set by orch from the plan, the flags or the key: an --engine-arg may not override them.
+RESERVED_ENGINE_ARGS = ("api_key", "model", "served_model_name", "tensor_parallel_size", "pipeline_parallel_size",
+                        "max_model_len", "dtype")  # fmt: skip
+
+
+def check_engine_arg_key(key: str) -> None:
+    """Refuse an engine argument name that is not a plain vLLM name, or one orch sets itself."""
+    if not isinstance(key, str) or not ENGINE_ARG_KEY.match(key):
+        raise ServeConfigError(
+            f"engine argument name {key!r} is not a vLLM engine argument name (lowercase letters, digits and _)",
+            hint="e.g. --engine-arg max_num_seqs=64 (vLLM's flag --max-num-seqs without the dashes)",
+        )
+    if key in RESERVED_ENGINE_ARGS:
+        raise ServeConfigError(f"engine argument {key!r} is set by orch", hint="use the matching orch flag (--tp, --pp, --max-model-len, --dtype, --served-name)")
+
+
+def parse_engine_arg(item: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of --engine-arg -> (vLLM name, value). The value is YAML (``64``, ``true``,
+    ``[1, 2]``, ``{a: 1}``) without anchors or aliases; bad input is a ServeConfigError (exit 2)."""
+    import yaml
+
+    key, sep, raw = item.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key:
+        raise ServeConfigError(f"--engine-arg {item!r}: expected KEY=VALUE", hint="e.g. --engine-arg max_num_seqs=64")
+    check_engine_arg_key(key)
+    try:
+        if any(isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None) for ev in yaml.parse(raw, Loader=yaml.SafeLoader)):
+            raise ServeConfigError(f"--engine-arg {key}: YAML anchors and aliases (& and *) are not allowed in a value",
+                                   hint="write the value out in full")  # fmt: skip
+        return key, yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ServeConfigError(f"--engine-arg {key}: the value is not valid YAML: {' '.join(str(exc).split())}",
+                               hint="quote it, e.g. --engine-arg 'name=\"a value\"'") from exc  # fmt: skip
+
+
 # ----------------------------------------------------------------------------------------------
 # Pure helpers
 
@@ -309,9 +348,8 @@ def render_app(
     if plan.kv_cache_dtype and plan.kv_cache_dtype != "auto":
         engine_extra["kv_cache_dtype"] = plan.kv_cache_dtype
     engine_extra.update(dict(extra_engine_kwargs or {}))
-    for reserved in ("api_key", "model", "served_model_name", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "dtype"):
-        if reserved in engine_extra:
-            raise ServeConfigError(f"engine argument {reserved!r} is set by orch", hint="use the matching orch flag")
+    for key in engine_extra:
+        check_engine_arg_key(key)
     autoscaling = None
     if defaults.autoscaling_max_replicas and defaults.autoscaling_max_replicas > plan.replicas:
         autoscaling = {
@@ -351,7 +389,10 @@ def render_app(
         autoescape=False,
     )
     text = env.from_string(read_text("templates", TEMPLATE_NAME)).render(**context)
-    app = yaml.safe_load(text)
+    try:
+        app = yaml.safe_load(text)
+    except yaml.YAMLError as exc:  # every value goes through tojson: this is a bug, said as one
+        raise ServeConfigError(f"the rendered Serve config is not valid YAML: {exc}", hint="report it with --debug output") from exc
     notes = []
     if stage_nodes:
         notes.append("pipeline stages pinned to nodes: " + ", ".join(f"stage {i}: {n}" for i, n in enumerate(stage_nodes)))

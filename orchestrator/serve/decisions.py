@@ -5,6 +5,9 @@ with what Serve runs now, and picks one of:
 
 - ``noop``: the serving revision has the same fingerprint and its application is RUNNING.
 - ``fresh``: nothing serves yet (first rollout, or Serve lost the app): deploy on the public route.
+  A fresh deploy replaces every application Serve runs, so it is refused while any of them is
+  RUNNING (unless ``--allow-downtime``), and whenever the serving revision's application name is
+  unknown (a lost record must not read as "nothing serves").
 - ``side_by_side``: the cluster has room for a second copy: the new revision comes up as a
   candidate application on its own route and must answer a real completion there; then the live
   application takes the new config and Serve rolls it with a surge (the new replica beside the
@@ -69,6 +72,7 @@ class Serving:
     app_name: str | None = None
     app_status: str | None = None  # RUNNING, DEPLOYING, DEPLOY_FAILED... None: not in Serve
     cold_load_s: float | None = None  # measured when that revision came up
+    running_apps: tuple[str, ...] = ()  # every application Serve reports RUNNING
 
     @property
     def live(self) -> bool:
@@ -96,11 +100,22 @@ def decide(
     """Pick the kind of rollout (see the module doc)."""
     if serving.revision is not None and serving.fingerprint == desired_fingerprint and serving.live:
         return Decision(NOOP, f"revision {serving.revision} already serves this config ({serving.app_name} RUNNING)")
+    if serving.revision is not None and serving.app_name is None:
+        why = f"revision {serving.revision} is recorded as serving but the name of its Serve application is not (its record is incomplete)"
+        if allow_downtime:
+            return Decision(FRESH, f"{why}: replacing whatever Serve runs (--allow-downtime)", downtime_s=downtime_s)
+        return Decision(REFUSE, f"{why}: orch will not replace what Serve runs without --allow-downtime", downtime_s=downtime_s)
     if serving.revision is None or not serving.live:
         if serving.revision is None:
             why = "no revision serves yet"
         else:
             why = f"revision {serving.revision}'s application {serving.app_name} is {serving.app_status or 'not in Serve'}"
+        if serving.running_apps and not allow_downtime:
+            return Decision(
+                REFUSE,
+                f"{why}, but Serve runs {', '.join(serving.running_apps)}: a fresh deploy would delete it",
+                downtime_s=downtime_s,
+            )
         return Decision(FRESH, f"{why}: deploy on the public route")
     if room_for_copy:
         return Decision(

@@ -42,12 +42,14 @@ NODE_HEARTBEAT_LOST = "NODE_HEARTBEAT_LOST"  # the doctor's code for a node Ray 
 NODE_UNREACHABLE = "NODE_UNREACHABLE"
 SERVE_API_ERROR = "SERVE_API_ERROR"  # the rollout code's runbook for a failing Serve REST API
 ENGINE_DEAD = "ENGINE_DEAD"
+ROLLOUT_INTERRUPTED = "ROLLOUT_INTERRUPTED"
 
 # The codes this module introduces (code -> title), for the runbooks index and its test.
 CODES: dict[str, str] = {
     REPLICA_UNHEALTHY: "A Serve replica or deployment is not healthy",
     SERVE_APP_NOT_RUNNING: "The serving revision's Serve application is not RUNNING",
     ENDPOINT_PROBE_FAILED: "A real completion through the public endpoint failed",
+    ROLLOUT_INTERRUPTED: "A rollout stopped before it finished (killed, interrupted, disconnected)",
 }
 
 # Replica states that are on their way (warn) rather than broken (fail).
@@ -203,7 +205,7 @@ def revision_app(revision: Any) -> tuple[str | None, list[str], dict[str, int]]:
     """From a revision record: its application name, model ids and max_model_len per model
     (read from the stored config, which is the rendered Serve application)."""
     config = getattr(revision, "config", None) or {}
-    name = config.get("name") if isinstance(config, Mapping) else None
+    name = getattr(revision, "app_name", None) or (config.get("name") if isinstance(config, Mapping) else None)
     models: list[str] = []
     lens: dict[str, int] = {}
     llm_configs = ((config.get("args") or {}).get("llm_configs") or []) if isinstance(config, Mapping) else []
@@ -337,14 +339,19 @@ def build_serving_status(
     endpoint: str | None = None,
     serve_error: tuple[str, str | None] | None = None,
     metrics_error: str | None = None,
+    pending: Sequence[tuple[int, str | None]] = (),
+    rollout_holder: str | None = None,
 ) -> ServingStatus:
     """Join the inputs (see the module doc). ``serve``: a ``serve_client.ServeStatus`` (None when
     the dashboard could not be read; ``serve_error`` = (message, hint) then). ``engine_logs``:
-    replica id -> the engine lines read from its worker log; ``log_errors``: replica id -> why not."""
+    replica id -> the engine lines read from its worker log; ``log_errors``: replica id -> why not.
+    ``pending``: (number, step reached) of revisions recorded as pending; ``rollout_holder``: who
+    holds the cluster's lock (a rollout in flight), None when nobody does."""
     engine_logs = engine_logs or {}
     log_errors = log_errors or {}
     problems: list[Problem] = _node_problems(nodes)
     notes: list[str] = []
+    problems.extend(_interrupted_problems(pending, rollout_holder, revision, notes))
     app_name, model_ids, max_lens = revision_app(revision) if revision is not None else (None, [], {})
     rev_view = (
         RevisionView(revision.number, revision.model, revision.status, revision.config_fingerprint,
@@ -414,6 +421,25 @@ def build_serving_status(
         other_apps=others,
         notes=tuple(notes),
     )
+
+
+def _interrupted_problems(pending: Sequence[tuple[int, str | None]], holder: str | None, revision: Any | None,
+                          notes: list[str]) -> list[Problem]:  # fmt: skip
+    """A pending revision while a rollout holds the lock is in flight (a note); without one, an
+    orch stopped in the middle of it (a problem saying what the next rollout does about it)."""
+    if not pending:
+        return []
+    if holder is not None:
+        notes.append(f"a rollout is in progress: {holder} (revision {', '.join(str(n) for n, _ in pending)})")
+        return []
+    back = f"puts revision {revision.number} back" if revision is not None else "removes what it left"
+    return [
+        _problem("warn", ROLLOUT_INTERRUPTED, f"revision {number}",
+                 f"revision {number} was interrupted at step '{step or 'before its first step'}': orch stopped before it finished "
+                 "(killed, interrupted or disconnected), and Serve may still run what it left",
+                 f"the next `orch rollout` or `orch rollback` repairs it: it {back} and records revision {number} as failed")  # fmt: skip
+        for number, step in pending
+    ]
 
 
 def _filter_ids(samples: Sequence[prom.Sample], ids: Sequence[str] | None) -> list[prom.Sample]:

@@ -33,7 +33,6 @@ from orchestrator.serve.client import APP_RUNNING, AppStatus, ServeClient
 from orchestrator.serve.config import deploy_body
 from orchestrator.state import StateStore
 from orchestrator.status.serving import model_of_deployment, pick_app
-from orchestrator.workflows.rollout import load_meta
 
 ENGINE_COMM = "VLLM::EngineCor"  # comm is the first 15 characters of vLLM's "VLLM::EngineCore" title
 COLLECTIVE_ENV_PREFIXES = ("NCCL_", "GLOO_", "VLLM_HOST_IP", "CUDA_VISIBLE_DEVICES", "UCX_", "FI_")
@@ -153,7 +152,7 @@ class ClusterAcceptanceEnv:
         rev = self.state.current_revision(self.manifest.name)
         if rev is None:
             raise StateError(f"cluster {self.manifest.name!r} has no ready revision", hint="orch rollout --model NAME cluster.yaml")
-        meta = load_meta(self.state, self.manifest.name, rev.number)
+        meta = self.state.revision_meta(self.manifest.name, rev.number) or {}
         seconds = meta.get("cold_load_s")
         if seconds is None and rev.finished_at is not None:
             seconds = rev.finished_at - rev.created_at

@@ -24,6 +24,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator import cluster_lock
 from orchestrator.cluster.dashboard import open_dashboard, wait_for_nodes
 from orchestrator.cluster.ray_nodes import (
     GCS_WAIT_ENV,
@@ -256,7 +257,15 @@ def _read_states(runner: Runner, manifest: Manifest, token: str | None, deps: Cl
 
 def up(manifest: Manifest, deps: ClusterDeps, options: UpOptions = UpOptions()) -> UpResult:
     """Bring the cluster to the manifest (see the module doc). Raises PreflightStopped,
-    ClusterError or RemoteError; returns what it did (or would do, with ``dry_run``)."""
+    ClusterError or RemoteError; returns what it did (or would do, with ``dry_run``). Holds the
+    cluster's lock unless it only looks (``check_only``, ``dry_run``): ClusterBusy when taken."""
+    if options.check_only or options.dry_run:
+        return _up(manifest, deps, options)
+    with cluster_lock.hold(deps.state.cluster_dir(manifest.name), manifest.name, "up"):
+        return _up(manifest, deps, options)
+
+
+def _up(manifest: Manifest, deps: ClusterDeps, options: UpOptions) -> UpResult:
     t0 = deps.clock()
     name, head = manifest.name, manifest.head
     with deps.open_runners(manifest) as runners:
@@ -404,7 +413,12 @@ def down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
     """Stop this cluster's Ray and vLLM processes on every node in parallel and remove the node's
     token copy.
     A node that cannot be reached is reported (``unreachable``), not fatal; the recorded cluster
-    is marked down (the local token is kept: the next `up` reuses it)."""
+    is marked down (the local token is kept: the next `up` reuses it). Holds the cluster's lock."""
+    with cluster_lock.hold(deps.state.cluster_dir(manifest.name), manifest.name, "down"):
+        return _down(manifest, deps)
+
+
+def _down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
     t0 = deps.clock()
     deps.progress(f"stopping Ray and vLLM on {len(manifest.nodes)} nodes")
 

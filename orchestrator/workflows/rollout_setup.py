@@ -41,7 +41,7 @@ from orchestrator.serve.config import (
     stage_nodes_for,
 )
 from orchestrator.state import StateStore
-from orchestrator.workflows.rollout import ClusterApis, Desired, load_meta
+from orchestrator.workflows.rollout import ClusterApis, Desired
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ def desired_for_revision(state: StateStore, cluster: str, to: int | None):
             raise StateError(f"cluster {cluster!r} has no revision {to}", hint="`orch status` lists the revisions")
         if target.status in ("pending", "failed"):
             raise StateError(f"revision {to} is {target.status}: only a revision that once served can come back")
-    meta = load_meta(state, cluster, target.number)
+    meta = state.revision_meta(cluster, target.number) or {}
     app = dict(target.config)
     llm = app.get("args", {}).get("llm_configs", [{}])[0]
     served = meta.get("served_name") or llm.get("model_loading_config", {}).get("model_id") or target.model

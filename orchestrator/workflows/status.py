@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator import cluster_lock
 from orchestrator.bench import prometheus as prom
 from orchestrator.bench.target import parse_discovery
 from orchestrator.doctor.diagnose import node_temp_dirs
@@ -123,6 +124,11 @@ def gather_serving(
     problems or notes of the report, never an exception, except a broken state database."""
     name = manifest.name
     revision = deps.state.current_revision(name)
+    # A pending revision is either in flight (a rollout holds the cluster's lock) or was left by
+    # an orch that stopped in the middle: say which.
+    pending = [(r.number, (deps.state.revision_meta(name, r.number) or {}).get("step"))
+               for r in deps.state.list_revisions(name) if r.status == "pending"]  # fmt: skip
+    holder = cluster_lock.holder(deps.state.cluster_dir(name)) if pending else None
     token = deps.state.read_token(name)
     app_name, model_ids, _ = revision_app(revision) if revision is not None else (None, [], {})
     endpoint = manifest.serve_url()
@@ -170,6 +176,7 @@ def gather_serving(
         serve, revision=revision, probe=probe, engine_logs=engine_logs, log_errors=log_errors,
         metrics_now=metrics_now, metrics_before=metrics_before, window_s=window, nodes=nodes,
         endpoint=endpoint, serve_error=serve_error, metrics_error=metrics_error,
+        pending=pending, rollout_holder=holder.describe() if holder else None,
     )  # fmt: skip
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from orchestrator.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,3 +51,23 @@ def test_rollback_without_revisions_says_so(capsys):
     rc = main(["rollback", str(M405)])
     err = capsys.readouterr().err
     assert rc == 1 and "no earlier revision" in err
+
+
+@pytest.mark.parametrize(
+    "arg, says",
+    [
+        ("'tensor_parallel_size'=1", "is not a vLLM engine argument name"),  # quotes made YAML read it as TP
+        ('"pipeline_parallel_size"=4', "is not a vLLM engine argument name"),
+        ("tensor-parallel-size=1", "'tensor_parallel_size' is set by orch"),
+        ("max_num_seqs: 1\napi_key=x", "is not a vLLM engine argument name"),  # a newline in the key
+        ("max_num_seqs=64\ntensor_parallel_size: 1", "the value is not valid YAML"),  # a newline in the value
+        ("max_num_seqs=&a 64", "anchors and aliases"),
+        ("max_num_seqs=[1, 2", "the value is not valid YAML"),
+    ],
+)
+def test_engine_arg_keys_and_values_that_would_inject_yaml_are_refused_with_exit_2(capsys, arg, says):
+    """Issue 12 item 10: an --engine-arg never reaches the template unchecked."""
+    rc = main(["rollout", "--model", "llama3-405b", "--model-path", "/m", "--max-model-len", "8192", str(M405), "--engine-arg", arg, "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err, err
+    assert "internal error" not in err and "Traceback" not in err

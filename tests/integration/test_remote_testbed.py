@@ -241,6 +241,13 @@ def test_forward_reaches_a_port_bound_to_the_hosts_loopback(bed):
             local = r.forward("127.0.0.1", port)
             body = urllib.request.urlopen(f"http://127.0.0.1:{local}/gpus.json", timeout=10).read()
             assert b"NVIDIA H100 80GB HBM3" in body
+            # Issue 12: the SSH connection under the tunnel drops (sshd restarted, a network
+            # blip); the next connection through the same local port re-dials instead of failing
+            # until orch exits.
+            dropped = r._client.get_transport()
+            dropped.close()
+            body = urllib.request.urlopen(f"http://127.0.0.1:{local}/gpus.json", timeout=10).read()
+            assert b"NVIDIA H100 80GB HBM3" in body and r._client.get_transport() is not dropped
         with pytest.raises(OSError):  # closed with the runner
             urllib.request.urlopen(f"http://127.0.0.1:{local}/gpus.json", timeout=2)
     finally:

@@ -201,3 +201,64 @@ def test_405b_shaped_plan_places_8_bundles_on_each_of_2_nodes(ray_testbed_cluste
     # Stage i's bundles (ranks 8i..8i+7) sit on stage i's node.
     for index, node_id in placed["bundles_to_node_id"].items():
         assert node_id == ids[desired.rendered.stage_nodes[int(index) // 8]]
+
+
+def test_orch_killed_mid_deploy_leaves_the_old_revision_serving_and_the_next_rollout_repairs(served_tiny, capsys, tmp_path):
+    """Issue 12 (Done-when): a real `orch rollout` process is SIGKILLed right after it applied
+    its candidate; the serving revision answers throughout, `orch status` explains what was left,
+    and the next rollout removes the candidate and records the interrupted revision as failed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from orchestrator.cli import main
+    from orchestrator.state import StateStore
+
+    manifest, state = served_tiny.manifest, StateStore(served_tiny.cluster.state_dir)
+    current = state.current_revision(manifest.name)
+    number = max(r.number for r in state.list_revisions(manifest.name)) + 1  # the one the killed orch records
+    # The request that serves now (an earlier test may have changed max_num_seqs): the repairing
+    # rollout asks for it, so it has nothing to deploy after the repair.
+    seqs = current.config["args"]["llm_configs"][0]["engine_kwargs"].get("max_num_seqs")
+    serving_now = (("max_num_seqs", seqs),) if seqs else ()
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+               **{manifest.serve.api_key_env: served_tiny.api_key})  # fmt: skip
+    argv = [sys.executable, "-m", "orchestrator", "--state-dir", str(served_tiny.cluster.state_dir), "rollout",
+            str(served_tiny.manifest_path), "--model", str(served_tiny.model_path), "--served-name", "tiny", "--replicas", "1",
+            "--max-model-len", str(MAX_MODEL_LEN), "--engine-arg", f"max_num_seqs={(seqs or 256) - 8}"]  # fmt: skip
+    log = tmp_path / "orch-rollout.err"
+    with BackgroundClient(served_tiny) as client, log.open("w") as err:
+        proc = subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            deadline = time.monotonic() + 300
+            # Mid-deploy: the candidate was PUT and orch is watching it start.
+            while not str((state.revision_meta(manifest.name, number) or {}).get("step", "")).startswith("wait for"):
+                assert proc.poll() is None, f"orch rollout ended before the kill: {log.read_text()[-2000:]}"
+                assert time.monotonic() < deadline, f"orch rollout never reached its apply: {log.read_text()[-2000:]}"
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        assert state.get_revision(manifest.name, number).status == "pending"
+        assert _chat(served_tiny.endpoint, served_tiny.api_key).status_code == 200
+    assert client.fail == 0, client.errors[:5]
+
+    # orch status says what was left and what repairs it.
+    capsys.readouterr()
+    assert main(served_tiny.cluster.cli("status", served_tiny.manifest_path, "--json")) == 0
+    serving = json.loads(capsys.readouterr().out)["serving"]
+    (problem,) = [p for p in serving["problems"] if p["code"] == "ROLLOUT_INTERRUPTED"]
+    assert problem["subject"] == f"revision {number}" and "wait for" in problem["message"], problem
+
+    again = served_tiny.rollout(engine_args=serving_now)
+    assert again.action == "noop" and again.revision == current.number, again.decision
+    assert again.repaired and f"revision {number}" in again.repaired[0], again.repaired
+    interrupted = state.get_revision(manifest.name, number)
+    assert interrupted.status == "failed" and "interrupted at step 'wait for" in interrupted.error
+    assert _chat(served_tiny.endpoint, served_tiny.api_key).status_code == 200

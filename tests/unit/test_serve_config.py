@@ -18,9 +18,11 @@ from orchestrator.serve.config import (
     AppTarget,
     ServeConfigError,
     ServingPlan,
+    check_engine_arg_key,
     config_fingerprint,
     deploy_body,
     mask_api_key,
+    parse_engine_arg,
     ray_accelerator_type,
     render_app,
     stage_nodes_for,
@@ -203,3 +205,24 @@ def test_accelerator_type_ray_does_not_know_is_refused(manifest_405b):
     with pytest.raises(ServeConfigError) as err:
         validate_app(app)
     assert "accelerator_type" in err.value.message and "gpu_type" in err.value.hint
+
+
+def test_engine_argument_names_are_checked_in_the_renderer_and_rendered_as_json_strings():
+    """Issue 12 item 10: even a caller that skips the CLI cannot inject YAML through a key; a
+    plain key renders as a quoted JSON string and comes back unchanged."""
+    for bad in ("'tensor_parallel_size'", "a b", "x\ny", "Max", "1x", "a:b", ""):
+        with pytest.raises(ServeConfigError):
+            check_engine_arg_key(bad)
+    assert parse_engine_arg("max-num-seqs=64") == ("max_num_seqs", 64)
+    assert parse_engine_arg('compilation_config={"level": 0}') == ("compilation_config", {"level": 0})
+
+
+def test_the_renderer_refuses_a_quoted_reserved_key_and_renders_values_verbatim(local_manifest):
+    sp = ServingPlan(tp=1, pp=1, max_model_len=1024)
+    with pytest.raises(ServeConfigError, match="not a vLLM engine argument name"):
+        render_app(local_manifest, sp, _target(), node_resource=node_resource, extra_engine_kwargs={"'tensor_parallel_size'": 1})
+    extra = {"max_num_seqs": 64, "compilation_config": {"level": 0}, "served_model_name_suffix": "a\ntensor_parallel_size: 8"}
+    with pytest.raises(ServeConfigError, match="set by orch"):  # a name orch sets itself
+        render_app(local_manifest, sp, _target(), node_resource=node_resource, extra_engine_kwargs={"dtype": "float16"})
+    kw = render_app(local_manifest, sp, _target(), node_resource=node_resource, extra_engine_kwargs=extra).app["args"]["llm_configs"][0]["engine_kwargs"]
+    assert kw["tensor_parallel_size"] == 1 and {k: kw[k] for k in extra} == extra

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import stat
 import threading
@@ -9,7 +10,7 @@ import threading
 import pytest
 
 from orchestrator.errors import StateError
-from orchestrator.state import REDACTED, SCHEMA_VERSION, StateStore, redact_secrets
+from orchestrator.state import MIGRATIONS, REDACTED, SCHEMA_VERSION, StateStore, redact_secrets
 
 
 class FakeClock:
@@ -73,12 +74,10 @@ def test_delete_cluster_removes_its_revisions_only(store):
 
 
 def test_revision_numbers_are_per_cluster_and_increase(store):
-    assert store.next_revision("a") == 1
     r1 = store.add_revision("a", "m1", plan={"tp": 2}, config_fingerprint="cf1", config={"x": 1})
     r2 = store.add_revision("a", "m2")
     rb = store.add_revision("b", "m1")
     assert (r1.number, r2.number, rb.number) == (1, 2, 1)
-    assert store.next_revision("a") == 3
     assert r1.plan == {"tp": 2} and r1.config == {"x": 1} and r1.config_fingerprint == "cf1"
     assert r1.status == "pending" and r1.finished_at is None
     assert [r.number for r in store.list_revisions("a")] == [1, 2]
@@ -223,3 +222,52 @@ def test_cluster_dir_rejects_path_tricks(store):
     for bad in ("", "../x", "a/b", ".hidden"):
         with pytest.raises(ValueError):
             store.token_path(bad)
+
+
+def test_the_served_application_is_kept_in_the_database(store):
+    """Issue 12 item 5: the application a revision serves as is a column, named after the number
+    the insert gave (not a number guessed before it), stored with the config redacted."""
+    rev = store.add_revision("a", "m")
+    assert rev.app_name is None
+    cfg = {"name": f"orch-r{rev.number}", "runtime_env": {"env_vars": {"HF_TOKEN": "hf_secret"}}}
+    out = store.set_served_as("a", rev.number, f"orch-r{rev.number}", cfg)
+    assert out.app_name == "orch-r1" and store.current_revision("a") is None
+    again = store.get_revision("a", 1)
+    assert again.app_name == "orch-r1" and again.config["runtime_env"]["env_vars"]["HF_TOKEN"] == "<redacted>"
+    with pytest.raises(StateError, match="no revision 9"):
+        store.set_served_as("a", 9, "x", {})
+
+
+def test_a_version_1_database_gains_the_app_name_column_and_keeps_its_rows(tmp_path, clock):
+    state = tmp_path / "state"
+    state.mkdir()
+    conn = sqlite3.connect(state / "state.db")
+    for statement in MIGRATIONS[0]:
+        conn.execute(statement)
+    conn.execute("INSERT INTO revisions (cluster, number, model, status, created_at) VALUES ('a', 1, 'm', 'ready', 1.0)")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    store = StateStore(state, clock=clock)
+    rev = store.current_revision("a")
+    assert rev.number == 1 and rev.app_name is None and store.schema_version == SCHEMA_VERSION
+
+
+def test_revision_meta_is_replaced_atomically_and_a_lost_file_reads_as_none(store, monkeypatch):
+    assert store.revision_meta("a", 1) is None
+    store.save_revision_meta("a", 1, {"app_name": "orch-r1"})
+    path = store.revision_meta_path("a", 1)
+    # A crash in the middle of writing the new text (here: the write raising) leaves the old file.
+    real_replace = os.replace
+
+    def crash(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError):
+        store.save_revision_meta("a", 1, {"app_name": "orch-r1", "steps": ["x" * 1000]})
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert store.revision_meta("a", 1) == {"app_name": "orch-r1"}
+    assert [p.name for p in path.parent.iterdir()] == ["1.json"]  # no temp file left behind
+    path.write_text("")  # an empty file (the old writer's crash) is not a record
+    assert store.revision_meta("a", 1) is None

@@ -9,6 +9,8 @@ import threading
 
 import pytest
 
+from orchestrator import cluster_lock
+from orchestrator.cluster_lock import ClusterBusy
 from orchestrator.errors import ClusterError
 from orchestrator.preflight.findings import finding
 from orchestrator.state import StateStore
@@ -306,3 +308,16 @@ def test_planning_shape_uses_the_gpus_up_probed_only_for_the_manifest_that_is_up
     changed = load_manifest(text.replace("name: c", "name: c\nenv: {X: '1'}"), tmp_path / "cluster.yaml")
     assert changed.fingerprint() != manifest.fingerprint()
     assert not any("probed" in note for note in planning_shape(changed, state).notes)
+
+
+def test_up_and_down_are_refused_while_another_command_holds_the_cluster(env):
+    """Issue 12 item 6: `orch up/down/rollout` of one cluster never interleave."""
+    manifest, world, deps, _ = env
+    with cluster_lock.hold(deps.state.cluster_dir(manifest.name), manifest.name, "rollout"):
+        with pytest.raises(ClusterBusy, match=r"is busy: `orch rollout` \(pid"):
+            up(manifest, deps)
+        with pytest.raises(ClusterBusy, match=r"is busy: `orch rollout` \(pid"):
+            down(manifest, deps)
+        assert up(manifest, deps, UpOptions(check_only=True)).action == "checked"  # looking needs no lock
+    assert world.running == {} and deps.state.get_cluster(manifest.name) is None
+    assert up(manifest, deps).action == "start"  # the lock went with its holder

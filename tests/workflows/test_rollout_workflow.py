@@ -3,152 +3,21 @@ a real StateStore in a temp dir, and an injected clock (no real sleeping)."""
 
 from __future__ import annotations
 
-import copy
 import json
-from contextlib import contextmanager
 
 import pytest
 
-from orchestrator.cluster.ray_nodes import NodeState
 from orchestrator.errors import RolloutFailed, StateError, UsageError
-from orchestrator.manifest.load import load_manifest
-from orchestrator.remote.fake import FakeRunner, Prefix, result
-from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
-from orchestrator.serve.readiness import ProbeResult
-from orchestrator.state import StateStore
+from orchestrator.remote.fake import result
 from orchestrator.status.serving import revision_app
-from orchestrator.workflows.rollout import ClusterApis, RolloutOptions, ServingDeps, execute, load_meta
-from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model, desired_for_revision
-
-KEY = "key-for-tests-0123456789"
-MANIFEST = """
-name: wf
-accelerator: cpu
-nodes:
-  - {name: head, host: 10.0.0.1, role: head, gpus: 0, cpus: 8}
-  - {name: w1, host: 10.0.0.2, gpus: 0, cpus: 8}
-serve: {http_port: 8000, api_key_env: WF_KEY}
-ray: {temp_dir: /tmp/ray-wf}
-"""
-TRACEBACK = (
-    "The deployment failed to start 3 times in a row.\nTraceback (most recent call last):\n"
-    '  File "vllm_engine.py", line 222, in _get_vllm_engine_config\n'
-    "RuntimeError: Failed to create vLLM engine config: max_num_batched_tokens (1) is smaller than max_model_len"
-)
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, s):
-        self.now += s
-
-
-class FakeServe:
-    """Serve's declarative API: apply() records the body; each new app goes through `script`
-    (a list of statuses per poll, the last one repeating)."""
-
-    def __init__(self, scripts=None, message=""):
-        self.bodies = []
-        self.apps: dict[str, dict] = {}
-        self.polls: dict[str, int] = {}
-        self.scripts = scripts or {}
-        self.message = message
-        self.deployed: dict[str, float] = {}
-
-    def apply(self, body):
-        """Like Serve: a new application, or a changed config of an existing one, deploys again
-        (its script restarts and its last_deployed_time_s moves on); an unchanged one stays."""
-        self.bodies.append(copy.deepcopy(body))
-        names = {a["name"] for a in body["applications"]}
-        self.apps = {n: a for n, a in self.apps.items() if n in names}
-        for app in body["applications"]:
-            if self.apps.get(app["name"]) != app:
-                self.polls[app["name"]] = 0
-                self.deployed[app["name"]] = self.deployed.get(app["name"], 0.0) + 1.0
-            self.apps[app["name"]] = copy.deepcopy(app)
-
-    def status(self):
-        out = {}
-        for name, cfg in self.apps.items():
-            script = self.scripts.get(name, ["DEPLOYING", "RUNNING"])
-            i = self.polls.get(name, 0)
-            self.polls[name] = i + 1
-            st = script[min(i, len(script) - 1)]
-            dep_status = {"RUNNING": "HEALTHY", "DEPLOY_FAILED": "DEPLOY_FAILED"}.get(st, "UPDATING")
-            rep = ReplicaStatus("r1", "RUNNING" if st == "RUNNING" else "STARTING", node_id="n-head", log_file_path=f"/serve/replica_{name}.log")
-            dep = DeploymentStatus("LLMServer:tiny", dep_status, message=self.message if st == "DEPLOY_FAILED" else "", replicas=(rep,))
-            out[name] = AppStatus(name, st, route_prefix=cfg["route_prefix"], last_deployed_time_s=self.deployed[name],
-                                  deployments=(dep,), deployed_config=cfg)  # fmt: skip
-        return ServeStatus(applications=out, http_port=8000)
-
-
-class FakeEndpoint:
-    def __init__(self, ok=True, unauth=401):
-        self.ok, self.unauth, self.probes = ok, unauth, []
-
-    def probe(self, route, model, key):
-        self.probes.append((route, model, key))
-        if self.ok:
-            return ProbeResult(True, url="http://10.0.0.1:8000" + route, first_token_s=0.05, output_tokens=8)
-        return ProbeResult(False, url="http://10.0.0.1:8000" + route, status_code=500, error="http: HTTP 500")
-
-    def unauthenticated_status(self, route, model):
-        return self.unauth
-
-
-def _nodes(cpus_used=0.0):
-    return [
-        NodeState("n-head", "head", "10.0.0.1", "ALIVE", True, {"CPU": 8.0}, {"CPU": cpus_used}),
-        NodeState("n-w1", "w1", "10.0.0.2", "ALIVE", False, {"CPU": 8.0}, {"CPU": cpus_used}),
-    ]
+from orchestrator.workflows.rollout import RolloutOptions, execute
+from orchestrator.workflows.rollout_setup import desired_for_revision
+from tests.workflows.rollout_world import KEY, TRACEBACK, _nodes, make_world
 
 
 @pytest.fixture
 def world(tmp_path):
-    manifest = load_manifest(MANIFEST, tmp_path / "cluster.yaml")
-    model = tmp_path / "models" / "tiny"
-    model.mkdir(parents=True)
-    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
-        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 4096,
-        "torch_dtype": "bfloat16", "head_dim": 64}))  # fmt: skip
-    state = StateStore(tmp_path / "state", clock=lambda: 1000.0)
-    state.record_cluster("wf", manifest.fingerprint(), "10.0.0.1", 8265, {"head": "n-head", "w1": "n-w1"})
-
-    class World:
-        pass
-
-    w = World()
-    w.manifest, w.model, w.state, w.clock = manifest, model, state, Clock()
-    w.serve, w.endpoint, w.nodes = FakeServe(), FakeEndpoint(), _nodes()
-    w.runners = {
-        "head": FakeRunner("head", default=result()).on(Prefix("tail"), result(stdout="INFO start\nValueError: from the log\n"))
-        .on(("nproc",), result(stdout="8\n")),
-        "w1": FakeRunner("w1", default=result()).on(("nproc",), result(stdout="4\n")),
-    }
-    w.validated = []
-
-    @contextmanager
-    def open_runners(_m):
-        yield w.runners
-
-    @contextmanager
-    def open_apis(_m, _r, _t):
-        yield ClusterApis(serve=w.serve, nodes=lambda: w.nodes, endpoint=w.endpoint)
-
-    w.deps = ServingDeps(state=state, open_runners=open_runners, open_apis=open_apis, validate=w.validated.append,
-                         clock=w.clock, sleep=w.clock.sleep)  # fmt: skip
-
-    def rollout(key=KEY, options=RolloutOptions(timeout_s=60, probe_timeout_s=10), **req):
-        fields = {"model": str(model), "served_name": "tiny", "replicas": 1, "max_model_len": 1024, **req}
-        return execute(manifest, desired_for_model(manifest, RolloutRequest(**fields)), key, w.deps, options)
-
-    w.rollout = rollout
-    return w
+    return make_world(tmp_path)
 
 
 def test_first_rollout_deploys_on_the_public_route_and_records_a_ready_revision(world):
@@ -166,7 +35,7 @@ def test_first_rollout_deploys_on_the_public_route_and_records_a_ready_revision(
     assert world.validated and world.validated[0]["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == ["<redacted>"]
     rev = world.state.current_revision("wf")
     assert rev.number == 1 and rev.status == "ready" and KEY not in json.dumps(rev.config)
-    assert res.cold_load_s is not None and load_meta(world.state, "wf", 1)["cold_load_s"] == res.cold_load_s
+    assert res.cold_load_s is not None and world.state.revision_meta("wf", 1)["cold_load_s"] == res.cold_load_s
     assert world.endpoint.probes[0] == ("/", "tiny", KEY)
     # Every node was checked for the model folder before anything was applied.
     for runner in world.runners.values():
@@ -203,7 +72,7 @@ def test_change_with_room_is_proved_as_a_candidate_then_the_live_app_takes_it_wi
     assert _llm(live)["deployment_config"]["max_surge_percent"] == 100
     probes = world.endpoint.probes
     assert probes.index(("/_orch/r2", "tiny", KEY)) < len(probes) - 1 and probes[-1] == ("/", "tiny", KEY)
-    assert res.app_name == "orch-r1" and load_meta(world.state, "wf", 2)["app_name"] == "orch-r1"
+    assert res.app_name == "orch-r1" and world.state.revision_meta("wf", 2)["app_name"] == "orch-r1"
     # The revision records what it serves as (orch status finds its application from it).
     stored = world.state.get_revision("wf", 2).config
     assert (stored["name"], stored["route_prefix"]) == ("orch-r1", "/") and revision_app(world.state.get_revision("wf", 2))[0] == "orch-r1"

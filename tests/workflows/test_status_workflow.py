@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import cluster_lock
 from orchestrator.errors import UnreachableError
 from orchestrator.manifest.load import load_manifest
 from orchestrator.remote.fake import FakeRunner
@@ -21,7 +22,7 @@ from orchestrator.serve import readiness
 from orchestrator.serve.client import ServeApiError, parse_serve_status
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.state import StateStore
-from orchestrator.status.serving import ENDPOINT_PROBE_FAILED, SERVE_API_ERROR, NodeRef
+from orchestrator.status.serving import ENDPOINT_PROBE_FAILED, ROLLOUT_INTERRUPTED, SERVE_API_ERROR, NodeRef
 from orchestrator.workflows.status import ServingOptions, StatusDeps, gather_serving, probe_public
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -241,3 +242,23 @@ def test_probe_problem_names_the_missing_key_variable(world):
     (p,) = s.problems
     assert p.code == ENDPOINT_PROBE_FAILED and "$TEST_ORCH_KEY is not set" in p.message
     assert not (tmp_path / "state/clusters/local/serving-metrics").exists()
+
+
+def test_a_revision_left_pending_is_explained_and_one_in_flight_is_not_a_problem(world):
+    """Issue 12: after an interrupted rollout `orch status` says what was left and what repairs
+    it; while a rollout holds the cluster's lock, its pending revision is only a note."""
+    tmp_path, state = world
+    manifest = manifest_for(tmp_path)
+    page = (DATA / "metrics/ray-serve-llm-0.32-after.txt").read_text()
+    w = World([page, page], now=[5000.0])
+    deps = deps_for(state, w, {"head": LocalRunner("head")})
+    state.add_revision("local", "tiny")
+    state.save_revision_meta("local", 2, {"step": "wait for orch-r2 to run"})
+    report = gather_serving(manifest, deps, NODES)
+    (problem,) = [p for p in report.problems if p.code == ROLLOUT_INTERRUPTED]
+    assert problem.subject == "revision 2" and "interrupted at step 'wait for orch-r2 to run'" in problem.message
+    assert "puts revision 1 back" in problem.hint and problem.hint.endswith("runbooks/ROLLOUT_INTERRUPTED.md")
+    with cluster_lock.hold(state.cluster_dir("local"), "local", "rollout", clock=lambda: 0.0):
+        during = gather_serving(manifest, deps, NODES)
+    assert not [p for p in during.problems if p.code == ROLLOUT_INTERRUPTED]
+    assert any("a rollout is in progress: `orch rollout` (pid" in n and "1970-01-01 00:00:00 UTC" in n for n in during.notes), during.notes

@@ -1,0 +1,375 @@
+"""The steps a rollout takes on the cluster, and how the serving revision is put back. Does I/O,
+only through ``ServingDeps`` (state store, runners, Serve REST API, public endpoint, clocks).
+
+- ``put``: one PUT of the full application list, refused while any value is still a secret
+  placeholder; a restore's PUT is retried until its deadline (the PUT is declarative, so a
+  repeat is harmless).
+- ``wait_for_app``: Serve's application, deployment and replica states until RUNNING; a status
+  call that gets no answer or a 5xx (dashboard busy, SSH tunnel re-dialling) is retried until
+  the deadline, not taken for a failed rollout.
+- ``check_ready``: a real completion through a route with the API key, and 401 without it.
+- ``serving_now``: what the state says serves, and how Serve sees its application (the
+  application's name comes from the database; when it is not known the rollout refuses).
+- ``RestorePlan`` / ``restore``: the previous revision's application exactly as it ran (Serve's
+  deployed config, secrets and key included) or, when Serve lost it, its stored config with the
+  secrets put back; restoring = one PUT of it alone, then waiting until it serves again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from orchestrator.errors import ServeError, UsageError
+from orchestrator.manifest.model import Manifest
+from orchestrator.remote.runner import Runner
+from orchestrator.serve import decisions
+from orchestrator.serve.client import APP_RUNNING, AppStatus, ServeApiError, ServeStatus, failure_messages
+from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body
+from orchestrator.serve.readiness import ProbeResult
+from orchestrator.serve.secrets import fill_secrets, placeholder_paths, unfilled
+from orchestrator.state import Revision, StateStore
+
+Progress = Callable[[str], None]
+
+
+class ServeApi(Protocol):
+    def apply(self, body: Mapping[str, Any]) -> None: ...
+    def status(self) -> ServeStatus: ...
+
+
+class Endpoint(Protocol):
+    """The public OpenAI endpoint (``readiness`` bound to one base URL)."""
+
+    def probe(self, route_prefix: str, model: str, api_key: str | None) -> ProbeResult: ...
+    def unauthenticated_status(self, route_prefix: str, model: str) -> int | None: ...
+
+
+@dataclass
+class ClusterApis:
+    serve: ServeApi
+    nodes: Callable[[], list]  # -> list[cluster.ray_nodes.NodeState] with usage
+    endpoint: Endpoint
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+@dataclass
+class ServingDeps:
+    state: StateStore
+    open_runners: Callable[[Manifest], AbstractContextManager[Mapping[str, Runner]]]
+    open_apis: Callable[[Manifest, Mapping[str, Runner], str | None], AbstractContextManager[ClusterApis]]
+    validate: Callable[[Mapping[str, Any]], None]
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+    progress: Progress = _quiet
+    environ: Mapping[str, str] = field(default_factory=dict)  # where secrets of stored configs come from
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    dry_run: bool = False
+    allow_downtime: bool = False
+    timeout_s: float = 900.0  # for the application to be RUNNING
+    probe_timeout_s: float = 120.0  # for the first completion once RUNNING
+    poll_s: float = 2.0
+    check_model_path: bool = True
+    command: str = "rollout"  # what the cluster lock says holds it
+
+
+class Failure(Exception):
+    """A step of the rollout failed: ``what`` happened, ``detail`` is the replica's own error."""
+
+    def __init__(self, what: str, detail: str | None = None) -> None:
+        super().__init__(what)
+        self.what = what
+        self.detail = detail
+
+
+def transient(exc: BaseException) -> bool:
+    """A Serve API error worth another try: nothing answered (tunnel, dashboard restarting) or a 5xx."""
+    return isinstance(exc, ServeApiError) and (exc.status_code is None or exc.status_code >= 500)
+
+
+# ------------------------------------------------------------------------------ applying
+
+
+def put(serve: ServeApi, apps: list[dict], manifest: Manifest, deps: ServingDeps | None = None, deadline: float | None = None) -> None:
+    """PUT ``apps`` (the full list). Refuses a body with a secret placeholder left in it. With a
+    ``deadline`` (restores), transient errors are retried until it."""
+    left = placeholder_paths({"applications": apps})
+    if left:
+        raise UsageError(
+            f"refusing to deploy a config that still holds a redacted secret: {', '.join(left)}",
+            hint="export the variable (or set it in the manifest's env) so orch can put the real value back",
+        )
+    while True:
+        try:
+            serve.apply(deploy_body(apps, manifest))
+            return
+        except ServeError as exc:
+            if deps is None or deadline is None or not transient(exc) or deps.clock() >= deadline:
+                raise
+            deps.progress(f"Serve did not take the PUT ({exc.message}); retrying")
+            deps.sleep(1.0)
+
+
+# ------------------------------------------------------------------------------ watching
+
+
+def _settled(app: AppStatus, since: float | None) -> bool:
+    """RUNNING, and when ``since`` is given (the deploy time before a config change): deployed
+    after it, with every replica RUNNING (a surge leaves old replicas STOPPING for a while)."""
+    if app.status != APP_RUNNING:
+        return False
+    if since is None:
+        return True
+    if app.last_deployed_time_s is None or app.last_deployed_time_s == since:
+        return False
+    return all(r.state == "RUNNING" for d in app.deployments for r in d.replicas)
+
+
+def wait_for_app(serve: ServeApi, name: str, timeout_s: float, deps: ServingDeps, poll_s: float, since: float | None = None) -> AppStatus:
+    """Poll Serve until ``name`` is RUNNING (and, with ``since``, has taken a newer config); the
+    live view goes to ``deps.progress``. Transient status errors are retried until the deadline."""
+    deadline = deps.clock() + timeout_s
+    last_line = ""
+    app: AppStatus | None = None
+    unanswered: str | None = None
+    while True:
+        try:
+            app = serve.status().app(name)
+            unanswered = None
+        except ServeError as exc:
+            if not transient(exc):
+                raise
+            if unanswered is None:
+                deps.progress(f"Serve's status did not answer ({exc.message}); retrying until the deadline")
+            unanswered = exc.message
+        if app is not None and unanswered is None:
+            line = app.summary()
+            if line != last_line:
+                deps.progress(line)
+                last_line = line
+            if _settled(app, since):
+                return app
+            if app.failed:
+                raise Failure(f"application {name} is {app.status}", _app_error(app))
+        if deps.clock() >= deadline:
+            if unanswered is not None:
+                raise Failure(f"no healthy replica of {name} within {timeout_s:g} s", f"Serve's status did not answer: {unanswered}")
+            detail = _app_error(app) if app is not None else "Serve never listed the application"
+            raise Failure(f"no healthy replica of {name} within {timeout_s:g} s", detail)
+        deps.sleep(poll_s)
+
+
+def last_error_line(text: str) -> str:
+    """The exception line at the end of a traceback, else the last non-empty line."""
+    lines = [ln.rstrip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if not ln.startswith((" ", "\t")) and ("Error" in ln or "Exception" in ln):
+            return ln.strip()
+    return lines[-1].strip() if lines else ""
+
+
+def _app_error(app: AppStatus | None) -> str | None:
+    if app is None:
+        return None
+    messages = failure_messages(app)
+    if not messages:
+        # Not failed yet (still starting): say what each deployment waits for.
+        waiting = [f"{d.name}: {d.message.strip()}" for d in app.deployments if d.message.strip()]
+        return " | ".join(m.splitlines()[0] for m in waiting) or None
+    return " | ".join(last_error_line(m) for m in messages)
+
+
+def replica_log_error(manifest: Manifest, runners: Mapping[str, Runner], nodes: list, app: AppStatus | None) -> str | None:
+    """The last error line of a replica's log on its node (under the node's Ray session logs)."""
+    if app is None:
+        return None
+    by_id = {getattr(n, "node_id", None): getattr(n, "name", None) for n in nodes}
+    for dep in app.deployments:
+        for rep in dep.replicas:
+            node = by_id.get(rep.node_id)
+            runner = runners.get(node) if node else None
+            if runner is None or not rep.log_file_path:
+                continue
+            path = f"{manifest.ray.temp_dir.rstrip('/')}/session_latest/logs/{rep.log_file_path.lstrip('/')}"
+            res = runner.run(["tail", "-n", "80", path], timeout=20)
+            if res.ok and res.stdout.strip():
+                line = last_error_line(res.stdout)
+                if line:
+                    return f"{node}:{path}: {line}"
+    return None
+
+
+# ------------------------------------------------------------------------------ readiness
+
+
+def check_ready(apis: ClusterApis, route: str, model: str, api_key: str, deps: ServingDeps, options: RolloutOptions) -> ProbeResult:
+    """A real completion through ``route`` (retried until the probe timeout: the proxies learn a
+    new route a moment after Serve says RUNNING), then the same without a key must get 401."""
+    deadline = deps.clock() + options.probe_timeout_s
+    while True:
+        result = apis.endpoint.probe(route, model, api_key)
+        if result.ok:
+            break
+        if deps.clock() >= deadline:
+            raise Failure(f"readiness probe failed on {result.url}", result.error)
+        deps.sleep(options.poll_s)
+    status = apis.endpoint.unauthenticated_status(route, model)
+    if status != 401:
+        raise Failure(
+            f"the endpoint answered {status} to a completion without the API key (expected 401)",
+            "vLLM's api_key is not active: Serve LLM direct streaming must be on (RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1)",
+        )
+    return result
+
+
+def node_cores(manifest: Manifest, runners: Mapping[str, Runner]) -> int | None:
+    """The fewest cores (`nproc`) of the nodes, on a CPU cluster (a CPU engine's thread count)."""
+    if manifest.accelerator != "cpu":
+        return None
+    counts = []
+    for runner in runners.values():
+        res = runner.run(["nproc"], timeout=20)
+        if res.ok and res.stdout.strip().isdigit():
+            counts.append(int(res.stdout.strip()))
+    return min(counts) if counts else None
+
+
+def check_model_path(manifest: Manifest, runners: Mapping[str, Runner], source: str) -> None:
+    """The model folder must exist (with its config.json) on every node that may host a worker."""
+    if not source.startswith(("/", "~")):
+        return  # a hub name: vLLM resolves it on the node
+    missing = []
+    for name, runner in runners.items():
+        res = runner.run(["test", "-f", f"{source.rstrip('/')}/config.json"], timeout=20)
+        if not res.ok:
+            missing.append(name)
+    if missing:
+        raise Failure(
+            f"model path {source} does not exist on node(s) {', '.join(sorted(missing))} (no {source.rstrip('/')}/config.json)",
+            "copy the model to the same path on every node (the manifest's model_store), or pass --model PATH",
+        )
+
+
+# ------------------------------------------------------------------------------ what serves
+
+
+def served_app_name(state: StateStore, revision: Revision) -> str | None:
+    """The Serve application a revision serves as: the database's column, else (a revision
+    recorded before the column existed) its meta file; None when neither says."""
+    if revision.app_name:
+        return revision.app_name
+    meta = state.revision_meta(revision.cluster, revision.number) or {}
+    name = meta.get("app_name")
+    return name if isinstance(name, str) and name else None
+
+
+def serving_now(state: StateStore, cluster: str, status: ServeStatus) -> tuple[Revision | None, decisions.Serving]:
+    current = state.current_revision(cluster)
+    live = tuple(sorted(n for n, a in status.applications.items() if a.status == APP_RUNNING))
+    if current is None:
+        return None, decisions.Serving(running_apps=live)
+    meta = state.revision_meta(cluster, current.number) or {}
+    name = served_app_name(state, current)
+    app = status.app(name) if name else None
+    return current, decisions.Serving(
+        revision=current.number,
+        fingerprint=current.config_fingerprint,
+        app_name=name,
+        app_status=app.status if app else None,
+        cold_load_s=meta.get("cold_load_s"),
+        running_apps=live,
+    )
+
+
+# ------------------------------------------------------------------------------ putting it back
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    """How to put back what served when the rollout began. ``config`` is the application with
+    its real secrets and key (never stored, never printed); None when nothing served or it cannot
+    be rebuilt, ``why_not`` then says why."""
+
+    revision: int | None = None
+    app_name: str | None = None
+    config: dict | None = field(default=None, repr=False)
+    served_name: str | None = None
+    was_live: bool = False
+    why_not: str | None = None
+
+
+def restore_plan(manifest: Manifest, current: Revision | None, serving: decisions.Serving, status: ServeStatus,
+                 api_key: str, deps: ServingDeps) -> RestorePlan:  # fmt: skip
+    """The previous revision's application as Serve runs it now, or rebuilt from its record."""
+    if current is None:
+        return RestorePlan(why_not="no earlier revision")
+    if serving.app_name is None:
+        return RestorePlan(current.number, why_not=f"the Serve application of revision {current.number} is not recorded")
+    meta = deps.state.revision_meta(manifest.name, current.number) or {}
+    served = meta.get("served_name") or _model_id(current.config) or current.model
+    running = status.app(serving.app_name)
+    if running is not None and running.deployed_config:
+        # As Serve runs it (re-applying it changes nothing); a placeholder an older orch deployed
+        # there gets its real value.
+        deployed = fill_secrets(running.deployed_config, manifest.env, deps.environ)
+        if not unfilled(deployed):
+            return RestorePlan(current.number, serving.app_name, deployed, served, serving.live)
+    filled = fill_secrets(current.config, manifest.env, deps.environ)
+    left = unfilled(filled)
+    app = RenderedApp(app=filled).renamed(serving.app_name, PUBLIC_ROUTE)
+    if left:
+        return RestorePlan(current.number, serving.app_name, None, served, serving.live,
+                           why_not=f"revision {current.number}'s stored config needs secrets orch does not keep: {', '.join(left)}")  # fmt: skip
+    return RestorePlan(current.number, serving.app_name, app.with_api_key(api_key), served, serving.live)
+
+
+def _model_id(config: Mapping[str, Any]) -> str | None:
+    llm = ((config.get("args") or {}).get("llm_configs") or [{}])[0]
+    return (llm.get("model_loading_config") or {}).get("model_id")
+
+
+def _status(serve: ServeApi, deps: ServingDeps, deadline: float) -> ServeStatus:
+    """Serve's status, transient errors retried until ``deadline``."""
+    while True:
+        try:
+            return serve.status()
+        except ServeError as exc:
+            if not transient(exc) or deps.clock() >= deadline:
+                raise
+            deps.sleep(1.0)
+
+
+def restore(plan: RestorePlan, manifest: Manifest, apis: ClusterApis, deps: ServingDeps, options: RolloutOptions, step: Progress) -> bool:
+    """Make Serve run the previous revision's application alone (every other application orch
+    put there goes) and wait until it answers; True when it serves again. Serve unreachable until
+    the deadline raises (the caller leaves the revision pending for the repair)."""
+    deadline = deps.clock() + options.timeout_s
+    if plan.config is None:
+        put(apis.serve, [], manifest, deps, deadline)
+        step(f"removed the new revision; {plan.why_not or 'nothing to restore'}")
+        return False
+    before = _status(apis.serve, deps, deadline).app(str(plan.app_name))
+    # Its config changed (an interrupted switch): Serve rolls it back with a surge; wait for that
+    # deploy, not for the RUNNING it reports before it has begun.
+    since = before.last_deployed_time_s if before is not None and before.deployed_config != plan.config else None
+    put(apis.serve, [plan.config], manifest, deps, deadline)
+    step(f"putting revision {plan.revision} back ({plan.app_name})")
+    api_key = plan.config["args"]["llm_configs"][0]["engine_kwargs"]["api_key"][0]
+    try:
+        wait_for_app(apis.serve, str(plan.app_name), options.timeout_s, deps, options.poll_s, since=since)
+        check_ready(apis, PUBLIC_ROUTE, str(plan.served_name), api_key, deps, options)
+    except Failure as again:
+        step(f"revision {plan.revision} did not come back: {again.what}")
+        return False
+    step(f"revision {plan.revision} serves ({plan.app_name})")
+    return True
