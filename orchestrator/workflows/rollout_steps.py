@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from orchestrator.errors import ServeError, UsageError
 from orchestrator.manifest.model import Manifest
+from orchestrator.polling import poll_until
 from orchestrator.remote.runner import Runner
 from orchestrator.serve import decisions
 from orchestrator.serve.client import APP_RUNNING, AppStatus, ServeApiError, ServeStatus, failure_messages
@@ -138,35 +139,39 @@ def _settled(app: AppStatus, since: float | None) -> bool:
 def wait_for_app(serve: ServeApi, name: str, timeout_s: float, deps: ServingDeps, poll_s: float, since: float | None = None) -> AppStatus:
     """Poll Serve until ``name`` is RUNNING (and, with ``since``, has taken a newer config); the
     live view goes to ``deps.progress``. Transient status errors are retried until the deadline."""
-    deadline = deps.clock() + timeout_s
-    last_line = ""
-    app: AppStatus | None = None
-    unanswered: str | None = None
-    while True:
+    shown: list[str] = []
+
+    def attempt() -> tuple[AppStatus | None, str | None]:
         try:
-            app = serve.status().app(name)
-            unanswered = None
+            return serve.status().app(name), None
         except ServeError as exc:
             if not transient(exc):
                 raise
-            if unanswered is None:
-                deps.progress(f"Serve's status did not answer ({exc.message}); retrying until the deadline")
-            unanswered = exc.message
-        if app is not None and unanswered is None:
-            line = app.summary()
-            if line != last_line:
-                deps.progress(line)
-                last_line = line
-            if _settled(app, since):
-                return app
-            if app.failed:
-                raise Failure(f"application {name} is {app.status}", _app_error(app))
-        if deps.clock() >= deadline:
-            if unanswered is not None:
-                raise Failure(f"no healthy replica of {name} within {timeout_s:g} s", f"Serve's status did not answer: {unanswered}")
-            detail = _app_error(app) if app is not None else "Serve never listed the application"
-            raise Failure(f"no healthy replica of {name} within {timeout_s:g} s", detail)
-        deps.sleep(poll_s)
+            if not shown or not shown[-1].startswith("Serve's status"):
+                shown.append(f"Serve's status did not answer ({exc.message}); retrying until the deadline")
+                deps.progress(shown[-1])
+            return None, exc.message
+
+    def done(value: tuple[AppStatus | None, str | None]) -> bool:
+        app, unanswered = value
+        if app is None or unanswered is not None:
+            return False
+        line = app.summary()
+        if not shown or shown[-1] != line:
+            shown.append(line)
+            deps.progress(line)
+        if app.failed and not _settled(app, since):
+            raise Failure(f"application {name} is {app.status}", _app_error(app))
+        return _settled(app, since)
+
+    polled = poll_until(attempt, done, deadline=deps.clock() + timeout_s, clock=deps.clock, sleep=deps.sleep, interval=poll_s)
+    app, unanswered = polled.value
+    if polled.done and app is not None:
+        return app
+    if unanswered is not None:
+        raise Failure(f"no healthy replica of {name} within {timeout_s:g} s", f"Serve's status did not answer: {unanswered}")
+    detail = _app_error(app) if app is not None else "Serve never listed the application"
+    raise Failure(f"no healthy replica of {name} within {timeout_s:g} s", detail)
 
 
 def last_error_line(text: str) -> str:
@@ -215,14 +220,12 @@ def replica_log_error(manifest: Manifest, runners: Mapping[str, Runner], nodes: 
 def check_ready(apis: ClusterApis, route: str, model: str, api_key: str, deps: ServingDeps, options: RolloutOptions) -> ProbeResult:
     """A real completion through ``route`` (retried until the probe timeout: the proxies learn a
     new route a moment after Serve says RUNNING), then the same without a key must get 401."""
-    deadline = deps.clock() + options.probe_timeout_s
-    while True:
-        result = apis.endpoint.probe(route, model, api_key)
-        if result.ok:
-            break
-        if deps.clock() >= deadline:
-            raise Failure(f"readiness probe failed on {result.url}", result.error)
-        deps.sleep(options.poll_s)
+    polled = poll_until(lambda: apis.endpoint.probe(route, model, api_key), lambda r: r.ok,
+                        deadline=deps.clock() + options.probe_timeout_s, clock=deps.clock, sleep=deps.sleep,
+                        interval=options.poll_s)  # fmt: skip
+    result = polled.value
+    if not polled.done:
+        raise Failure(f"readiness probe failed on {result.url}", result.error)
     status = apis.endpoint.unauthenticated_status(route, model)
     if status != 401:
         raise Failure(
