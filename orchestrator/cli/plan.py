@@ -42,9 +42,11 @@ def _shape(cluster: Path | None, gpu_type: str | None, gpu_memory_gib: float | N
             gpu_memory_gib = base.gpu_memory_gib
         nvlink = base.nvlink if nvlink is None else nvlink
         notes = base.notes + ("flags override parts of the manifest's shape",)
-    elif gpu_type is None and gpu_memory_gib is None:
+    elif gpu_type is None:
+        # --gpu-memory-gib alone changes only the memory: the type (and its NVLink) stays the default
         gpu_type = DEFAULT_GPU_TYPE
-        notes = (f"no --cluster or --gpu-type: assumed {nodes or 1} node(s) of {gpus_per_node or DEFAULT_GPUS_PER_NODE} x {DEFAULT_GPU_TYPE}",)
+        memory = f" with {gpu_memory_gib:g} GiB each (--gpu-memory-gib)" if gpu_memory_gib is not None else ""
+        notes = (f"no --cluster or --gpu-type: assumed {nodes or 1} node(s) of {gpus_per_node or DEFAULT_GPUS_PER_NODE} x {DEFAULT_GPU_TYPE}{memory}",)
     return make_shape(
         gpu_type_name=gpu_type,
         gpus_per_node=gpus_per_node or (1 if (gpu_type or "").lower() == CPU else DEFAULT_GPUS_PER_NODE),

@@ -240,6 +240,43 @@ def replicas_for(shape: ClusterShape, tp: int, pp: int) -> int:
     return shape.total_gpus // group
 
 
+def idle_gpus(shape: ClusterShape, tp: int, pp: int) -> str | None:
+    """Why GPUs stay unused by the replicas of a (tp, pp) layout, or None when every GPU serves."""
+    group = tp * pp
+    used = replicas_for(shape, tp, pp) * group
+    if shape.is_cpu or used >= shape.total_gpus:
+        return None
+    if group <= shape.gpus_per_node:
+        per_node = shape.gpus_per_node - (shape.gpus_per_node // group) * group
+        return (
+            f"{per_node} GPU(s) per node stay idle: a replica takes {group} GPU(s) (TP={tp} x PP={pp}) "
+            f"and {shape.gpus_per_node} is not a multiple of {group}"
+        )
+    return (
+        f"{shape.total_gpus - used} of {shape.total_gpus} GPU(s) stay idle: a replica spans {group} GPU(s) "
+        f"(TP={tp} x PP={pp}) and the cluster holds {used // group} such replica(s)"
+    )
+
+
+def _fill_nodes(shape: ClusterShape, fitting: list[Candidate], first: Candidate, reasons: list[str]) -> Candidate:
+    """Among fitting pipeline layouts, prefer one that leaves no GPU of a node idle when it serves
+    at least as many replicas as the smallest fitting one (PP=4 over PP=3 on 8 GPUs: both give 2
+    replicas, and PP=4 has more KV cache per replica)."""
+    if idle_gpus(shape, first.tp, first.pp) is None:
+        return first
+    best = replicas_for(shape, first.tp, first.pp)
+    for cand in fitting:
+        bigger = cand.tp * cand.pp > first.tp * first.pp
+        if bigger and idle_gpus(shape, cand.tp, cand.pp) is None and replicas_for(shape, cand.tp, cand.pp) >= best:
+            reasons.append(
+                f"TP={first.tp} PP={first.pp} would leave GPUs idle ({idle_gpus(shape, first.tp, first.pp)}); "
+                f"TP={cand.tp} PP={cand.pp} uses every GPU with as many replicas ({best})"
+            )
+            return cand
+    reasons.append(f"no layout that uses every GPU serves as many replicas as TP={first.tp} PP={first.pp}")
+    return first
+
+
 # ---- the choice ----
 
 
@@ -266,6 +303,7 @@ def _choose(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple
         cands = [ev(1, p) for p in range(2, limit + 1)]
         found = _first_fit(cands)
         if found:
+            found = _fill_nodes(shape, [c for c in cands if c.fits], found, reasons)
             span = "inside one node" if found.pp <= gpn else f"across {math.ceil(found.pp / gpn)} nodes"
             reasons.append(
                 f"the node has no NVLink, so pipeline parallelism {span} (layers split {list(s.layers for s in found.stages)}) "
@@ -278,10 +316,12 @@ def _choose(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple
     skipped = [t for t in range(2, gpn + 1) if t not in tps and gpn % t == 0]
     if skipped:
         reasons.append("TP sizes " + ", ".join(map(str, skipped)) + f" skipped: {tp_problem(spec, skipped[0])}")
-    for t in tps:
+    for i, t in enumerate(tps):
         cand = ev(t, 1)
         if cand.fits:
             reasons.append(f"fits one node with the smallest TP that divides the {spec.heads} attention heads, {cand.summary()}")
+            if idle_gpus(shape, t, 1):
+                cand = _fill_nodes(shape, [c for c in (ev(u, 1) for u in tps[i + 1 :]) if c.fits], cand, reasons)
             return cand, reasons
         reasons.append(f"not enough at {cand.summary()}")
 
@@ -352,6 +392,9 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     length = _check_options(spec, shape, options)
     _check_forced(spec, shape, options.tp, options.pp)
     reasons: list[str] = list(shape.notes)
+    assumption = shape.interconnect_assumption()
+    if assumption:
+        reasons.append(assumption)
     if shape.is_cpu:
         chosen = evaluate(spec, shape, options, 1, 1)
         reasons.append(
@@ -370,6 +413,9 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     replicas = replicas_for(shape, chosen.tp, chosen.pp) if chosen.fits else 0
     if chosen.fits and not shape.is_cpu:
         reasons.append(f"{shape.total_gpus} GPU(s) / {chosen.tp * chosen.pp} per replica = {replicas} replica(s)")
+        idle = idle_gpus(shape, chosen.tp, chosen.pp)
+        if idle:
+            reasons.append(idle)
     tight = chosen.tightest
     tokens_default, seqs_default = vllm_scheduler_defaults(shape)
     dtype = options.dtype or spec.dtype

@@ -92,6 +92,21 @@ class ClusterShape:
     def gpu_memory_gib(self) -> float | None:
         return None if self.gpu_memory_bytes is None else self.gpu_memory_bytes / GIB
 
+    def interconnect_assumption(self) -> str | None:
+        """What the plan assumes about the link between a node's GPUs when nobody said
+        (``nvlink`` None: no --nvlink/--no-nvlink and no probed topology); None when known."""
+        if self.is_cpu or self.nvlink is not None or self.gpus_per_node < 2:
+            return None
+        known = GPU_TYPES.get(self.gpu_type)
+        if known is None:
+            return (
+                f"the interconnect of {self.gpu_type} is unknown: assumed PCIe without NVLink, so tensor parallelism "
+                "is avoided inside a node; pass --nvlink if the GPUs share NVLink"
+            )
+        if known.nvlink:
+            return f"interconnect not probed: assumed NVLink, as on the usual {known.name} SXM boards; pass --no-nvlink for PCIe cards"
+        return f"interconnect not probed: assumed PCIe without NVLink, as usual for {known.name}; pass --nvlink if the GPUs share NVLink"
+
     def describe(self) -> str:
         if self.is_cpu:
             return f"{self.nodes} CPU node{'s' if self.nodes != 1 else ''}"

@@ -41,6 +41,16 @@ def test_405b_on_the_two_node_template_is_tp8_pp2(capsys):
     assert data["engine_kwargs"]["pipeline_parallel_size"] == 2
 
 
+@pytest.mark.parametrize("memory", [[], ["--gpu-memory-gib", "79.19"]])
+def test_405b_on_two_h100_nodes_is_tp8_pp2_with_or_without_a_memory_override(capsys, memory):
+    # --gpu-memory-gib used to drop the default H100 type and its NVLink: TP=1, PP=12 on 12 of 16 GPUs
+    data = run_json(capsys, "--model", "llama3-405b", "--gpus-per-node", "8", "--nodes", "2", *memory)
+    assert (data["tp"], data["pp"], data["replicas"], data["fits"]) == (8, 2, 1, True)
+    assert data["gpu_type"] == "H100-80GB"
+    assert data["gpu_memory_gib"] == (79.19 if memory else 79.18)
+    assert any("assumed NVLink" in r for r in data["reasons"])
+
+
 def test_flags_override_the_manifest_shape(capsys):
     data = run_json(capsys, "--model", "llama3-405b", "--cluster", str(REPO / "cluster-templates" / "2x8-h100-405b.yaml"), "--nodes", "1")
     assert data["fits"] is False and data["nodes"] == 1

@@ -377,3 +377,35 @@ def test_cpu_plan_equals_what_vllm_cpu_logged_here():
     plan = plan_model(CATALOG["tiny"], cpu, PlanOptions(max_model_len=1024, kv_cache_gib=space))
     assert plan.kv_cache_tokens == tokens
     assert round(plan.max_concurrency, 2) == concurrency
+
+
+# ---- layouts that leave GPUs idle, and the interconnect assumption ----
+
+
+def _pcie_shape(gpus_per_node: int, gib: float = 60) -> ClusterShape:
+    return make_shape(gpu_type_name="L40S-48GB", gpus_per_node=gpus_per_node, nodes=1, gpu_memory_gib=gib)
+
+
+def test_pipeline_prefers_a_layout_that_fills_the_node_when_it_serves_as_many_replicas():
+    # PP=3 is the smallest that fits 70B in 60 GiB GPUs; on 8 GPUs it serves 2 replicas and leaves 2 GPUs
+    # idle, PP=4 serves the same 2 replicas on all 8.
+    plan = plan_model(CATALOG["llama3-70b"], _pcie_shape(8), PlanOptions(max_model_len=8192))
+    assert (plan.tp, plan.pp, plan.replicas) == (1, 4, 2)
+    assert any("PP=3 would leave GPUs idle" in r for r in plan.reasons)
+
+
+def test_idle_gpus_are_explained_when_no_layout_fills_the_node():
+    plan = plan_model(CATALOG["llama3-70b"], _pcie_shape(7), PlanOptions(max_model_len=8192))
+    assert (plan.tp, plan.pp, plan.replicas) == (1, 3, 2)
+    assert any(r.startswith("1 GPU(s) per node stay idle") for r in plan.reasons)
+    full = plan_model(CATALOG["llama3-70b"], _pcie_shape(6), PlanOptions(max_model_len=8192))
+    assert (full.pp, full.replicas) == (3, 2) and not any("idle" in r for r in full.reasons)
+
+
+def test_the_plan_says_which_interconnect_it_assumed():
+    unknown = ClusterShape(8, 1, int(80 * GIB), "80GiB-GPU")
+    assert "unknown: assumed PCIe" in unknown.interconnect_assumption()
+    assert "assumed NVLink" in make_shape(gpu_type_name="H100-80GB", gpus_per_node=8, nodes=1).interconnect_assumption()
+    assert make_shape(gpu_type_name="H100-80GB", gpus_per_node=8, nodes=1, nvlink=False).interconnect_assumption() is None
+    plan = plan_model(CATALOG["llama3-70b"], unknown, PlanOptions(max_model_len=8192))
+    assert any("interconnect of 80GiB-GPU is unknown" in r for r in plan.reasons)
