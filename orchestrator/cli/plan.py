@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.output import console, print_json
-from orchestrator.errors import UsageError
+from orchestrator.errors import PlanError, UsageError
 from orchestrator.plan.capacity import VLLM_GPU_MEMORY_UTILIZATION, PlanOptions
 from orchestrator.plan.catalog import CATALOG, DTYPE_BYTES, ModelSpec, resolve_model
 from orchestrator.plan.memory import GIB, KIB, b_max, count_params, kv_bytes_per_token, kv_dtype_bytes, weight_bytes
@@ -131,8 +131,12 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
     seed = seed_tables(spec, result, shape.gpu_memory_bytes)
     if as_json:
         print_json({**result.to_json(), "shape": shape.describe(), "seed": seed})
-        return
-    _render(spec, shape, result, seed)
+    else:
+        _render(spec, shape, result, seed)
+    if not result.fits:
+        # The plan (or its JSON, with "fits": false) is printed first; then exit 2, like any plan
+        # vLLM would refuse, so a script cannot mistake "nothing fits" for a plan to deploy.
+        raise PlanError(f"{spec.name} does not fit {shape.describe()}", hint="; ".join(result.suggestions) or None)
 
 
 def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,10 @@ CONTRACT_KEYS = (
 )  # fmt: skip
 
 
-def run_json(capsys, *args: str) -> dict:
-    rc = main(["plan", *args, "--json"])
+def run_json(capsys, *args: str, rc: int = 0) -> dict:
+    got = main(["plan", *args, "--json"])
     out = capsys.readouterr()
-    assert rc == 0, out.err
+    assert got == rc, out.err
     return json.loads(out.out)
 
 
@@ -52,9 +53,48 @@ def test_405b_on_two_h100_nodes_is_tp8_pp2_with_or_without_a_memory_override(cap
 
 
 def test_flags_override_the_manifest_shape(capsys):
-    data = run_json(capsys, "--model", "llama3-405b", "--cluster", str(REPO / "cluster-templates" / "2x8-h100-405b.yaml"), "--nodes", "1")
+    # nothing fits: the JSON is still printed whole, and the exit code is 2 (documented: "plan")
+    data = run_json(capsys, "--model", "llama3-405b", "--cluster", str(REPO / "cluster-templates" / "2x8-h100-405b.yaml"), "--nodes", "1", rc=2)
     assert data["fits"] is False and data["nodes"] == 1
     assert any("2 nodes of 8" in s for s in data["suggestions"])
+
+
+def test_nothing_fits_exits_2_after_the_plan_and_names_what_would(capsys):
+    assert main(["plan", "--model", "llama3-405b", "--gpus-per-node", "8", "--nodes", "1"]) == 2
+    out = capsys.readouterr()
+    assert "Why" in out.out
+    assert "error: llama3-405b does not fit 1 x 8 H100-80GB" in out.err
+    assert "2 nodes of 8 would fit it with TP=8 PP=2" in out.err
+
+
+HOSTILE_CONFIGS = [
+    (b'{"num_hidden_layers": 1000000000000, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008}', "'num_hidden_layers' is 1,000,000,000,000, outside the range"),
+    (b'{"num_hidden_layers": 32, "hidden_size": 16, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 64}', "hidden_size 16 is smaller than num_attention_heads 32"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b'{"num_hidden_layers": ' + b"9" * 5000 + b"}", "not a usable JSON value"),
+    (bytes(range(256)) * 4, "not UTF-8 text"),
+    (b'{"num_hidden_layers": 32, "hidden_size": 1000000000000000000000000000000, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008}', "'hidden_size' is 1,000,000,000,000,000,000,000,000,000,000, outside"),
+    (b'{"num_hidden_layers": 1024, "hidden_size": 131072, "num_attention_heads": 1024, "vocab_size": 4000000, "intermediate_size": 1048576}', "past the 100T orch accepts"),
+    (b'{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 64, "vocab_size": 32000, "intermediate_size": 11008}', "not a multiple of num_key_value_heads 64"),
+    (b'{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": NaN, "intermediate_size": 11008}', "'vocab_size' must be a non-negative integer, got nan"),
+]
+
+
+@pytest.mark.parametrize(("content", "needle"), HOSTILE_CONFIGS)
+def test_hostile_config_json_is_a_clear_error_with_exit_2(capsys, tmp_path, content, needle):
+    config = tmp_path / "config.json"
+    config.write_bytes(content)
+    assert main(["plan", "--model", str(config), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err, err
+    assert "internal error" not in err
+
+
+def test_a_fifo_as_config_json_is_refused_without_blocking(capsys, tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    assert main(["plan", "--model", str(fifo)]) == 2
+    assert "not a regular file" in capsys.readouterr().err
 
 
 def test_tiny_model_folder_on_cpu(capsys, tiny_model_dir):
@@ -64,7 +104,7 @@ def test_tiny_model_folder_on_cpu(capsys, tiny_model_dir):
 
 
 def test_forced_kv_cache_and_memory(capsys):
-    data = run_json(capsys, "--model", "llama3-8b", "--gpu-memory-gib", "40", "--gpus-per-node", "1", "--kv-cache-gib", "8")
+    data = run_json(capsys, "--model", "llama3-8b", "--gpu-memory-gib", "40", "--gpus-per-node", "1", "--kv-cache-gib", "8", "--max-model-len", "8192")
     assert data["kv_cache_gib_per_gpu"] == 8 and data["kv_cache_gib_fixed"] is True
     assert data["gpu_memory_gib"] == 40
 
