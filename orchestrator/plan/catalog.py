@@ -65,6 +65,7 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
     source: str = "catalog"
+    architecture: str = ""  # config.json's model_type (decides vLLM's Model Runner V2 default)
 
     @property
     def is_moe(self) -> bool:
@@ -82,18 +83,18 @@ class ModelSpec:
 
 def _llama(name: str, layers: int, hidden: int, inter: int, heads: int) -> ModelSpec:
     # Llama 3.1 config.json: 8 KV heads, head_dim 128, vocab 128256, untied, 128K context.
-    return ModelSpec(name, layers, hidden, inter, heads, 8, hidden // heads, 128256, max_position=131072)
+    return ModelSpec(name, layers, hidden, inter, heads, 8, hidden // heads, 128256, max_position=131072, architecture="llama")
 
 
 CATALOG: dict[str, ModelSpec] = {
     "llama3-8b": _llama("llama3-8b", 32, 4096, 14336, 32),
     "llama3-70b": _llama("llama3-70b", 80, 8192, 28672, 64),
     "llama3-405b": _llama("llama3-405b", 126, 16384, 53248, 128),
-    "qwen2.5-7b": ModelSpec("qwen2.5-7b", 28, 3584, 18944, 28, 4, 128, 152064, max_position=32768),
-    "qwen2.5-72b": ModelSpec("qwen2.5-72b", 80, 8192, 29568, 64, 8, 128, 152064, max_position=32768),
+    "qwen2.5-7b": ModelSpec("qwen2.5-7b", 28, 3584, 18944, 28, 4, 128, 152064, max_position=32768, architecture="qwen2"),
+    "qwen2.5-72b": ModelSpec("qwen2.5-72b", 80, 8192, 29568, 64, 8, 128, 152064, max_position=32768, architecture="qwen2"),
     "mixtral-8x7b": ModelSpec(
         "mixtral-8x7b", 32, 4096, 14336, 32, 8, 128, 32000, max_position=32768,
-        num_experts=8, experts_per_token=2, moe_intermediate=14336,
+        num_experts=8, experts_per_token=2, moe_intermediate=14336, architecture="mixtral",
     ),
     # The published DeepSeek-V3 weights are FP8 (block-quantized); its MTP layer is not loaded
     # by vLLM unless speculative decoding asks for it, so it is not counted.
@@ -101,6 +102,7 @@ CATALOG: dict[str, ModelSpec] = {
         "deepseek-v3", 61, 7168, 18432, 128, 128, 192, 129280, dtype="fp8", max_position=163840,
         num_experts=256, experts_per_token=8, shared_experts=1, moe_intermediate=2048, first_k_dense=3,
         kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+        architecture="deepseek_v3",
     ),
 }  # fmt: skip
 
@@ -175,6 +177,15 @@ def _dtype(cfg: Mapping[str, Any], source: str) -> str:
     quant = cfg.get("quantization_config")
     if isinstance(quant, Mapping):
         method = str(quant.get("quant_method", "")).lower()
+        groups = quant.get("config_groups")
+        if method == "compressed-tensors" and isinstance(groups, Mapping):
+            # llm-compressor checkpoints (RedHatAI/...-FP8-dynamic, -W8A8, -W4A16): the weights' type and bits
+            for group in groups.values():
+                weights = group.get("weights") if isinstance(group, Mapping) else None
+                if isinstance(weights, Mapping) and weights.get("num_bits") in (4, 8):
+                    if weights.get("num_bits") == 8:
+                        return "fp8" if weights.get("type") == "float" else "int8"
+                    return "int4"
         bits = quant.get("bits") or quant.get("w_bit")
         if method == "fp8" or "fp8" in str(quant.get("fmt", "")).lower():
             return "fp8"
@@ -259,11 +270,24 @@ def spec_from_config(config: Mapping[str, Any], source: str, name: str | None = 
         qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", source, default=0) if kv_lora else 0,
         v_head_dim=_int(cfg, "v_head_dim", source, default=0) if kv_lora else 0,
         source=source,
+        architecture=_architecture(cfg),
     )
 
 
+def _architecture(cfg: Mapping[str, Any]) -> str:
+    """config.json's model_type ("llama", "qwen3", ...), else its first architectures entry."""
+    kind = cfg.get("model_type")
+    if isinstance(kind, str) and len(kind) < 100:
+        return kind
+    archs = cfg.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str) and len(archs[0]) < 100:
+        return archs[0]
+    return ""
+
+
 # tiny: the random-weight Llama the local demo serves (orchestrator.plan.tinymodel builds it).
-CATALOG["tiny"] = spec_from_config(TINY_CONFIG, "orchestrator.plan.tinymodel.TINY_CONFIG", name="tiny")
+# (model_type as transformers writes it into the folder's config.json; not part of the recipe's hash)
+CATALOG["tiny"] = spec_from_config({**TINY_CONFIG, "model_type": "llama"}, "orchestrator.plan.tinymodel.TINY_CONFIG", name="tiny")
 
 
 # ---- the edge: name or path -> ModelSpec ----

@@ -7,7 +7,8 @@ orch knows: ``shape_from_manifest(manifest)`` (what cluster.yaml declares) and
 Memory per GPU is what CUDA reports as the device total (``torch.cuda.mem_get_info``), the figure
 vLLM multiplies by ``gpu_memory_utilization``; it is below the marketing size and below
 nvidia-smi's total because the driver keeps a part. Where a vLLM or PyTorch log gave the figure
-it is used (H100 79.18 GiB, A100-80GB 79.15, A100-40GB 39.39, A10G 22.06, RTX 3090 23.58);
+it is used (H100 79.18 GiB, A100-80GB 79.15, A100-40GB 39.39, A10G 22.06, RTX 3090 23.58,
+RTX PRO 6000 Blackwell 95.01);
 otherwise nvidia-smi's MiB total less the ~0.5 GiB the driver keeps on an H100.
 """
 
@@ -55,6 +56,7 @@ GPU_TYPES: dict[str, GpuType] = {
         GpuType("A10G-24GB", _g(22.06), False, ("a10g", "nvidia a10g")),
         GpuType("RTX3090-24GB", _g(23.58), False, ("rtx3090", "nvidia geforce rtx 3090")),
         GpuType("RTX4090-24GB", _smi(24564), False, ("rtx4090", "nvidia geforce rtx 4090")),
+        GpuType("RTXPRO6000-96GB", _g(95.01), False, ("rtxpro6000", "rtx pro 6000", "nvidia rtx pro 6000 blackwell server edition")),
     )
 }
 CPU = "cpu"

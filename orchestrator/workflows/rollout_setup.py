@@ -21,11 +21,11 @@ from typing import Any
 from orchestrator.bench.target import serve_url
 from orchestrator.cluster.dashboard import open_dashboard
 from orchestrator.cluster.ray_nodes import current_by_name, node_resource
-from orchestrator.errors import PlanError, StateError
+from orchestrator.errors import PlanError, StateError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import resolve_model
-from orchestrator.plan.planner import plan_model
+from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
 from orchestrator.remote.runner import Runner
@@ -61,6 +61,11 @@ class RolloutRequest:
     kv_cache_dtype: str = "auto"
     replicas: int | None = None
     engine_args: tuple[tuple[str, Any], ...] = ()
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool = False
+    block_size: int | None = None
+    vllm_version: str | None = None  # None: the planner's default (the gpu extra's pin)
 
 
 def _looks_like_path(model: str) -> bool:
@@ -135,10 +140,20 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
 
     served, source, spec_ref = model_location(manifest, request.model, request.served_name, request.model_path)
     spec = resolve_model(spec_ref)
+    planned = {arg: flag for flag, arg in PLANNED_ENGINE_ARGS}
+    for key, _ in request.engine_args:
+        if key in planned:
+            flag = {"tp": "tp", "pp": "pp"}.get(planned[key], planned[key]).replace("_", "-")
+            raise UsageError(
+                f"--engine-arg {key} sizes the engine's memory, so the plan must know it",
+                hint=f"use --{flag} instead: the planner sizes with it and the rollout passes it to vLLM",
+            )
     options = PlanOptions(
         tp=request.tp, pp=request.pp, max_model_len=request.max_model_len,
         kv_cache_gib=request.kv_cache_gib, dtype=request.dtype, kv_cache_dtype=request.kv_cache_dtype,
-        **({"gpu_memory_utilization": request.gpu_memory_utilization} if request.gpu_memory_utilization else {}),
+        gpu_memory_utilization=request.gpu_memory_utilization, max_num_seqs=request.max_num_seqs,
+        max_num_batched_tokens=request.max_num_batched_tokens, enforce_eager=request.enforce_eager,
+        block_size=request.block_size, **({"vllm_version": request.vllm_version} if request.vllm_version else {}),
     )  # fmt: skip
     plan = plan_model(spec, shape if shape is not None else shape_from_manifest(manifest), options)
     if not plan.fits:

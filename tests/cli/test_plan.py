@@ -11,6 +11,7 @@ import pytest
 from orchestrator.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
+M405 = REPO / "cluster-templates" / "2x8-h100-405b.yaml"
 CONTRACT_KEYS = (
     "model", "params", "weights_gib_per_gpu", "kv_bytes_per_token_per_gpu", "kv_cache_gib_per_gpu",
     "kv_cache_tokens", "max_concurrency", "tp", "pp", "replicas", "fits", "reasons",
@@ -150,3 +151,48 @@ def test_bad_flags_exit_2(capsys, args):
     assert main(["plan", *args]) == 2
     err = capsys.readouterr().err
     assert "Error" in err or "error" in err
+
+
+def test_the_vllm_version_defaults_to_the_gpu_extras_pin_and_changes_the_terms(capsys):
+    default = run_json(capsys, "--model", "llama3-70b", "--max-model-len", "8192")
+    assert default["vllm_version"] == "0.29.0"
+    assert any("vLLM 0.29.0: the version the gpu extra pins" in r for r in default["reasons"])
+    old = run_json(capsys, "--model", "llama3-70b", "--max-model-len", "8192", "--vllm-version", "0.20.1", "--tp", "4")
+    new = run_json(capsys, "--model", "llama3-70b", "--max-model-len", "8192", "--vllm-version", "0.21.0", "--tp", "4")
+    # 0.21 raised the default utilization to 0.92 and began subtracting the CUDA graph estimate
+    assert (old["gpu_memory_utilization"], new["gpu_memory_utilization"]) == (0.9, 0.92)
+    assert (old["engine_terms"]["cuda_graph_estimate_subtracted"], new["engine_terms"]["cuda_graph_estimate_subtracted"]) == (False, True)
+    assert new["reserve_gib_per_gpu"] == pytest.approx(old["reserve_gib_per_gpu"] + 0.31, abs=0.01)
+    eager = run_json(capsys, "--model", "llama3-70b", "--max-model-len", "8192", "--vllm-version", "0.21.0", "--tp", "4", "--enforce-eager")
+    assert eager["reserve_gib_per_gpu"] == pytest.approx(old["reserve_gib_per_gpu"], abs=0.01)
+    assert main(["plan", "--model", "llama3-8b", "--vllm-version", "latest"]) == 2
+    assert "unrecognised vLLM version 'latest'" in capsys.readouterr().err
+
+
+def test_max_num_seqs_and_batched_tokens_size_the_reserve(capsys):
+    base = run_json(capsys, "--model", "llama3-8b", "--gpus-per-node", "1", "--vllm-version", "0.11.0", "--max-model-len", "8192")
+    fewer = run_json(capsys, "--model", "llama3-8b", "--gpus-per-node", "1", "--vllm-version", "0.11.0", "--max-model-len", "8192", "--max-num-seqs", "64")
+    # 0.11 sorts max_num_seqs x vocab fp32 logits in its sampler warm-up: 1024 -> 64 sequences frees ~4.4 GiB
+    assert base["max_num_seqs"] == 1024 and fewer["max_num_seqs"] == 64
+    assert base["reserve_gib_per_gpu"] - fewer["reserve_gib_per_gpu"] > 3.5
+    assert fewer["engine_kwargs"]["max_num_seqs"] == 64
+    tokens = run_json(capsys, "--model", "llama3-8b", "--gpus-per-node", "1", "--vllm-version", "0.11.0", "--max-model-len", "8192",
+                      "--max-num-seqs", "64", "--max-num-batched-tokens", "32768")  # fmt: skip
+    assert tokens["reserve_gib_per_gpu"] > fewer["reserve_gib_per_gpu"] and tokens["engine_kwargs"]["max_num_batched_tokens"] == 32768
+    blocks = run_json(capsys, "--model", "llama3-8b", "--gpus-per-node", "1", "--max-model-len", "8192", "--block-size", "128")
+    assert blocks["kv_cache_tokens"] % 128 == 0 and blocks["engine_kwargs"]["block_size"] == 128
+
+
+def test_with_a_cluster_that_is_up_the_probed_vllm_version_is_used(capsys, tmp_path):
+    from orchestrator.manifest.load import load_manifest_file
+    from orchestrator.state import StateStore
+
+    manifest = load_manifest_file(M405)
+    state = StateStore(tmp_path / "state")
+    state.save_facts(manifest.name, {n.name: {"versions": {"vllm": "0.18.2", "ray": "2.60.0"}} for n in manifest.nodes})
+    state.record_cluster(manifest.name, manifest.fingerprint(), "192.0.2.10", 8265)
+    rc = main(["--state-dir", str(tmp_path / "state"), "plan", "--model", "llama3-405b", "--cluster", str(M405), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and data["vllm_version"] == "0.18.2"
+    assert any("the vLLM that `orch up` probed on the nodes of llama405" in r for r in data["reasons"])
+    assert data["engine_terms"]["sampler_warmup"] == "triton"

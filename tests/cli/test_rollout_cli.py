@@ -49,3 +49,33 @@ def test_rollback_without_revisions_says_so(capsys):
     rc = main(["rollback", str(M405)])
     err = capsys.readouterr().err
     assert rc == 1 and "no earlier revision" in err
+
+
+def test_the_rendered_engine_kwargs_carry_the_planned_values(capsys):
+    rc = main([
+        "rollout", "--model", "llama3-405b", "--model-path", "/models/x", "--max-model-len", "8192", str(M405), "--dry-run", "--json",
+        "--max-num-seqs", "64", "--max-num-batched-tokens", "4096", "--enforce-eager", "--block-size", "32",
+        "--kv-cache-dtype", "fp8", "--gpu-memory-utilization", "0.85", "--vllm-version", "0.20.1",
+    ])  # fmt: skip
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    kwargs = data["config"]["args"]["llm_configs"][0]["engine_kwargs"]
+    planned = {
+        "tensor_parallel_size": 8, "pipeline_parallel_size": 2, "max_model_len": 8192, "gpu_memory_utilization": 0.85,
+        "kv_cache_dtype": "fp8", "max_num_seqs": 64, "max_num_batched_tokens": 4096, "enforce_eager": True, "block_size": 32,
+    }  # fmt: skip
+    assert {k: kwargs.get(k) for k in planned} == planned
+    assert data["plan"]["vllm_version"] == "0.20.1" and data["plan"]["max_num_seqs"] == 64
+    # without the flags the engine still gets the values the plan was sized with (the version's defaults)
+    assert main(["rollout", "--model", "llama3-405b", "--model-path", "/models/x", "--max-model-len", "8192", str(M405), "--dry-run", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    kwargs = data["config"]["args"]["llm_configs"][0]["engine_kwargs"]
+    assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"], kwargs["enforce_eager"]) == (1024, 8192, False)
+    assert (data["plan"]["max_num_seqs"], data["plan"]["max_num_batched_tokens"]) == (1024, 8192)
+    assert "block_size" not in kwargs  # vLLM picks per attention backend unless --block-size is given
+
+
+def test_an_engine_arg_may_not_override_what_the_plan_sized(capsys):
+    rc = main(["rollout", "--model", "llama3-405b", "--model-path", "/m", str(M405), "--dry-run", "--engine-arg", "max_num_seqs=4096"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--engine-arg max_num_seqs sizes the engine's memory" in err and "--max-num-seqs" in err
