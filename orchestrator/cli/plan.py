@@ -14,6 +14,7 @@ import click
 from orchestrator.cli.output import console, print_json
 from orchestrator.errors import PlanError, UsageError
 from orchestrator.manifest.load import load_manifest_file
+from orchestrator.plan.calibration import calibration_key
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import CATALOG, DTYPE_BYTES, ModelSpec, resolve_model
 from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM, parse_vllm_version, probed_vllm_version
@@ -21,6 +22,7 @@ from orchestrator.plan.memory import GIB, KIB, b_max, count_params, kv_bytes_per
 from orchestrator.plan.planner import ParallelPlan, plan_model
 from orchestrator.plan.shape import CPU, GPU_TYPES, ClusterShape, make_shape, shape_from_manifest
 from orchestrator.state import StateStore
+from orchestrator.workflows.calibration import load_calibrations
 from orchestrator.workflows.cluster import planning_shape
 
 SEED_LENGTHS = ((8192, 1), (8192, 16), (32768, 16))
@@ -77,6 +79,20 @@ def vllm_version_for(flag: str | None, manifest, state_dir: Path | None) -> tupl
         if probed:
             return probed, f"the vLLM that `orch up` probed on the nodes of {manifest.name}"
     return GPU_EXTRA_VLLM, "the version the gpu extra pins (ray[llm]==2.60.0 requires vllm 0.29.0)"
+
+
+def _calibrated(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, result: ParallelPlan, manifest, state: StateStore) -> ParallelPlan:
+    """The plan again with the reserve the engine measured on this cluster, when a rollout of the same
+    model, GPU type, vLLM version, layout and flags was recorded (`orch status` records it)."""
+    if not probed_facts(manifest, state):
+        return result
+    key = calibration_key(spec, result.gpu_type, result.vllm_version, result.tp, result.pp, result.engine_kwargs())
+    record = load_calibrations(state, manifest.name).get(key)
+    if record is None or record.get("measured_reserve_gib") is None:
+        return result
+    measured = replace(options, reserve_gib=float(record["measured_reserve_gib"]), tp=result.tp, pp=result.pp)
+    note = f"calibrated: revision {record.get('revision', '?')} of this configuration measured {record['measured_reserve_gib']:.2f} GiB of reserve per GPU"
+    return plan_model(spec, replace(shape, notes=(*shape.notes, note)), measured)
 
 
 def engine_flags(command):
@@ -180,6 +196,8 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
     )
     shape = replace(shape, notes=(*shape.notes, f"vLLM {version}: {version_source}"))
     result = plan_model(spec, shape, options)
+    if cluster is not None and state_dir is not None and result.fits:
+        result = _calibrated(spec, shape, options, result, load_manifest_file(cluster), StateStore(state_dir))
     seed = seed_tables(spec, result, shape.gpu_memory_bytes)
     if as_json:
         print_json({**result.to_json(), "shape": shape.describe(), "seed": seed})

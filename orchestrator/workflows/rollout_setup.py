@@ -23,6 +23,7 @@ from orchestrator.cluster.dashboard import open_dashboard
 from orchestrator.cluster.ray_nodes import current_by_name, node_resource
 from orchestrator.errors import PlanError, StateError, UsageError
 from orchestrator.manifest.model import Manifest
+from orchestrator.plan.calibration import model_fingerprint
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import resolve_model
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
@@ -168,6 +169,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     )
     plan_json = plan.to_json()
     plan_json.pop("stages", None)
+    plan_json["model_fingerprint"] = model_fingerprint(spec)  # the calibration record's key (orch status)
     if request.replicas:
         plan_json["replicas"] = request.replicas
         plan_json["reasons"] = [*plan_json.get("reasons", []), f"replicas set to {request.replicas} by --replicas"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.plan.calibration import EngineFigures
 
 REPO = Path(__file__).resolve().parents[2]
 M405 = REPO / "cluster-templates" / "2x8-h100-405b.yaml"
@@ -196,3 +197,34 @@ def test_with_a_cluster_that_is_up_the_probed_vllm_version_is_used(capsys, tmp_p
     assert rc == 0 and data["vllm_version"] == "0.18.2"
     assert any("the vLLM that `orch up` probed on the nodes of llama405" in r for r in data["reasons"])
     assert data["engine_terms"]["sampler_warmup"] == "triton"
+
+
+def test_plan_on_a_cluster_with_a_matching_record_uses_the_measured_reserve(capsys, tmp_path):
+    from orchestrator.manifest.load import load_manifest_file
+    from orchestrator.plan.calibration import calibration_record, model_fingerprint
+    from orchestrator.plan.catalog import CATALOG
+    from orchestrator.state import StateStore
+    from orchestrator.workflows.calibration import save_calibration
+
+    manifest = load_manifest_file(M405)
+    state = StateStore(tmp_path / "state")
+    state.save_facts(manifest.name, {n.name: {"versions": {"vllm": "0.29.0"}} for n in manifest.nodes})
+    state.record_cluster(manifest.name, manifest.fingerprint(), "192.0.2.10", 8265)
+    args = ["--state-dir", str(tmp_path / "state"), "plan", "--model", "llama3-405b", "--cluster", str(M405), "--max-model-len", "8192", "--json"]
+    assert main(args) == 0
+    modelled = json.loads(capsys.readouterr().out)
+    # the engine of that exact configuration measured 9.0 GiB of reserve per GPU (as `orch status` records it)
+    plan = {**modelled, "model_fingerprint": model_fingerprint(CATALOG["llama3-405b"])}
+    weights = modelled["weights_gib_per_gpu"]
+    kv = modelled["gpu_memory_gib"] * modelled["gpu_memory_utilization"] - weights - 9.0
+    record = calibration_record(plan, EngineFigures(weights, kv, None, None))
+    assert record is not None and record["measured_reserve_gib"] == pytest.approx(9.0, abs=0.01)
+    save_calibration(state, manifest.name, {**record, "revision": 3})
+    assert main(args) == 0
+    calibrated = json.loads(capsys.readouterr().out)
+    assert (calibrated["tp"], calibrated["pp"]) == (modelled["tp"], modelled["pp"])
+    assert calibrated["reserve_gib_per_gpu"] == pytest.approx(9.0, abs=0.01) != modelled["reserve_gib_per_gpu"]
+    assert any("calibrated: revision 3 of this configuration measured 9.00 GiB" in r for r in calibrated["reasons"])
+    # a different flag is a different configuration: the model again
+    assert main([*args, "--max-num-seqs", "256"]) == 0
+    assert json.loads(capsys.readouterr().out)["reserve_gib_per_gpu"] != pytest.approx(9.0, abs=0.01)
