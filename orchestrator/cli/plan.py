@@ -271,8 +271,8 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -
     out.print(table)
     out.print("[bold]Why[/bold]")
     for reason in p.reasons:
-        out.print(f"  - {reason}")
+        out.print(f"  - {reason}", markup=False)
     if p.suggestions:
         out.print("[bold]What would fit[/bold]")
         for s in p.suggestions:
-            out.print(f"  - {s}")
+            out.print(f"  - {s}", markup=False)
