@@ -25,6 +25,7 @@ from orchestrator.errors import PlanError, StateError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.plan.calibration import model_fingerprint
 from orchestrator.plan.capacity import PlanOptions
+from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
 from orchestrator.plan.catalog import resolve_model
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
 from orchestrator.plan.shape import shape_from_manifest
@@ -154,7 +155,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
         kv_cache_gib=request.kv_cache_gib, dtype=request.dtype, kv_cache_dtype=request.kv_cache_dtype,
         gpu_memory_utilization=request.gpu_memory_utilization, max_num_seqs=request.max_num_seqs,
         max_num_batched_tokens=request.max_num_batched_tokens, enforce_eager=request.enforce_eager,
-        block_size=request.block_size, **({"vllm_version": request.vllm_version} if request.vllm_version else {}),
+        block_size=request.block_size, vllm_version=request.vllm_version or GPU_EXTRA_VLLM,
     )  # fmt: skip
     plan = plan_model(spec, shape if shape is not None else shape_from_manifest(manifest), options)
     if not plan.fits:
