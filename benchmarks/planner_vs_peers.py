@@ -24,10 +24,9 @@ How each tool's prediction of vLLM's KV cache is formed (per GPU, the tightest s
   token, whole blocks). Its ``total_kv_cache_blocks`` sums the blocks of every GPU, TP x PP times
   what vLLM reports for a replica, so it is not used.
 - hf-mem: no reserve: total x utilization - weights/(TP x PP), over its per-token KV bytes/(TP x PP).
-- aiconfigurator: its memory model lives in the compiled aiconfigurator-core and covers
-  TensorRT-LLM/SGLang/vLLM perf databases of specific systems; it is installed and its version
-  reported, and a row is predicted only when its Python API answers for it (else "not run" with the
-  reason: no row of this table is a system/backend it models).
+- aiconfigurator: installed and its version reported, but not called yet: its memory model is in
+  the compiled aiconfigurator-core (per-system YAML such as h100_sxm, a100_sxm,
+  rtx_pro_6000_server, and a backend performance database); every row reports "not run".
 """
 
 from __future__ import annotations
@@ -162,7 +161,7 @@ for row in job["rows"]:
             res["hf-mem"] = {"kv_gib": kv, "kv_tokens": int(kv * GIB // (per_token * block)) * block, "weights_gib": weights}
         except Exception as exc:
             res["hf-mem"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-    res["aiconfigurator"] = {"error": "not run: its memory model is in the compiled aiconfigurator-core and answers only for the systems and backends of its perf database"}
+    res["aiconfigurator"] = {"error": "not run: this script does not call aiconfigurator's compiled memory model yet"}
     out["rows"][rid] = res
 print(json.dumps(out))
 '''
