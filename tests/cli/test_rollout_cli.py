@@ -30,6 +30,11 @@ def test_dry_run_json(capsys):
     assert data["action"] == "dry_run:fresh" and data["plan"]["tp"] == 8 and data["plan"]["pp"] == 2
     llm = data["config"]["args"]["llm_configs"][0]
     assert llm["engine_kwargs"]["api_key"] == ["<redacted>"] and len(llm["placement_group_config"]["bundles"]) == 16
+    # without the memory flags the engine still gets the values the plan was sized with (the version's defaults)
+    kwargs = llm["engine_kwargs"]
+    assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"], kwargs["enforce_eager"]) == (1024, 8192, False)
+    assert (data["plan"]["max_num_seqs"], data["plan"]["max_num_batched_tokens"]) == (1024, 8192)
+    assert "block_size" not in kwargs  # vLLM picks per attention backend unless --block-size is given
 
 
 def test_rollout_without_dry_run_needs_the_cluster_up(capsys):
@@ -66,13 +71,6 @@ def test_the_rendered_engine_kwargs_carry_the_planned_values(capsys):
     }  # fmt: skip
     assert {k: kwargs.get(k) for k in planned} == planned
     assert data["plan"]["vllm_version"] == "0.20.1" and data["plan"]["max_num_seqs"] == 64
-    # without the flags the engine still gets the values the plan was sized with (the version's defaults)
-    assert main(["rollout", "--model", "llama3-405b", "--model-path", "/models/x", "--max-model-len", "8192", str(M405), "--dry-run", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    kwargs = data["config"]["args"]["llm_configs"][0]["engine_kwargs"]
-    assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"], kwargs["enforce_eager"]) == (1024, 8192, False)
-    assert (data["plan"]["max_num_seqs"], data["plan"]["max_num_batched_tokens"]) == (1024, 8192)
-    assert "block_size" not in kwargs  # vLLM picks per attention backend unless --block-size is given
 
 
 def test_an_engine_arg_may_not_override_what_the_plan_sized(capsys):
