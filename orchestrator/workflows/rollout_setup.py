@@ -25,8 +25,8 @@ from orchestrator.errors import PlanError, StateError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.plan.calibration import model_fingerprint
 from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
 from orchestrator.plan.catalog import resolve_model
+from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
