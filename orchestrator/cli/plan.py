@@ -6,17 +6,24 @@ Everything else is the pure planner (orchestrator.plan.planner, .capacity, .memo
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from orchestrator.cli.output import console, print_json
-from orchestrator.errors import UsageError
-from orchestrator.plan.capacity import VLLM_GPU_MEMORY_UTILIZATION, PlanOptions
+from orchestrator.errors import PlanError, UsageError
+from orchestrator.manifest.load import load_manifest_file
+from orchestrator.plan.calibration import calibration_key
+from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import CATALOG, DTYPE_BYTES, ModelSpec, resolve_model
+from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM, parse_vllm_version, probed_vllm_version
 from orchestrator.plan.memory import GIB, KIB, b_max, count_params, kv_bytes_per_token, kv_dtype_bytes, weight_bytes
 from orchestrator.plan.planner import ParallelPlan, plan_model
 from orchestrator.plan.shape import CPU, GPU_TYPES, ClusterShape, make_shape, shape_from_manifest
+from orchestrator.state import StateStore
+from orchestrator.workflows.calibration import load_calibrations
+from orchestrator.workflows.cluster import planning_shape
 
 SEED_LENGTHS = ((8192, 1), (8192, 16), (32768, 16))
 DEFAULT_GPU_TYPE = "H100-80GB"
@@ -26,10 +33,6 @@ DEFAULT_GPUS_PER_NODE = 8
 def _shape(cluster: Path | None, gpu_type: str | None, gpu_memory_gib: float | None, gpus_per_node: int | None, nodes: int | None, nvlink: bool | None, state_dir: Path | None = None) -> ClusterShape:
     notes: tuple[str, ...] = ()
     if cluster is not None:
-        from orchestrator.manifest.load import load_manifest_file
-        from orchestrator.state import StateStore
-        from orchestrator.workflows.cluster import planning_shape
-
         manifest = load_manifest_file(cluster)
         # when this manifest is up, the GPUs `orch up` probed; else what it declares
         base = planning_shape(manifest, StateStore(state_dir)) if state_dir is not None else shape_from_manifest(manifest)
@@ -42,9 +45,11 @@ def _shape(cluster: Path | None, gpu_type: str | None, gpu_memory_gib: float | N
             gpu_memory_gib = base.gpu_memory_gib
         nvlink = base.nvlink if nvlink is None else nvlink
         notes = base.notes + ("flags override parts of the manifest's shape",)
-    elif gpu_type is None and gpu_memory_gib is None:
+    elif gpu_type is None:
+        # --gpu-memory-gib alone changes only the memory: the type (and its NVLink) stays the default
         gpu_type = DEFAULT_GPU_TYPE
-        notes = (f"no --cluster or --gpu-type: assumed {nodes or 1} node(s) of {gpus_per_node or DEFAULT_GPUS_PER_NODE} x {DEFAULT_GPU_TYPE}",)
+        memory = f" with {gpu_memory_gib:g} GiB each (--gpu-memory-gib)" if gpu_memory_gib is not None else ""
+        notes = (f"no --cluster or --gpu-type: assumed {nodes or 1} node(s) of {gpus_per_node or DEFAULT_GPUS_PER_NODE} x {DEFAULT_GPU_TYPE}{memory}",)
     return make_shape(
         gpu_type_name=gpu_type,
         gpus_per_node=gpus_per_node or (1 if (gpu_type or "").lower() == CPU else DEFAULT_GPUS_PER_NODE),
@@ -53,6 +58,62 @@ def _shape(cluster: Path | None, gpu_type: str | None, gpu_memory_gib: float | N
         nvlink=nvlink,
         notes=notes,
     )
+
+
+def probed_facts(manifest, state: StateStore) -> dict:
+    """What `orch up` probed on the nodes, when this manifest is the one up (else empty)."""
+    record = state.get_cluster(manifest.name)
+    if record is None or record.state != "up" or record.fingerprint != manifest.fingerprint():
+        return {}
+    return state.load_facts(manifest.name) or {}
+
+
+def vllm_version_for(flag: str | None, manifest, state_dir: Path | None) -> tuple[str, str]:
+    """(vLLM version to size for, where it comes from): --vllm-version, else the version `orch up`
+    probed on the manifest's nodes, else the version the gpu extra pins."""
+    if flag:
+        parse_vllm_version(flag)
+        return flag, "--vllm-version"
+    if manifest is not None and state_dir is not None:
+        probed = probed_vllm_version(probed_facts(manifest, StateStore(state_dir)))
+        if probed:
+            return probed, f"the vLLM that `orch up` probed on the nodes of {manifest.name}"
+    return GPU_EXTRA_VLLM, "the version the gpu extra pins (ray[llm]==2.60.0 requires vllm 0.29.0)"
+
+
+def _calibrated(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, result: ParallelPlan, manifest, state: StateStore) -> ParallelPlan:
+    """The plan again with the reserve the engine measured on this cluster, when a rollout of the same
+    model, GPU type, vLLM version, layout and flags was recorded (`orch status` records it)."""
+    if not probed_facts(manifest, state):
+        return result
+    key = calibration_key(spec, result.gpu_type, result.vllm_version, result.tp, result.pp, result.engine_kwargs())
+    record = load_calibrations(state, manifest.name).get(key)
+    if record is None or record.get("measured_reserve_gib") is None:
+        return result
+    measured = replace(options, reserve_gib=float(record["measured_reserve_gib"]), tp=result.tp, pp=result.pp)
+    note = f"calibrated: revision {record.get('revision', '?')} of this configuration measured {record['measured_reserve_gib']:.2f} GiB of reserve per GPU"
+    return plan_model(spec, replace(shape, notes=(*shape.notes, note)), measured)
+
+
+def engine_flags(command):
+    """The flags that size vLLM's memory, shared by `orch plan` and `orch rollout` (the rollout
+    passes the planned values into engine_kwargs; see PLANNED_ENGINE_ARGS)."""
+    options = [
+        click.option("--vllm-version", default=None, metavar="X.Y[.Z]", help=(
+            "Size for this vLLM version's engine defaults and memory profile [default: the version `orch up` probed "
+            f"with --cluster, else {GPU_EXTRA_VLLM}, the version the gpu extra pins]."
+        )),  # fmt: skip
+        click.option("--max-num-seqs", type=click.IntRange(min=1, max=10_000_000), default=None,
+                     help="vLLM max_num_seqs: sequences per step; sizes the sampler warm-up [default: the version's for the GPU]."),
+        click.option("--max-num-batched-tokens", type=click.IntRange(min=1, max=10_000_000), default=None,
+                     help="vLLM max_num_batched_tokens: tokens per step; sizes the profiled activations [default: the version's for the GPU]."),
+        click.option("--enforce-eager", is_flag=True, default=False, help="vLLM enforce_eager: no CUDA graphs (and no CUDA graph memory estimate)."),
+        click.option("--block-size", type=click.Choice(["8", "16", "32", "64", "128"]), default=None,
+                     help="vLLM block_size: KV tokens per block; the KV cache holds whole blocks [default: vLLM's, 16]."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 def seed_tables(spec: ModelSpec, plan: ParallelPlan, gpu_bytes: float | None) -> dict:
@@ -95,14 +156,16 @@ def seed_tables(spec: ModelSpec, plan: ParallelPlan, gpu_bytes: float | None) ->
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Force the tensor-parallel size (then checked).")
 @click.option("--pp", type=click.IntRange(min=1), default=None, help="Force the pipeline-parallel size (then checked).")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Longest sequence (prompt + output) [default: the model's].")
-@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True), default=VLLM_GPU_MEMORY_UTILIZATION, show_default=True, help="vLLM's memory fraction.")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True), default=None, help="vLLM's memory fraction [default: the vLLM version's: 0.92 from 0.21, 0.90 before].")
 @click.option("--kv-cache-gib", type=click.FloatRange(min=0, min_open=True), default=None, help="Fix the KV cache per GPU (vLLM kv_cache_memory_bytes) instead of estimating it.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default=None, help="Weight dtype [default: the checkpoint's].")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
 @click.option("--nvlink/--no-nvlink", default=None, help="Whether GPUs in a node share NVLink [default: the GPU type's usual board].")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@engine_flags
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (exit 2 when nothing fits, after printing it).")
 @click.pass_context
-def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype, nvlink, as_json) -> None:
+def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype, nvlink,
+         vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, as_json) -> None:  # fmt: skip
     """Size MODEL on a cluster: weights, KV cache, B_max, and the TP/PP choice with its reasons.
 
     \b
@@ -116,6 +179,7 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
     spec = resolve_model(model)
     state_dir = ctx.obj.get("state_dir") if isinstance(ctx.obj, dict) else None
     shape = _shape(cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink, state_dir)
+    version, version_source = vllm_version_for(vllm_version, load_manifest_file(cluster) if cluster is not None else None, state_dir)
     options = PlanOptions(
         tp=tp,
         pp=pp,
@@ -124,13 +188,25 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
         kv_cache_gib=kv_cache_gib,
         dtype=dtype,
         kv_cache_dtype=kv_cache_dtype,
+        vllm_version=version,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enforce_eager=enforce_eager,
+        block_size=int(block_size) if block_size else None,
     )
+    shape = replace(shape, notes=(*shape.notes, f"vLLM {version}: {version_source}"))
     result = plan_model(spec, shape, options)
+    if cluster is not None and state_dir is not None and result.fits:
+        result = _calibrated(spec, shape, options, result, load_manifest_file(cluster), StateStore(state_dir))
     seed = seed_tables(spec, result, shape.gpu_memory_bytes)
     if as_json:
         print_json({**result.to_json(), "shape": shape.describe(), "seed": seed})
-        return
-    _render(spec, shape, result, seed)
+    else:
+        _render(spec, shape, result, seed)
+    if not result.fits:
+        # The plan (or its JSON, with "fits": false) is printed first; then exit 2, like any plan
+        # vLLM would refuse, so a script cannot mistake "nothing fits" for a plan to deploy.
+        raise PlanError(f"{spec.name} does not fit {shape.describe()}", hint="; ".join(result.suggestions) or None)
 
 
 def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -> None:
@@ -187,14 +263,16 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -
         ("KV cache size", f"{p.kv_cache_tokens:,} tokens per replica"),
         ("max concurrency", f"{p.max_concurrency:.2f}x at max_model_len {p.max_model_len:,}"),
         ("gpu_memory_utilization", f"{p.gpu_memory_utilization:g}"),
+        ("vLLM", f"{p.vllm_version} ({(p.engine_terms or {}).get('engine', '?')}); max_num_seqs {p.max_num_seqs}, max_num_batched_tokens {p.max_num_batched_tokens}"
+                 + (", enforce_eager" if p.enforce_eager else "")),
     ]
     for key, value in rows:
         table.add_row(key, value)
     out.print(table)
     out.print("[bold]Why[/bold]")
     for reason in p.reasons:
-        out.print(f"  - {reason}")
+        out.print(f"  - {reason}", markup=False)
     if p.suggestions:
         out.print("[bold]What would fit[/bold]")
         for s in p.suggestions:
-            out.print(f"  - {s}")
+            out.print(f"  - {s}", markup=False)

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.output import console, print_json
+from orchestrator.cli.plan import engine_flags, vllm_version_for
 from orchestrator.cli.wiring import progress_display, resolve_manifest, rollout_deps
 
 
@@ -88,14 +89,16 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default=None)
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
 @click.option("--replicas", type=click.IntRange(min=1), default=None, help="Replicas [default: as many as the cluster holds].")
-@click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE", help="Extra vLLM engine argument (repeatable).")
+@click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE", help="Extra vLLM engine argument (repeatable; not the ones that size memory, which have their own flags).")
+@engine_flags
 @click.option("--dry-run", is_flag=True, help="Print the plan, the decision and the rendered config; change nothing.")
 @click.option("--allow-downtime", is_flag=True, help="Replace the serving revision in place when there is no room for a second copy.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=900.0, show_default=True, help="Seconds for the new revision to be RUNNING.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype,
-            replicas, engine_args, dry_run, allow_downtime, timeout_s, as_json) -> None:  # fmt: skip
+            replicas, engine_args, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, dry_run, allow_downtime,
+            timeout_s, as_json) -> None:  # fmt: skip
     """Deploy MODEL as a Ray Serve LLM application, gated by a real completion.
 
     \b
@@ -111,10 +114,13 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
 
     state_dir = ctx.obj["state_dir"]
     manifest = resolve_manifest(cluster_yaml, state_dir, "rollout")
+    version, _ = vllm_version_for(vllm_version, manifest, state_dir)
     request = RolloutRequest(
         model=model, served_name=served_name, model_path=model_path, tp=tp, pp=pp, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib, dtype=dtype,
         kv_cache_dtype=kv_cache_dtype, replicas=replicas, engine_args=_engine_args(engine_args),
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, enforce_eager=enforce_eager,
+        block_size=int(block_size) if block_size else None, vllm_version=version,
     )  # fmt: skip
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s)
     api_key = os.environ.get(manifest.serve.api_key_env) or None

@@ -150,9 +150,23 @@ def render_serving(serving: Any) -> Any:
         style = "bold red" if problem.severity == "fail" else "yellow"
         parts.append(Text.assemble((f"{problem.severity} {problem.code}", style), f" {problem.subject}: {problem.message}"))
         parts.append(Text(f"  hint: {problem.hint}"))
+    if serving.calibration:
+        parts.append(Text(calibration_line(serving.calibration)))
     for note in serving.notes:
         parts.append(Text(f"note: {note}", style="dim"))
     return Group(*parts)
+
+
+def calibration_line(record: Any) -> str:
+    """Predicted vs measured memory per GPU, with the error (the plan's figures against the engine's log)."""
+    pred, meas, err = record.get("predicted") or {}, record.get("measured") or {}, record.get("error") or {}
+    parts = []
+    for field, label, fmt in (("weights_gib", "weights", "{:.2f} GiB"), ("kv_gib", "KV cache", "{:.2f} GiB"), ("kv_tokens", "KV tokens", "{:,}")):
+        if meas.get(field) is not None and pred.get(field) is not None:
+            parts.append(f"{label} {fmt.format(pred[field])} planned, {fmt.format(meas[field])} measured ({err.get(field, 0):+.1%})")
+    reserve = record.get("measured_reserve_gib")
+    tail = f"; measured reserve {reserve:.2f} GiB per GPU, used by `orch plan --cluster`" if reserve is not None else ""
+    return f"memory (vLLM {record.get('vllm_version')}, TP={record.get('tp')} PP={record.get('pp')}): " + ("; ".join(parts) or "not logged") + tail
 
 
 def render_serving_to(console: Any, serving: Any) -> None:

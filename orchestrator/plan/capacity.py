@@ -1,6 +1,6 @@
 """KV cache capacity as vLLM computes it, per pipeline stage. Pure.
 
-vLLM (v1 ``gpu_worker.determine_available_memory``, 0.32) gives the KV cache
+vLLM (V1 ``gpu_worker.determine_available_memory``) gives the KV cache
 
     total_gpu_memory * gpu_memory_utilization
       - weights on this GPU - peak activation of a profiling run - non-torch memory
@@ -10,7 +10,8 @@ then ``num_blocks = kv_memory // (block_size * bytes per token)`` per worker, th
 the smallest worker's block count (the tightest PP stage), and logs ``KV cache size: N tokens``
 = blocks * block_size and ``Maximum concurrency`` = N / max_model_len.
 
-orch cannot run the profile, so it models the reserve (all figures per GPU):
+orch cannot run the profile, so it models the reserve (all figures per GPU); what changes with
+the vLLM version is in ``orchestrator.plan.engine_terms``:
 
 - non-torch memory: 0.30 GiB, plus 0.25 GiB when the replica spans GPUs (NCCL and custom
   all-reduce buffers). vLLM logged 0.13-0.35 GiB on one GPU and 0.54-0.55 GiB at TP=2.
@@ -19,15 +20,16 @@ orch cannot run the profile, so it models the reserve (all figures per GPU):
   - forward: ``max_num_batched_tokens * (3*I/tp + 3*H) * 2`` bytes (gate/up output, activation
     and hidden-size buffers; MoE: top-k experts' ``3*I_moe/tp + H`` each). Fits vLLM's logged
     peaks of 2.07 and 2.99 GiB for Llama-3.1-8B at 20,000 and 29,000 tokens (V0 logs).
-  - sampler (last stage only): ``max_num_seqs * vocab * 38.5`` bytes: logits in fp32 plus the
-    top-k/top-p sort buffers of the dummy sampler run. 38.5 is fitted to vLLM 0.11 on H100
-    (4.76 GiB for vocab 128,256 and 5.56 GiB for 151,936 at 1,024 sequences).
-- CUDA graphs: 0.75 GiB (vLLM 0.19+ logs estimates of 0.1-0.84 GiB), 0 with enforce_eager.
+  - sampler (last stage only): ``max_num_seqs * vocab * bytes per logit``, the bytes depending on
+    the version's top-k/top-p path (38.5 for PyTorch's sort, fitted to vLLM 0.11's 4.76 / 5.56 GiB
+    at 1,024 sequences for vocab 128,256 / 151,936).
+- pipeline buffers (PP > 1): ``max_num_batched_tokens * H * 18.7`` bytes, fitted to one PP=2 log.
+- CUDA graphs: subtracted from 0.21 on (0.31 GiB, the median of logged estimates), 0 with
+  enforce_eager or before 0.21.
 
-``max_num_batched_tokens`` and ``max_num_seqs`` default to vLLM 0.32's API-server values for the
-GPU's size (8192/1024 on >= 70 GiB GPUs other than A100, 16384/1024 on >= 160 GiB, else
-2048/256). ``kv_cache_gib`` replaces the estimate with a fixed size, as vLLM's
-``kv_cache_memory_bytes`` does.
+``max_num_batched_tokens`` and ``max_num_seqs`` default to the version's API-server values
+(``EngineTerms.batch_defaults``). ``kv_cache_gib`` replaces the estimate with a fixed size, as
+vLLM's ``kv_cache_memory_bytes`` does.
 """
 
 from __future__ import annotations
@@ -36,15 +38,17 @@ import math
 from dataclasses import dataclass
 
 from orchestrator.plan.catalog import ModelSpec
+from orchestrator.plan.engine_terms import CUDA_GRAPH_GIB, GPU_EXTRA_VLLM, EngineTerms, engine_terms, parse_vllm_version
 from orchestrator.plan.memory import GIB, kv_bytes_per_token, kv_dtype_bytes, stage_layer_ranges, stage_weight_bytes
 from orchestrator.plan.shape import ClusterShape
 
-VLLM_GPU_MEMORY_UTILIZATION = 0.92  # vllm 0.32 config/cache.py: Field(default=0.92)
 VLLM_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 NON_TORCH_GIB = 0.30
 NON_TORCH_DISTRIBUTED_GIB = 0.25
-SAMPLER_BYTES_PER_LOGIT = 38.5
-CUDA_GRAPH_GIB = 0.75
+# Pipeline stages hold send/receive buffers of a whole batch's hidden states (and residual) besides
+# the profile's activations: fitted to vLLM 0.27.1's Qwen3-32B at PP=2 (row N of
+# tests/data/planner/vllm_logs.json: 6.92 GiB of KV cache where TP=2 on the same GPUs left 8.22).
+PP_BYTES_PER_TOKEN_HIDDEN = 18.7
 CPU_KV_CACHE_GIB = 1.0  # orch's default VLLM_CPU_KVCACHE_SPACE on CPU clusters
 
 
@@ -55,16 +59,41 @@ class PlanOptions:
     tp: int | None = None
     pp: int | None = None
     max_model_len: int | None = None
-    gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION
+    gpu_memory_utilization: float | None = None  # None: the vLLM version's default
     kv_cache_gib: float | None = None
     dtype: str | None = None  # None: the checkpoint's dtype
     kv_cache_dtype: str = "auto"  # "auto" | "fp8"
-    block_size: int = VLLM_BLOCK_SIZE
+    block_size: int | None = None  # None: vLLM's default (16)
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     cuda_graph_gib: float | None = None  # None: CUDA_GRAPH_GIB, or 0 with enforce_eager
     enforce_eager: bool = False
     min_concurrency: float = 1.0  # vLLM refuses to start below one max_model_len sequence
+    vllm_version: str = GPU_EXTRA_VLLM
+    flashinfer_sampler: bool | None = None  # True: the engine logs "Using FlashInfer for top-p & top-k sampling"
+    reserve_gib: float | None = None  # a measured reserve per GPU (calibration) instead of the model
+
+
+def terms_for(spec: ModelSpec, options: PlanOptions) -> EngineTerms:
+    """The engine terms of the vLLM version the plan is for."""
+    return engine_terms(
+        parse_vllm_version(options.vllm_version), architecture=spec.architecture, is_moe=spec.is_moe,
+        flashinfer_sampler=options.flashinfer_sampler,
+    )  # fmt: skip
+
+
+def utilization(spec: ModelSpec, options: PlanOptions) -> float:
+    """gpu_memory_utilization as given, else the version's default (0.92 from 0.21, 0.90 before)."""
+    if options.gpu_memory_utilization is not None:
+        return options.gpu_memory_utilization
+    return terms_for(spec, options).gpu_memory_utilization
+
+
+def batch_limits(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs): as given, else the version's API-server defaults."""
+    length = options.max_model_len or spec.max_position
+    tokens, seqs = terms_for(spec, options).batch_defaults(shape.gpu_memory_bytes or 0, shape.gpu_type, length)
+    return options.max_num_batched_tokens or tokens, options.max_num_seqs or seqs
 
 
 @dataclass(frozen=True)
@@ -92,17 +121,6 @@ class StageCapacity:
         }
 
 
-def vllm_scheduler_defaults(shape: ClusterShape) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) vLLM 0.32 picks for its API server on this GPU
-    (engine/arg_utils.py ``get_batch_defaults``)."""
-    mem = shape.gpu_memory_bytes or 0
-    if mem >= 160 * GIB:
-        return 16384, 1024
-    if mem >= 70 * GIB and "a100" not in shape.gpu_type.lower():
-        return 8192, 1024
-    return 2048, 256
-
-
 def activation_bytes_per_token(spec: ModelSpec, tp: int) -> float:
     """Forward-pass buffers per batched token on one TP rank (see the module docstring)."""
     act = 4 if spec.dtype == "fp32" else 2
@@ -116,24 +134,26 @@ def activation_bytes_per_token(spec: ModelSpec, tp: int) -> float:
 
 def reserve_bytes(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *, tp: int, pp: int, last: bool) -> float:
     """Memory vLLM keeps out of the KV cache on one GPU of a stage besides the weights."""
-    default_tokens, default_seqs = vllm_scheduler_defaults(shape)
-    tokens = options.max_num_batched_tokens or default_tokens
-    seqs = options.max_num_seqs or default_seqs
+    if options.reserve_gib is not None:
+        return options.reserve_gib * GIB
+    terms = terms_for(spec, options)
+    tokens, seqs = batch_limits(spec, shape, options)
     non_torch = NON_TORCH_GIB + (NON_TORCH_DISTRIBUTED_GIB if tp * pp > 1 else 0.0)
     forward = tokens * activation_bytes_per_token(spec, tp)
-    sampler = seqs * spec.vocab * SAMPLER_BYTES_PER_LOGIT if last else 0.0
+    sampler = seqs * spec.vocab * terms.sampler_bytes_per_logit if last else 0.0
+    pipeline = tokens * spec.hidden * PP_BYTES_PER_TOKEN_HIDDEN if pp > 1 else 0.0
     if options.cuda_graph_gib is not None:
         graphs = options.cuda_graph_gib
     else:
-        graphs = 0.0 if options.enforce_eager else CUDA_GRAPH_GIB
-    return non_torch * GIB + max(forward, sampler) + graphs * GIB
+        graphs = CUDA_GRAPH_GIB if terms.cuda_graph_subtracted and not options.enforce_eager else 0.0
+    return non_torch * GIB + max(forward, sampler) + pipeline + graphs * GIB
 
 
 def stage_capacities(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *, tp: int, pp: int) -> tuple[StageCapacity, ...]:
     """Weights, reserve, KV memory and KV tokens of one GPU in each pipeline stage."""
     dtype = options.dtype or spec.dtype
     s_kv = kv_dtype_bytes(dtype, options.kv_cache_dtype)
-    block = options.block_size
+    block = options.block_size or VLLM_BLOCK_SIZE
     out = []
     for i, (start, end) in enumerate(stage_layer_ranges(spec.layers, pp)):
         first, last = i == 0, i == pp - 1
@@ -151,7 +171,7 @@ def stage_capacities(spec: ModelSpec, shape: ClusterShape, options: PlanOptions,
                 room = shape.gpu_memory_bytes - weights - reserve
                 kv = fixed if room >= fixed else room - fixed
             else:
-                kv = shape.gpu_memory_bytes * options.gpu_memory_utilization - weights - reserve
+                kv = shape.gpu_memory_bytes * utilization(spec, options) - weights - reserve
         tokens = math.floor(kv / (per_token * block)) * block if kv > 0 and per_token > 0 else 0
         out.append(StageCapacity(i, start, end - start, weights, reserve, kv, per_token, tokens))
     return tuple(out)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -64,6 +65,7 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
     source: str = "catalog"
+    architecture: str = ""  # config.json's model_type (decides vLLM's Model Runner V2 default)
 
     @property
     def is_moe(self) -> bool:
@@ -81,18 +83,18 @@ class ModelSpec:
 
 def _llama(name: str, layers: int, hidden: int, inter: int, heads: int) -> ModelSpec:
     # Llama 3.1 config.json: 8 KV heads, head_dim 128, vocab 128256, untied, 128K context.
-    return ModelSpec(name, layers, hidden, inter, heads, 8, hidden // heads, 128256, max_position=131072)
+    return ModelSpec(name, layers, hidden, inter, heads, 8, hidden // heads, 128256, max_position=131072, architecture="llama")
 
 
 CATALOG: dict[str, ModelSpec] = {
     "llama3-8b": _llama("llama3-8b", 32, 4096, 14336, 32),
     "llama3-70b": _llama("llama3-70b", 80, 8192, 28672, 64),
     "llama3-405b": _llama("llama3-405b", 126, 16384, 53248, 128),
-    "qwen2.5-7b": ModelSpec("qwen2.5-7b", 28, 3584, 18944, 28, 4, 128, 152064, max_position=32768),
-    "qwen2.5-72b": ModelSpec("qwen2.5-72b", 80, 8192, 29568, 64, 8, 128, 152064, max_position=32768),
+    "qwen2.5-7b": ModelSpec("qwen2.5-7b", 28, 3584, 18944, 28, 4, 128, 152064, max_position=32768, architecture="qwen2"),
+    "qwen2.5-72b": ModelSpec("qwen2.5-72b", 80, 8192, 29568, 64, 8, 128, 152064, max_position=32768, architecture="qwen2"),
     "mixtral-8x7b": ModelSpec(
         "mixtral-8x7b", 32, 4096, 14336, 32, 8, 128, 32000, max_position=32768,
-        num_experts=8, experts_per_token=2, moe_intermediate=14336,
+        num_experts=8, experts_per_token=2, moe_intermediate=14336, architecture="mixtral",
     ),
     # The published DeepSeek-V3 weights are FP8 (block-quantized); its MTP layer is not loaded
     # by vLLM unless speculative decoding asks for it, so it is not counted.
@@ -100,6 +102,7 @@ CATALOG: dict[str, ModelSpec] = {
         "deepseek-v3", 61, 7168, 18432, 128, 128, 192, 129280, dtype="fp8", max_position=163840,
         num_experts=256, experts_per_token=8, shared_experts=1, moe_intermediate=2048, first_k_dense=3,
         kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+        architecture="deepseek_v3",
     ),
 }  # fmt: skip
 
@@ -117,6 +120,37 @@ def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config
 
 
+# Bounds on every number orch reads from a config.json: wide enough for any published model
+# (Llama 3.1 405B: 126 layers, hidden 16384, vocab 128256; DeepSeek-V3: 256 experts), narrow
+# enough that a hostile or corrupt config fails fast instead of hanging the planner (it loops
+# over layers) or printing a plan for a model no GPU can hold.
+FIELD_BOUNDS: dict[str, tuple[int, int]] = {
+    "num_hidden_layers": (1, 1024),
+    "hidden_size": (1, 131_072),
+    "num_attention_heads": (1, 4096),
+    "num_key_value_heads": (0, 4096),
+    "head_dim": (0, 4096),
+    "intermediate_size": (0, 1_048_576),
+    "moe_intermediate_size": (0, 1_048_576),
+    "vocab_size": (1, 4_194_304),
+    "max_position_embeddings": (0, 16_777_216),
+    "max_sequence_length": (0, 16_777_216),
+    "num_local_experts": (0, 4096),
+    "n_routed_experts": (0, 4096),
+    "num_experts": (0, 4096),
+    "num_experts_per_tok": (0, 4096),
+    "n_shared_experts": (0, 64),
+    "first_k_dense_replace": (0, 1024),
+    "kv_lora_rank": (0, 65_536),
+    "q_lora_rank": (0, 65_536),
+    "qk_rope_head_dim": (0, 4096),
+    "qk_nope_head_dim": (0, 4096),
+    "v_head_dim": (0, 4096),
+}
+MAX_CONFIG_BYTES = 4 * 2**20  # a config.json is a few KiB; refuse anything past 4 MiB unread
+MAX_PARAMS = 100 * 10**12  # 100T parameters: past any model orch could place on a GPU cluster
+
+
 def _int(cfg: Mapping[str, Any], key: str, source: str, default: int | None = None) -> int:
     value = cfg.get(key)
     if value is None:
@@ -128,7 +162,14 @@ def _int(cfg: Mapping[str, Any], key: str, source: str, default: int | None = No
             f"add '{key}' to the config or use a catalog name",
         )
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ModelSpecError(f"{source}: '{key}' must be a non-negative integer, got {value!r}", hint=HINT)
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise ModelSpecError(f"{source}: '{key}' must be a non-negative integer, got {shown}", hint=HINT)
+    low, high = FIELD_BOUNDS.get(key, (0, 2**31))
+    if not low <= value <= high:
+        raise ModelSpecError(
+            f"{source}: '{key}' is {value:,}, outside the range orch accepts ({low:,} to {high:,})",
+            hint="check the config.json: no published model is that size",
+        )
     return value
 
 
@@ -136,6 +177,15 @@ def _dtype(cfg: Mapping[str, Any], source: str) -> str:
     quant = cfg.get("quantization_config")
     if isinstance(quant, Mapping):
         method = str(quant.get("quant_method", "")).lower()
+        groups = quant.get("config_groups")
+        if method == "compressed-tensors" and isinstance(groups, Mapping):
+            # llm-compressor checkpoints (RedHatAI/...-FP8-dynamic, -W8A8, -W4A16): the weights' type and bits
+            for group in groups.values():
+                weights = group.get("weights") if isinstance(group, Mapping) else None
+                if isinstance(weights, Mapping) and weights.get("num_bits") in (4, 8):
+                    if weights.get("num_bits") == 8:
+                        return "fp8" if weights.get("type") == "float" else "int8"
+                    return "int4"
         bits = quant.get("bits") or quant.get("w_bit")
         if method == "fp8" or "fp8" in str(quant.get("fmt", "")).lower():
             return "fp8"
@@ -180,9 +230,23 @@ def spec_from_config(config: Mapping[str, Any], source: str, name: str | None = 
         nope = _int(cfg, "qk_nope_head_dim", source)
         rope = _int(cfg, "qk_rope_head_dim", source)
         head_dim = nope + rope
-    if heads % kv_heads:
+    if head_dim == 0:
+        raise ModelSpecError(
+            f"{source}: hidden_size {hidden} is smaller than num_attention_heads {heads} and there is no head_dim",
+            hint="a head needs at least one dimension: check hidden_size and num_attention_heads",
+        )
+    if kv_heads > heads or heads % kv_heads:
         raise ModelSpecError(f"{source}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}", hint=HINT)
+    if num_experts and not 0 < _int(cfg, "num_experts_per_tok", source, default=1) <= num_experts:
+        raise ModelSpecError(f"{source}: num_experts_per_tok must be between 1 and the {num_experts} experts", hint=HINT)
     max_pos = _int(cfg, "max_position_embeddings", source, default=0) or _int(cfg, "max_sequence_length", source, default=4096)
+    # Each field is in range, but together they can still describe an impossible model.
+    rough = layers * (4 * hidden * heads * head_dim + 3 * hidden * (intermediate + (num_experts + 1) * moe_inter)) + 2 * vocab * hidden
+    if rough > MAX_PARAMS:
+        raise ModelSpecError(
+            f"{source}: these sizes describe about {rough / 1e12:,.0f}T parameters, past the {MAX_PARAMS // 10**12}T orch accepts",
+            hint="check hidden_size, intermediate_size, the expert counts and num_hidden_layers",
+        )
     return ModelSpec(
         name=name or str(config.get("_name_or_path") or source),
         layers=layers,
@@ -206,11 +270,24 @@ def spec_from_config(config: Mapping[str, Any], source: str, name: str | None = 
         qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", source, default=0) if kv_lora else 0,
         v_head_dim=_int(cfg, "v_head_dim", source, default=0) if kv_lora else 0,
         source=source,
+        architecture=_architecture(cfg),
     )
 
 
+def _architecture(cfg: Mapping[str, Any]) -> str:
+    """config.json's model_type ("llama", "qwen3", ...), else its first architectures entry."""
+    kind = cfg.get("model_type")
+    if isinstance(kind, str) and len(kind) < 100:
+        return kind
+    archs = cfg.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str) and len(archs[0]) < 100:
+        return archs[0]
+    return ""
+
+
 # tiny: the random-weight Llama the local demo serves (orchestrator.plan.tinymodel builds it).
-CATALOG["tiny"] = spec_from_config(TINY_CONFIG, "orchestrator.plan.tinymodel.TINY_CONFIG", name="tiny")
+# (model_type as transformers writes it into the folder's config.json; not part of the recipe's hash)
+CATALOG["tiny"] = spec_from_config({**TINY_CONFIG, "model_type": "llama"}, "orchestrator.plan.tinymodel.TINY_CONFIG", name="tiny")
 
 
 # ---- the edge: name or path -> ModelSpec ----
@@ -242,15 +319,41 @@ def resolve_model(name_or_path: str | Path) -> ModelSpec:
             hint="pass a catalog name, or the path of a local Hugging Face model folder or its config.json",
         )
     config_path = path / "config.json" if path.is_dir() else path
+    config = parse_config_text(_read_config(config_path), str(config_path))
+    name = path.name if path.is_dir() else path.parent.name or str(config_path)
+    return spec_from_config(config, str(config_path), name=name)
+
+
+def _read_config(config_path: Path) -> bytes:
+    """The bytes of a config.json: a regular file (a FIFO would block), at most MAX_CONFIG_BYTES."""
     try:
-        raw = config_path.read_text()
+        info = config_path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise ModelSpecError(f"{config_path}: not a regular file", hint=HINT)
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise ModelSpecError(f"{config_path}: {info.st_size:,} bytes, too large for a config.json (limit {MAX_CONFIG_BYTES:,})", hint=HINT)
+        with config_path.open("rb") as fh:
+            return fh.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ModelSpecError(f"{config_path}: no such file", hint=HINT) from None
     except OSError as exc:
         raise ModelSpecError(f"{config_path}: cannot read it: {exc.strerror or exc}", hint=HINT) from exc
+
+
+def parse_config_text(raw: bytes, source: str) -> Any:
+    """config.json bytes -> the decoded JSON value. Pure. Binary content, deep nesting and
+    integers too long to convert are ``ModelSpecError``s, never an internal error."""
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ModelSpecError(f"{source}: too large for a config.json (limit {MAX_CONFIG_BYTES:,} bytes)", hint=HINT)
     try:
-        config = json.loads(raw)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelSpecError(f"{source}: not UTF-8 text (byte {exc.start}); is it a binary file?", hint=HINT) from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ModelSpecError(f"{config_path}: not valid JSON (line {exc.lineno}: {exc.msg})", hint=HINT) from exc
-    name = path.name if path.is_dir() else path.parent.name or str(config_path)
-    return spec_from_config(config, str(config_path), name=name)
+        raise ModelSpecError(f"{source}: not valid JSON (line {exc.lineno}: {exc.msg})", hint=HINT) from exc
+    except RecursionError:
+        raise ModelSpecError(f"{source}: JSON nested too deeply to be a model config", hint=HINT) from None
+    except ValueError as exc:  # e.g. an integer past Python's 4300-digit conversion limit
+        raise ModelSpecError(f"{source}: not a usable JSON value ({str(exc)[:80]})", hint=HINT) from None

@@ -75,4 +75,7 @@ def gpu_type_matches(declared: str, name: str, memory_mib: int | None, tolerance
     probed = type_of_smi_name(name)
     if wanted is not None and probed is not None:
         return wanted == probed
+    if wanted is not None and wanted not in SMI_NAMES:
+        # a catalog type with no captured name yet: its name or any of its aliases by words
+        return any(_tokens_match(ident, name, memory_mib, tolerance) for ident in (wanted, *gpu_type(wanted).aliases))
     return _tokens_match(wanted or declared, name, memory_mib, tolerance)

@@ -26,56 +26,40 @@ import math
 from dataclasses import dataclass, replace
 
 from orchestrator.errors import PlanError
-from orchestrator.plan.capacity import PlanOptions, StageCapacity, stage_capacities, vllm_scheduler_defaults
+from orchestrator.plan.capacity import (
+    VLLM_BLOCK_SIZE,
+    PlanOptions,
+    StageCapacity,
+    batch_limits,
+    stage_capacities,
+    terms_for,
+    utilization,
+)
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
+from orchestrator.plan.layout import Candidate, fill_nodes, idle_gpus, replicas_for
 from orchestrator.plan.memory import GIB, count_params
 from orchestrator.plan.shape import ClusterShape, make_shape, shape_from_facts, shape_from_manifest
 
 __all__ = [
-    "Candidate", "ClusterShape", "ParallelPlan", "PlanOptions", "evaluate", "make_shape", "plan_model",
+    "PLANNED_ENGINE_ARGS", "Candidate", "ClusterShape", "ParallelPlan", "PlanOptions", "evaluate", "make_shape", "plan_model",
     "replicas_for", "shape_from_facts", "shape_from_manifest",
 ]  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One (tp, pp) evaluated: its stages and whether vLLM would serve with it."""
-
-    tp: int
-    pp: int
-    stages: tuple[StageCapacity, ...]
-    max_model_len: int
-    min_concurrency: float
-
-    @property
-    def tightest(self) -> StageCapacity:
-        return min(self.stages, key=lambda s: (s.kv_tokens, s.kv_bytes))
-
-    @property
-    def kv_tokens(self) -> int:
-        return self.tightest.kv_tokens
-
-    @property
-    def weights_fit(self) -> bool:
-        return all(s.kv_bytes > 0 for s in self.stages)
-
-    @property
-    def fits(self) -> bool:
-        return self.weights_fit and self.kv_tokens >= self.min_concurrency * self.max_model_len
-
-    def summary(self) -> str:
-        t = self.tightest
-        where = f" on stage {t.index}" if self.pp > 1 else ""
-        if not self.weights_fit:
-            return (
-                f"TP={self.tp} PP={self.pp}: {t.weights_bytes / GIB:.1f} GiB of weights + {t.reserve_bytes / GIB:.1f} GiB "
-                f"reserve per GPU{where} exceed the usable memory by {-t.kv_bytes / GIB:.1f} GiB"
-            )
-        return (
-            f"TP={self.tp} PP={self.pp}: {t.weights_bytes / GIB:.1f} GiB weights + {t.reserve_bytes / GIB:.1f} GiB reserve "
-            f"leave {t.kv_bytes / GIB:.1f} GiB KV cache per GPU{where} = {t.kv_tokens:,} tokens "
-            f"({t.kv_tokens / self.max_model_len:.2f} x max_model_len {self.max_model_len:,})"
-        )
+# The one mapping from a plan to the vLLM engine arguments that size memory: `orch rollout` renders
+# exactly these into Ray Serve LLM's engine_kwargs (and refuses an --engine-arg that would override
+# one), so the engine that starts is the one that was planned. (plan field, vLLM argument)
+PLANNED_ENGINE_ARGS: tuple[tuple[str, str], ...] = (
+    ("tp", "tensor_parallel_size"),
+    ("pp", "pipeline_parallel_size"),
+    ("max_model_len", "max_model_len"),
+    ("gpu_memory_utilization", "gpu_memory_utilization"),
+    ("kv_cache_dtype", "kv_cache_dtype"),
+    ("max_num_seqs", "max_num_seqs"),
+    ("max_num_batched_tokens", "max_num_batched_tokens"),
+    ("enforce_eager", "enforce_eager"),
+    ("block_size", "block_size"),  # only when set: vLLM picks per attention backend otherwise
+)
 
 
 @dataclass(frozen=True)
@@ -111,6 +95,10 @@ class ParallelPlan:
     max_num_seqs: int
     block_size: int
     suggestions: tuple[str, ...] = ()
+    enforce_eager: bool = False
+    block_size_set: bool = False
+    vllm_version: str = ""
+    engine_terms: dict | None = None
 
     @property
     def gpus_per_replica(self) -> int:
@@ -118,14 +106,7 @@ class ParallelPlan:
 
     def engine_kwargs(self) -> dict:
         """The vLLM engine arguments this plan stands for (for Ray Serve LLM's engine_kwargs)."""
-        out: dict = {
-            "tensor_parallel_size": self.tp,
-            "pipeline_parallel_size": self.pp,
-            "max_model_len": self.max_model_len,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-        }
-        if self.kv_cache_dtype != "auto":
-            out["kv_cache_dtype"] = self.kv_cache_dtype
+        out: dict = {arg: getattr(self, field) for field, arg in PLANNED_ENGINE_ARGS if field != "block_size" or self.block_size_set}
         if self.kv_cache_gib_fixed and self.gpu_type != "cpu":
             out["kv_cache_memory_bytes"] = int(self.kv_cache_gib_per_gpu * GIB)
         return out
@@ -160,6 +141,9 @@ class ParallelPlan:
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "max_num_seqs": self.max_num_seqs,
             "block_size": self.block_size,
+            "enforce_eager": self.enforce_eager,
+            "vllm_version": self.vllm_version,
+            "engine_terms": self.engine_terms,
             "stages": [s.to_json() for s in self.stages],
             "engine_kwargs": self.engine_kwargs(),
         }
@@ -180,16 +164,19 @@ def tp_problem(spec: ModelSpec, tp: int) -> str | None:
 
 
 def _check_options(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> int:
-    if not 0 < options.gpu_memory_utilization <= 1:
+    if options.gpu_memory_utilization is not None and not 0 < options.gpu_memory_utilization <= 1:
         raise PlanError(f"gpu_memory_utilization must be in (0, 1], got {options.gpu_memory_utilization}")
+    for name, value in (("max_num_seqs", options.max_num_seqs), ("max_num_batched_tokens", options.max_num_batched_tokens)):
+        if value is not None and not 1 <= value <= 10_000_000:
+            raise PlanError(f"--{name.replace('_', '-')} must be between 1 and 10,000,000, got {value}")
+    if options.block_size is not None and options.block_size not in (1, 8, 16, 32, 64, 128, 256):
+        raise PlanError(f"--block-size must be one of 1, 8, 16, 32, 64, 128, 256 (vLLM's choices), got {options.block_size}")
     if options.kv_cache_gib is not None and options.kv_cache_gib <= 0:
         raise PlanError(f"--kv-cache-gib must be positive, got {options.kv_cache_gib}")
     if options.dtype is not None and options.dtype not in DTYPE_BYTES:
         raise PlanError(f"unknown dtype '{options.dtype}'", hint=f"use one of {', '.join(DTYPE_BYTES)}")
     if options.kv_cache_dtype not in ("auto", "fp8"):
         raise PlanError(f"unknown kv cache dtype '{options.kv_cache_dtype}'", hint="use auto or fp8")
-    if options.block_size < 1:
-        raise PlanError(f"block size must be positive, got {options.block_size}")
     length = options.max_model_len or spec.max_position
     if length < 1:
         raise PlanError(f"max_model_len must be positive, got {length}")
@@ -229,17 +216,6 @@ def evaluate(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, tp: int
     return Candidate(tp, pp, stages, length, options.min_concurrency)
 
 
-def replicas_for(shape: ClusterShape, tp: int, pp: int) -> int:
-    """Replicas the cluster holds: whole groups per node when a replica fits a node, otherwise
-    groups of whole nodes (TP inside a node, PP across nodes)."""
-    group = tp * pp
-    if shape.is_cpu:
-        return shape.nodes
-    if group <= shape.gpus_per_node:
-        return shape.nodes * (shape.gpus_per_node // group)
-    return shape.total_gpus // group
-
-
 # ---- the choice ----
 
 
@@ -266,6 +242,7 @@ def _choose(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple
         cands = [ev(1, p) for p in range(2, limit + 1)]
         found = _first_fit(cands)
         if found:
+            found = fill_nodes(shape, [c for c in cands if c.fits], found, reasons)
             span = "inside one node" if found.pp <= gpn else f"across {math.ceil(found.pp / gpn)} nodes"
             reasons.append(
                 f"the node has no NVLink, so pipeline parallelism {span} (layers split {list(s.layers for s in found.stages)}) "
@@ -278,10 +255,12 @@ def _choose(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple
     skipped = [t for t in range(2, gpn + 1) if t not in tps and gpn % t == 0]
     if skipped:
         reasons.append("TP sizes " + ", ".join(map(str, skipped)) + f" skipped: {tp_problem(spec, skipped[0])}")
-    for t in tps:
+    for i, t in enumerate(tps):
         cand = ev(t, 1)
         if cand.fits:
             reasons.append(f"fits one node with the smallest TP that divides the {spec.heads} attention heads, {cand.summary()}")
+            if idle_gpus(shape, t, 1):
+                cand = fill_nodes(shape, [c for c in (ev(u, 1) for u in tps[i + 1 :]) if c.fits], cand, reasons)
             return cand, reasons
         reasons.append(f"not enough at {cand.summary()}")
 
@@ -308,10 +287,11 @@ def _suggestions(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, bes
     length = best.max_model_len
     t = best.tightest
     if best.weights_fit:
-        need = math.ceil(options.min_concurrency * length / options.block_size) * options.block_size
+        block = options.block_size or VLLM_BLOCK_SIZE
+        need = math.ceil(options.min_concurrency * length / block) * block
         out.append(
             f"the KV cache holds {best.kv_tokens:,} tokens but one sequence of max_model_len needs {need:,}: "
-            f"use --max-model-len {max(options.block_size, best.kv_tokens // options.block_size * options.block_size)} or less"
+            f"use --max-model-len {max(block, best.kv_tokens // block * block)} or less"
         )
     else:
         out.append(f"short by {-t.kv_bytes / GIB:.1f} GiB per GPU on the tightest stage")
@@ -343,6 +323,17 @@ def _suggestions(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, bes
     return out
 
 
+def _terms_reason(spec: ModelSpec, options: PlanOptions) -> str:
+    terms = terms_for(spec, options)
+    if options.reserve_gib is not None:
+        return f"sized for vLLM {options.vllm_version} with the reserve the engine measured on this cluster: {options.reserve_gib:.2f} GiB per GPU"
+    graphs = "CUDA graph estimate subtracted" if terms.cuda_graph_subtracted and not options.enforce_eager else "no CUDA graph estimate"
+    return (
+        f"sized for vLLM {options.vllm_version} ({terms.engine}, sampler warm-up: {terms.sampler}, {graphs}, "
+        f"gpu_memory_utilization {utilization(spec, options):g})"
+    )
+
+
 def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = PlanOptions()) -> ParallelPlan:
     """Choose TP/PP for ``spec`` on ``shape`` and size the KV cache as vLLM would. Pure.
 
@@ -350,8 +341,14 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     refuse or that does not fit (the message says by how much and what would).
     """
     length = _check_options(spec, shape, options)
+    terms_for(spec, options)  # a bad --vllm-version is a PlanError before anything is sized
     _check_forced(spec, shape, options.tp, options.pp)
     reasons: list[str] = list(shape.notes)
+    if not shape.is_cpu:
+        reasons.append(_terms_reason(spec, options))
+    assumption = shape.interconnect_assumption()
+    if assumption:
+        reasons.append(assumption)
     if shape.is_cpu:
         chosen = evaluate(spec, shape, options, 1, 1)
         reasons.append(
@@ -370,8 +367,12 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     replicas = replicas_for(shape, chosen.tp, chosen.pp) if chosen.fits else 0
     if chosen.fits and not shape.is_cpu:
         reasons.append(f"{shape.total_gpus} GPU(s) / {chosen.tp * chosen.pp} per replica = {replicas} replica(s)")
+        idle = idle_gpus(shape, chosen.tp, chosen.pp)
+        if idle:
+            reasons.append(idle)
     tight = chosen.tightest
-    tokens_default, seqs_default = vllm_scheduler_defaults(shape)
+    tokens, seqs = batch_limits(spec, shape, options)
+    terms = terms_for(spec, options)
     dtype = options.dtype or spec.dtype
     return ParallelPlan(
         model=spec.name,
@@ -392,16 +393,20 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         kv_cache_tokens=chosen.kv_tokens,
         max_concurrency=chosen.kv_tokens / length,
         max_model_len=length,
-        gpu_memory_utilization=options.gpu_memory_utilization,
+        gpu_memory_utilization=utilization(spec, options),
         kv_cache_gib_fixed=options.kv_cache_gib is not None or shape.is_cpu,
         gpu_type=shape.gpu_type,
         gpu_memory_gib=shape.gpu_memory_gib,
         gpus_per_node=shape.gpus_per_node,
         nodes=shape.nodes,
-        max_num_batched_tokens=options.max_num_batched_tokens or tokens_default,
-        max_num_seqs=options.max_num_seqs or seqs_default,
-        block_size=options.block_size,
+        max_num_batched_tokens=tokens,
+        max_num_seqs=seqs,
+        block_size=options.block_size or VLLM_BLOCK_SIZE,
         suggestions=tuple(suggestions),
+        enforce_eager=options.enforce_eager,
+        block_size_set=options.block_size is not None,
+        vllm_version=options.vllm_version,
+        engine_terms=terms.to_json(),
     )
 
 

@@ -7,7 +7,8 @@ orch knows: ``shape_from_manifest(manifest)`` (what cluster.yaml declares) and
 Memory per GPU is what CUDA reports as the device total (``torch.cuda.mem_get_info``), the figure
 vLLM multiplies by ``gpu_memory_utilization``; it is below the marketing size and below
 nvidia-smi's total because the driver keeps a part. Where a vLLM or PyTorch log gave the figure
-it is used (H100 79.18 GiB, A100-80GB 79.15, A100-40GB 39.39, A10G 22.06, RTX 3090 23.58);
+it is used (H100 79.18 GiB, A100-80GB 79.15, A100-40GB 39.39, A10G 22.06, RTX 3090 23.58,
+RTX PRO 6000 Blackwell 95.01);
 otherwise nvidia-smi's MiB total less the ~0.5 GiB the driver keeps on an H100.
 """
 
@@ -56,6 +57,7 @@ GPU_TYPES: dict[str, GpuType] = {
         GpuType("A10G-24GB", _g(22.06), False, ("a10g", "nvidia a10g")),
         GpuType("RTX3090-24GB", _g(23.58), False, ("rtx3090", "nvidia geforce rtx 3090")),
         GpuType("RTX4090-24GB", _smi(24564), False, ("rtx4090", "nvidia geforce rtx 4090")),
+        GpuType("RTXPRO6000-96GB", _g(95.01), False, ("rtxpro6000", "rtx pro 6000", "nvidia rtx pro 6000 blackwell server edition")),
     )
 }
 CPU = "cpu"
@@ -92,6 +94,21 @@ class ClusterShape:
     @property
     def gpu_memory_gib(self) -> float | None:
         return None if self.gpu_memory_bytes is None else self.gpu_memory_bytes / GIB
+
+    def interconnect_assumption(self) -> str | None:
+        """What the plan assumes about the link between a node's GPUs when nobody said
+        (``nvlink`` None: no --nvlink/--no-nvlink and no probed topology); None when known."""
+        if self.is_cpu or self.nvlink is not None or self.gpus_per_node < 2:
+            return None
+        known = GPU_TYPES.get(self.gpu_type)
+        if known is None:
+            return (
+                f"the interconnect of {self.gpu_type} is unknown: assumed PCIe without NVLink, so tensor parallelism "
+                "is avoided inside a node; pass --nvlink if the GPUs share NVLink"
+            )
+        if known.nvlink:
+            return f"interconnect not probed: assumed NVLink, as on the usual {known.name} SXM boards; pass --no-nvlink for PCIe cards"
+        return f"interconnect not probed: assumed PCIe without NVLink, as usual for {known.name}; pass --nvlink if the GPUs share NVLink"
 
     def describe(self) -> str:
         if self.is_cpu:

@@ -161,6 +161,7 @@ class ServingStatus:
     problems: tuple[Problem, ...] = ()
     other_apps: tuple[tuple[str, str], ...] = ()  # (name, status) of further Serve applications
     notes: tuple[str, ...] = ()
+    calibration: Mapping[str, Any] | None = None  # predicted vs measured memory (orchestrator.plan.calibration)
 
     @property
     def healthy(self) -> bool:
@@ -181,6 +182,7 @@ class ServingStatus:
             "problems": [p.to_dict() for p in self.problems],
             "other_applications": [{"name": n, "status": s} for n, s in self.other_apps],
             "notes": list(self.notes),
+            "calibration": dict(self.calibration) if self.calibration else None,
         }
 
 

@@ -20,11 +20,13 @@ from typing import Any
 
 from orchestrator.cluster.dashboard import open_dashboard
 from orchestrator.cluster.ray_nodes import current_by_name, node_resource
-from orchestrator.errors import PlanError, StateError
+from orchestrator.errors import PlanError, StateError, UsageError
 from orchestrator.manifest.model import Manifest
+from orchestrator.plan.calibration import model_fingerprint
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import resolve_model
-from orchestrator.plan.planner import plan_model
+from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
+from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
 from orchestrator.remote.runner import Runner
@@ -60,6 +62,11 @@ class RolloutRequest:
     kv_cache_dtype: str = "auto"
     replicas: int | None = None
     engine_args: tuple[tuple[str, Any], ...] = ()
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool = False
+    block_size: int | None = None
+    vllm_version: str | None = None  # None: the planner's default (the gpu extra's pin)
 
 
 def _looks_like_path(model: str) -> bool:
@@ -134,10 +141,20 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
 
     served, source, spec_ref = model_location(manifest, request.model, request.served_name, request.model_path)
     spec = resolve_model(spec_ref)
+    planned = {arg: flag for flag, arg in PLANNED_ENGINE_ARGS}
+    for key, _ in request.engine_args:
+        if key in planned:
+            flag = {"tp": "tp", "pp": "pp"}.get(planned[key], planned[key]).replace("_", "-")
+            raise UsageError(
+                f"--engine-arg {key} sizes the engine's memory, so the plan must know it",
+                hint=f"use --{flag} instead: the planner sizes with it and the rollout passes it to vLLM",
+            )
     options = PlanOptions(
         tp=request.tp, pp=request.pp, max_model_len=request.max_model_len,
         kv_cache_gib=request.kv_cache_gib, dtype=request.dtype, kv_cache_dtype=request.kv_cache_dtype,
-        gpu_memory_utilization=request.gpu_memory_utilization or PlanOptions.gpu_memory_utilization,
+        gpu_memory_utilization=request.gpu_memory_utilization, max_num_seqs=request.max_num_seqs,
+        max_num_batched_tokens=request.max_num_batched_tokens, enforce_eager=request.enforce_eager,
+        block_size=request.block_size, vllm_version=request.vllm_version or GPU_EXTRA_VLLM,
     )  # fmt: skip
     plan = plan_model(spec, shape if shape is not None else shape_from_manifest(manifest), options)
     if not plan.fits:
@@ -152,6 +169,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     )
     plan_json = plan.to_json()
     plan_json.pop("stages", None)
+    plan_json["model_fingerprint"] = model_fingerprint(spec)  # the calibration record's key (orch status)
     if request.replicas:
         plan_json["replicas"] = request.replicas
         plan_json["reasons"] = [*plan_json.get("reasons", []), f"replicas set to {request.replicas} by --replicas"]

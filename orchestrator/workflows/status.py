@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +37,12 @@ from orchestrator.doctor.diagnose import node_temp_dirs
 from orchestrator.doctor.logscan import ScanLimits, ScanParseError, parse_scan, scan_argv
 from orchestrator.errors import OrchError, RemoteError
 from orchestrator.manifest.model import Manifest
+from orchestrator.plan.calibration import calibration_record, parse_engine_figures
 from orchestrator.remote.runner import Runner
 from orchestrator.serve import readiness
 from orchestrator.serve.client import open_serve_client
 from orchestrator.serve.readiness import ProbeResult
+from orchestrator.state import StateStore
 from orchestrator.status.engine_stats import KvCapacity, keep_metric_lines, parse_kv_capacity, pick_baseline
 from orchestrator.status.serving import (
     NodeRef,
@@ -50,9 +52,13 @@ from orchestrator.status.serving import (
     pick_app,
     revision_app,
 )
+from orchestrator.workflows.calibration import save_calibration
 
 DISCOVERY_FILE = "prom_metrics_service_discovery.json"
-KV_KEYWORDS = ["KV cache size", "Maximum concurrency", " blocks: "]
+KV_KEYWORDS = ["KV cache size", "Maximum concurrency", " blocks: ",
+               # the memory figures orch records as calibration (orchestrator.plan.calibration)
+               "Model loading took", "Loading model weights took", "Available KV cache memory", "Estimated CUDA graph memory",
+               "Graph capturing finished", "kv cache memory in use"]  # fmt: skip
 # The capacity line comes early in the log; read up to 64 MiB of it (only matching lines travel)
 # and skip counting line numbers, which would read the file twice.
 KV_SCAN_LIMITS = ScanLimits(max_files=4, tail_lines=10**8, max_bytes=64 * 1024 * 1024, count_prefix_bytes=0,
@@ -172,12 +178,29 @@ def gather_serving(
             probe = deps.probe(endpoint, model, key, options.probe_timeout_s)
             if key is None and probe.status_code == 401:
                 probe = ProbeResult(False, probe.latency_s, 401, f"${manifest.serve.api_key_env} is not set", probe.url, model)
-    return build_serving_status(
+    report = build_serving_status(
         serve, revision=revision, probe=probe, engine_logs=engine_logs, log_errors=log_errors,
         metrics_now=metrics_now, metrics_before=metrics_before, window_s=window, nodes=nodes,
         endpoint=endpoint, serve_error=serve_error, metrics_error=metrics_error,
         pending=pending, rollout_holder=holder.describe() if holder else None,
     )  # fmt: skip
+    return replace(report, calibration=_calibrate(deps.state, name, revision, engine_logs))
+
+
+def _calibrate(state: StateStore, cluster: str, revision: Any, engine_logs: Mapping[str, list[str]]) -> dict | None:
+    """Record what the engines logged against what the revision's plan predicted (the record
+    `orch plan --cluster` sizes with); None when the log or the plan lacks the figures."""
+    if revision is None or not revision.plan or not engine_logs:
+        return None
+    measured = parse_engine_figures(line for lines in engine_logs.values() for line in lines)
+    if measured.kv_gib is None and measured.kv_tokens is None:
+        return None
+    record = calibration_record(revision.plan, measured)
+    if record is None:
+        return None
+    record["revision"] = revision.number
+    save_calibration(state, cluster, record)
+    return record
 
 
 def _engine_replicas(app: Any, model_ids: list[str]) -> list[Any]:

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.plan.calibration import EngineFigures
 
 REPO = Path(__file__).resolve().parents[2]
+M405 = REPO / "cluster-templates" / "2x8-h100-405b.yaml"
 CONTRACT_KEYS = (
     "model", "params", "weights_gib_per_gpu", "kv_bytes_per_token_per_gpu", "kv_cache_gib_per_gpu",
     "kv_cache_tokens", "max_concurrency", "tp", "pp", "replicas", "fits", "reasons",
 )  # fmt: skip
 
 
-def run_json(capsys, *args: str) -> dict:
-    rc = main(["plan", *args, "--json"])
+def run_json(capsys, *args: str, rc: int = 0) -> dict:
+    got = main(["plan", *args, "--json"])
     out = capsys.readouterr()
-    assert rc == 0, out.err
+    assert got == rc, out.err
     return json.loads(out.out)
 
 
@@ -41,10 +44,59 @@ def test_405b_on_the_two_node_template_is_tp8_pp2(capsys):
     assert data["engine_kwargs"]["pipeline_parallel_size"] == 2
 
 
+@pytest.mark.parametrize("memory", [[], ["--gpu-memory-gib", "79.19"]])
+def test_405b_on_two_h100_nodes_is_tp8_pp2_with_or_without_a_memory_override(capsys, memory):
+    # --gpu-memory-gib used to drop the default H100 type and its NVLink: TP=1, PP=12 on 12 of 16 GPUs
+    data = run_json(capsys, "--model", "llama3-405b", "--gpus-per-node", "8", "--nodes", "2", *memory)
+    assert (data["tp"], data["pp"], data["replicas"], data["fits"]) == (8, 2, 1, True)
+    assert data["gpu_type"] == "H100-80GB"
+    assert data["gpu_memory_gib"] == (79.19 if memory else 79.18)
+    assert any("assumed NVLink" in r for r in data["reasons"])
+
+
 def test_flags_override_the_manifest_shape(capsys):
-    data = run_json(capsys, "--model", "llama3-405b", "--cluster", str(REPO / "cluster-templates" / "2x8-h100-405b.yaml"), "--nodes", "1")
+    # nothing fits: the JSON is still printed whole, and the exit code is 2 (documented: "plan")
+    data = run_json(capsys, "--model", "llama3-405b", "--cluster", str(REPO / "cluster-templates" / "2x8-h100-405b.yaml"), "--nodes", "1", rc=2)
     assert data["fits"] is False and data["nodes"] == 1
     assert any("2 nodes of 8" in s for s in data["suggestions"])
+
+
+def test_nothing_fits_exits_2_after_the_plan_and_names_what_would(capsys):
+    assert main(["plan", "--model", "llama3-405b", "--gpus-per-node", "8", "--nodes", "1"]) == 2
+    out = capsys.readouterr()
+    assert "Why" in out.out
+    assert "error: llama3-405b does not fit 1 x 8 H100-80GB" in out.err
+    assert "2 nodes of 8 would fit it with TP=8 PP=2" in out.err
+
+
+HOSTILE_CONFIGS = [
+    (b'{"num_hidden_layers": 1000000000000, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008}', "'num_hidden_layers' is 1,000,000,000,000, outside the range"),
+    (b'{"num_hidden_layers": 32, "hidden_size": 16, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 64}', "hidden_size 16 is smaller than num_attention_heads 32"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b'{"num_hidden_layers": ' + b"9" * 5000 + b"}", "not a usable JSON value"),
+    (bytes(range(256)) * 4, "not UTF-8 text"),
+    (b'{"num_hidden_layers": 32, "hidden_size": 1000000000000000000000000000000, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008}', "'hidden_size' is 1,000,000,000,000,000,000,000,000,000,000, outside"),
+    (b'{"num_hidden_layers": 1024, "hidden_size": 131072, "num_attention_heads": 1024, "vocab_size": 4000000, "intermediate_size": 1048576}', "past the 100T orch accepts"),
+    (b'{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 64, "vocab_size": 32000, "intermediate_size": 11008}', "not a multiple of num_key_value_heads 64"),
+    (b'{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "vocab_size": NaN, "intermediate_size": 11008}', "'vocab_size' must be a non-negative integer, got nan"),
+]
+
+
+@pytest.mark.parametrize(("content", "needle"), HOSTILE_CONFIGS)
+def test_hostile_config_json_is_a_clear_error_with_exit_2(capsys, tmp_path, content, needle):
+    config = tmp_path / "config.json"
+    config.write_bytes(content)
+    assert main(["plan", "--model", str(config), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err, err
+    assert "internal error" not in err
+
+
+def test_a_fifo_as_config_json_is_refused_without_blocking(capsys, tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    assert main(["plan", "--model", str(fifo)]) == 2
+    assert "not a regular file" in capsys.readouterr().err
 
 
 def test_tiny_model_folder_on_cpu(capsys, tiny_model_dir):
@@ -54,7 +106,7 @@ def test_tiny_model_folder_on_cpu(capsys, tiny_model_dir):
 
 
 def test_forced_kv_cache_and_memory(capsys):
-    data = run_json(capsys, "--model", "llama3-8b", "--gpu-memory-gib", "40", "--gpus-per-node", "1", "--kv-cache-gib", "8")
+    data = run_json(capsys, "--model", "llama3-8b", "--gpu-memory-gib", "40", "--gpus-per-node", "1", "--kv-cache-gib", "8", "--max-model-len", "8192")
     assert data["kv_cache_gib_per_gpu"] == 8 and data["kv_cache_gib_fixed"] is True
     assert data["gpu_memory_gib"] == 40
 
@@ -100,3 +152,79 @@ def test_bad_flags_exit_2(capsys, args):
     assert main(["plan", *args]) == 2
     err = capsys.readouterr().err
     assert "Error" in err or "error" in err
+
+
+def test_the_vllm_version_defaults_to_the_gpu_extras_pin_and_changes_the_terms(capsys):
+    default = run_json(capsys, "--model", "llama3-70b", "--max-model-len", "8192")
+    assert default["vllm_version"] == "0.29.0"
+    assert any("vLLM 0.29.0: the version the gpu extra pins" in r for r in default["reasons"])
+    old = run_json(capsys, "--model", "llama3-70b", "--max-model-len", "8192", "--vllm-version", "0.20.1", "--tp", "4")
+    new = run_json(capsys, "--model", "llama3-70b", "--max-model-len", "8192", "--vllm-version", "0.21.0", "--tp", "4")
+    # 0.21 raised the default utilization to 0.92 and began subtracting the CUDA graph estimate
+    assert (old["gpu_memory_utilization"], new["gpu_memory_utilization"]) == (0.9, 0.92)
+    assert (old["engine_terms"]["cuda_graph_estimate_subtracted"], new["engine_terms"]["cuda_graph_estimate_subtracted"]) == (False, True)
+    assert new["reserve_gib_per_gpu"] == pytest.approx(old["reserve_gib_per_gpu"] + 0.31, abs=0.01)
+    eager = run_json(capsys, "--model", "llama3-70b", "--max-model-len", "8192", "--vllm-version", "0.21.0", "--tp", "4", "--enforce-eager")
+    assert eager["reserve_gib_per_gpu"] == pytest.approx(old["reserve_gib_per_gpu"], abs=0.01)
+    assert main(["plan", "--model", "llama3-8b", "--vllm-version", "latest"]) == 2
+    assert "unrecognised vLLM version 'latest'" in capsys.readouterr().err
+
+
+def test_max_num_seqs_and_batched_tokens_size_the_reserve(capsys):
+    base = run_json(capsys, "--model", "llama3-8b", "--gpus-per-node", "1", "--vllm-version", "0.11.0", "--max-model-len", "8192")
+    fewer = run_json(capsys, "--model", "llama3-8b", "--gpus-per-node", "1", "--vllm-version", "0.11.0", "--max-model-len", "8192", "--max-num-seqs", "64")
+    # 0.11 sorts max_num_seqs x vocab fp32 logits in its sampler warm-up: 1024 -> 64 sequences frees ~4.4 GiB
+    assert base["max_num_seqs"] == 1024 and fewer["max_num_seqs"] == 64
+    assert base["reserve_gib_per_gpu"] - fewer["reserve_gib_per_gpu"] > 3.5
+    assert fewer["engine_kwargs"]["max_num_seqs"] == 64
+    tokens = run_json(capsys, "--model", "llama3-8b", "--gpus-per-node", "1", "--vllm-version", "0.11.0", "--max-model-len", "8192",
+                      "--max-num-seqs", "64", "--max-num-batched-tokens", "32768")  # fmt: skip
+    assert tokens["reserve_gib_per_gpu"] > fewer["reserve_gib_per_gpu"] and tokens["engine_kwargs"]["max_num_batched_tokens"] == 32768
+    blocks = run_json(capsys, "--model", "llama3-8b", "--gpus-per-node", "1", "--max-model-len", "8192", "--block-size", "128")
+    assert blocks["kv_cache_tokens"] % 128 == 0 and blocks["engine_kwargs"]["block_size"] == 128
+
+
+def test_with_a_cluster_that_is_up_the_probed_vllm_version_is_used(capsys, tmp_path):
+    from orchestrator.manifest.load import load_manifest_file
+    from orchestrator.state import StateStore
+
+    manifest = load_manifest_file(M405)
+    state = StateStore(tmp_path / "state")
+    state.save_facts(manifest.name, {n.name: {"versions": {"vllm": "0.18.2", "ray": "2.60.0"}} for n in manifest.nodes})
+    state.record_cluster(manifest.name, manifest.fingerprint(), "192.0.2.10", 8265)
+    rc = main(["--state-dir", str(tmp_path / "state"), "plan", "--model", "llama3-405b", "--cluster", str(M405), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and data["vllm_version"] == "0.18.2"
+    assert any("the vLLM that `orch up` probed on the nodes of llama405" in r for r in data["reasons"])
+    assert data["engine_terms"]["sampler_warmup"] == "triton"
+
+
+def test_plan_on_a_cluster_with_a_matching_record_uses_the_measured_reserve(capsys, tmp_path):
+    from orchestrator.manifest.load import load_manifest_file
+    from orchestrator.plan.calibration import calibration_record, model_fingerprint
+    from orchestrator.plan.catalog import CATALOG
+    from orchestrator.state import StateStore
+    from orchestrator.workflows.calibration import save_calibration
+
+    manifest = load_manifest_file(M405)
+    state = StateStore(tmp_path / "state")
+    state.save_facts(manifest.name, {n.name: {"versions": {"vllm": "0.29.0"}} for n in manifest.nodes})
+    state.record_cluster(manifest.name, manifest.fingerprint(), "192.0.2.10", 8265)
+    args = ["--state-dir", str(tmp_path / "state"), "plan", "--model", "llama3-405b", "--cluster", str(M405), "--max-model-len", "8192", "--json"]
+    assert main(args) == 0
+    modelled = json.loads(capsys.readouterr().out)
+    # the engine of that exact configuration measured 9.0 GiB of reserve per GPU (as `orch status` records it)
+    plan = {**modelled, "model_fingerprint": model_fingerprint(CATALOG["llama3-405b"])}
+    weights = modelled["weights_gib_per_gpu"]
+    kv = modelled["gpu_memory_gib"] * modelled["gpu_memory_utilization"] - weights - 9.0
+    record = calibration_record(plan, EngineFigures(weights, kv, None, None))
+    assert record is not None and record["measured_reserve_gib"] == pytest.approx(9.0, abs=0.01)
+    save_calibration(state, manifest.name, {**record, "revision": 3})
+    assert main(args) == 0
+    calibrated = json.loads(capsys.readouterr().out)
+    assert (calibrated["tp"], calibrated["pp"]) == (modelled["tp"], modelled["pp"])
+    assert calibrated["reserve_gib_per_gpu"] == pytest.approx(9.0, abs=0.01) != modelled["reserve_gib_per_gpu"]
+    assert any("calibrated: revision 3 of this configuration measured 9.00 GiB" in r for r in calibrated["reasons"])
+    # a different flag is a different configuration: the model again
+    assert main([*args, "--max-num-seqs", "256"]) == 0
+    assert json.loads(capsys.readouterr().out)["reserve_gib_per_gpu"] != pytest.approx(9.0, abs=0.01)

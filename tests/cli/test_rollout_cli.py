@@ -32,6 +32,11 @@ def test_dry_run_json(capsys):
     assert data["action"] == "dry_run:fresh" and data["plan"]["tp"] == 8 and data["plan"]["pp"] == 2
     llm = data["config"]["args"]["llm_configs"][0]
     assert llm["engine_kwargs"]["api_key"] == ["<redacted>"] and len(llm["placement_group_config"]["bundles"]) == 16
+    # without the memory flags the engine still gets the values the plan was sized with (the version's defaults)
+    kwargs = llm["engine_kwargs"]
+    assert (kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"], kwargs["enforce_eager"]) == (1024, 8192, False)
+    assert (data["plan"]["max_num_seqs"], data["plan"]["max_num_batched_tokens"]) == (1024, 8192)
+    assert "block_size" not in kwargs  # vLLM picks per attention backend unless --block-size is given
 
 
 def test_rollout_without_dry_run_needs_the_cluster_up(capsys):
@@ -71,3 +76,26 @@ def test_engine_arg_keys_and_values_that_would_inject_yaml_are_refused_with_exit
     err = capsys.readouterr().err
     assert rc == 2 and says in err, err
     assert "internal error" not in err and "Traceback" not in err
+
+
+def test_the_rendered_engine_kwargs_carry_the_planned_values(capsys):
+    rc = main([
+        "rollout", "--model", "llama3-405b", "--model-path", "/models/x", "--max-model-len", "8192", str(M405), "--dry-run", "--json",
+        "--max-num-seqs", "64", "--max-num-batched-tokens", "4096", "--enforce-eager", "--block-size", "32",
+        "--kv-cache-dtype", "fp8", "--gpu-memory-utilization", "0.85", "--vllm-version", "0.20.1",
+    ])  # fmt: skip
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    kwargs = data["config"]["args"]["llm_configs"][0]["engine_kwargs"]
+    planned = {
+        "tensor_parallel_size": 8, "pipeline_parallel_size": 2, "max_model_len": 8192, "gpu_memory_utilization": 0.85,
+        "kv_cache_dtype": "fp8", "max_num_seqs": 64, "max_num_batched_tokens": 4096, "enforce_eager": True, "block_size": 32,
+    }  # fmt: skip
+    assert {k: kwargs.get(k) for k in planned} == planned
+    assert data["plan"]["vllm_version"] == "0.20.1" and data["plan"]["max_num_seqs"] == 64
+
+
+def test_an_engine_arg_may_not_override_what_the_plan_sized(capsys):
+    rc = main(["rollout", "--model", "llama3-405b", "--model-path", "/m", str(M405), "--dry-run", "--engine-arg", "max_num_seqs=4096"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--engine-arg max_num_seqs sizes the engine's memory" in err and "--max-num-seqs" in err

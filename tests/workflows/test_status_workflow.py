@@ -262,3 +262,30 @@ def test_a_revision_left_pending_is_explained_and_one_in_flight_is_not_a_problem
         during = gather_serving(manifest, deps, NODES)
     assert not [p for p in during.problems if p.code == ROLLOUT_INTERRUPTED]
     assert any("a rollout is in progress: `orch rollout` (pid" in n and "1970-01-01 00:00:00 UTC" in n for n in during.notes), during.notes
+
+
+def test_status_records_what_the_engine_logged_against_the_plan(world):
+    """Calibration on the test bed's CPU engine log: the plan of the revision against the engine's line."""
+    from orchestrator.plan.calibration import model_fingerprint
+    from orchestrator.plan.capacity import PlanOptions
+    from orchestrator.plan.catalog import CATALOG
+    from orchestrator.plan.planner import plan_model
+    from orchestrator.plan.shape import make_shape
+    from orchestrator.workflows.calibration import load_calibrations
+
+    tmp_path, state = world
+    manifest = manifest_for(tmp_path)
+    plan = plan_model(CATALOG["tiny"], make_shape(gpu_type_name="cpu", gpus_per_node=1, nodes=1), PlanOptions(max_model_len=1024, vllm_version="0.32.0"))
+    plan_json = {**plan.to_json(), "model_fingerprint": model_fingerprint(CATALOG["tiny"])}
+    rev = state.add_revision("local", "tiny", plan=plan_json, config=STATUS["applications"]["orch-r1"]["deployed_app_config"])
+    state.update_revision("local", rev.number, "ready")
+    w = World([(DATA / "metrics/ray-serve-llm-0.32-after.txt").read_text()], now=[5000.0])
+
+    report = gather_serving(manifest, deps_for(state, w, {"head": LocalRunner("head")}), NODES)
+    assert report.calibration is not None
+    assert report.calibration["measured"]["kv_tokens"] == 524_288  # "CPU KV cache size: 524,288 tokens"
+    assert report.calibration["predicted"]["kv_tokens"] == plan.kv_cache_tokens
+    assert report.calibration["error"]["kv_tokens"] == pytest.approx((plan.kv_cache_tokens - 524_288) / 524_288, abs=1e-4)
+    assert report.to_dict()["calibration"]["revision"] == rev.number
+    (stored,) = load_calibrations(state, "local").values()
+    assert stored["key"] == report.calibration["key"] and stored["vllm_version"] == "0.32.0"

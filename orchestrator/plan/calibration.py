@@ -1,0 +1,166 @@
+"""What the planner predicts for one engine configuration, what the engine measured, and the
+reserve the measurement implies. Pure.
+
+A calibration record is keyed by everything that changes vLLM's memory profile: the model's
+fingerprint, the GPU type, the vLLM version, TP, PP and the engine flags that size memory
+(``PLANNED_ENGINE_ARGS``). With a matching record, `orch plan --cluster` replaces the modelled
+reserve with the one the engine measured on that cluster:
+
+    reserve = total * gpu_memory_utilization - weights - available KV cache memory
+
+which makes the plan exact for that configuration after one rollout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from orchestrator.plan.capacity import PlanOptions, stage_capacities, utilization
+from orchestrator.plan.catalog import ModelSpec
+from orchestrator.plan.memory import GIB
+from orchestrator.plan.shape import ClusterShape
+
+CALIBRATION_FLAGS = ("max_model_len", "gpu_memory_utilization", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "enforce_eager", "block_size")
+
+
+@dataclass(frozen=True)
+class EngineFigures:
+    """Per-GPU figures as vLLM logs them: weights ("Model loading took"), available KV-cache
+    memory, KV tokens ("GPU KV cache size", the smallest worker's) and the CUDA graph memory."""
+
+    weights_gib: float | None = None
+    kv_gib: float | None = None
+    kv_tokens: int | None = None
+    cuda_graph_gib: float | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def predict_engine(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *, tp: int, pp: int, kv_stage: int | None = None) -> EngineFigures:
+    """What orch predicts the engine will log: the heaviest stage's weights, the KV memory of
+    ``kv_stage`` (default: the tightest stage, whose block count the engine takes) and tokens."""
+    stages = stage_capacities(spec, shape, options, tp=tp, pp=pp)
+    tight = min(stages, key=lambda s: (s.kv_tokens, s.kv_bytes))
+    kv = stages[kv_stage] if kv_stage is not None else tight
+    return EngineFigures(
+        weights_gib=max(s.weights_bytes for s in stages) / GIB,
+        kv_gib=kv.kv_bytes / GIB,
+        kv_tokens=tight.kv_tokens,
+    )
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """(predicted - measured) / measured."""
+    return (predicted - measured) / measured
+
+
+def measured_reserve_gib(spec: ModelSpec, options: PlanOptions, total_gib: float, measured: EngineFigures) -> float | None:
+    """The reserve per GPU the engine's own figures imply, or None when it did not log both."""
+    if measured.weights_gib is None or measured.kv_gib is None:
+        return None
+    return total_gib * utilization(spec, options) - measured.weights_gib - measured.kv_gib
+
+
+def model_fingerprint(spec: ModelSpec) -> str:
+    """A hash of the numbers that size the model (not its name or path)."""
+    numbers = {k: v for k, v in asdict(spec).items() if k not in ("name", "source")}
+    return hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ---- what the engine logged (pure parsing of its start-up lines) ----
+
+_NUM = r"(-?\d+(?:\.\d+)?)"
+_WEIGHTS = (
+    re.compile(r"Model loading took " + _NUM + r" ?GiB"),  # V1
+    re.compile(r"Loading model weights took " + _NUM + r" ?GB"),  # V0 (GiB, printed as GB)
+    re.compile(r"model weights take\s+" + _NUM + r" ?GiB"),  # V0 memory profile lines
+)
+_KV_GIB = (
+    re.compile(r"Available KV cache memory: " + _NUM + r" ?GiB"),
+    re.compile(r"the rest of the memory reserved for KV Cache is " + _NUM + r" ?GiB"),
+    re.compile(r"available_kv_cache_memory\s+" + _NUM + r" ?GiB"),
+    re.compile(r"Current kv cache memory in use is " + _NUM + r" ?GiB"),
+)
+_KV_TOKENS = re.compile(r"KV cache size: (\d[\d,]*) tokens")
+_GRAPHS = (
+    re.compile(r"Estimated CUDA graph memory: " + _NUM + r" ?GiB"),
+    re.compile(_NUM + r" GiB for CUDAGraph memory"),
+    re.compile(r"Graph capturing finished in \d+ secs?, took " + _NUM + r" ?GiB"),
+)
+
+
+def parse_engine_figures(lines: Iterable[str]) -> EngineFigures:
+    """The figures of the engine's start-up lines (every worker's): the heaviest weights, the
+    smallest available KV memory and token count (the engine takes the tightest worker's), and
+    the CUDA graph memory. Fields the log does not carry stay None."""
+    weights: list[float] = []
+    kv: list[float] = []
+    tokens: list[int] = []
+    graphs: list[float] = []
+    for line in lines:
+        for pattern in _WEIGHTS:
+            if m := pattern.search(line):
+                weights.append(float(m.group(1)))
+        for pattern in _KV_GIB:
+            if m := pattern.search(line):
+                kv.append(float(m.group(1)))
+        if m := _KV_TOKENS.search(line):
+            tokens.append(int(m.group(1).replace(",", "")))
+        for pattern in _GRAPHS:
+            if m := pattern.search(line):
+                graphs.append(float(m.group(1)))
+    return EngineFigures(
+        weights_gib=max(weights) if weights else None,
+        kv_gib=min(kv) if kv else None,
+        kv_tokens=min(tokens) if tokens else None,
+        cuda_graph_gib=max(graphs) if graphs else None,
+    )
+
+
+def calibration_record(plan: Mapping[str, Any], measured: EngineFigures) -> dict | None:
+    """What to keep about one served revision: its key, what the plan predicted, what the engine
+    measured, the errors and the reserve the measurement implies. None without a usable plan."""
+    needed = ("model_fingerprint", "gpu_type", "vllm_version", "tp", "pp", "engine_kwargs")
+    if any(plan.get(k) is None for k in needed):
+        return None
+    key = _key(plan["model_fingerprint"], plan["gpu_type"], plan["vllm_version"], plan["tp"], plan["pp"], plan["engine_kwargs"])
+    predicted = EngineFigures(plan.get("weights_gib_per_gpu"), plan.get("kv_cache_gib_per_gpu"), plan.get("kv_cache_tokens"))
+    errors = {}
+    for field in ("weights_gib", "kv_gib", "kv_tokens"):
+        want, got = getattr(predicted, field), getattr(measured, field)
+        if want is not None and got:
+            errors[field] = round(relative_error(want, got), 4)
+    reserve = None
+    total, util = plan.get("gpu_memory_gib"), plan["engine_kwargs"].get("gpu_memory_utilization")
+    if total and util and measured.weights_gib is not None and measured.kv_gib is not None:
+        reserve = round(total * util - measured.weights_gib - measured.kv_gib, 3)
+    return {
+        "key": key,
+        "model": plan.get("model"),
+        "gpu_type": plan["gpu_type"],
+        "vllm_version": plan["vllm_version"],
+        "tp": plan["tp"],
+        "pp": plan["pp"],
+        "flags": {k: plan["engine_kwargs"].get(k) for k in CALIBRATION_FLAGS},
+        "predicted": predicted.to_json(),
+        "measured": measured.to_json(),
+        "error": errors,
+        "measured_reserve_gib": reserve,
+    }
+
+
+def calibration_key(spec: ModelSpec, gpu_type: str, vllm_version: str, tp: int, pp: int, engine_kwargs: Mapping[str, Any]) -> str:
+    """The key a measurement is stored and looked up under (the same for `orch plan` and the record)."""
+    return _key(model_fingerprint(spec), gpu_type, vllm_version, tp, pp, engine_kwargs)
+
+
+def _key(fingerprint: str, gpu_type: str, vllm_version: str, tp: int, pp: int, engine_kwargs: Mapping[str, Any]) -> str:
+    flags = {k: engine_kwargs.get(k) for k in CALIBRATION_FLAGS}
+    blob = json.dumps({"model": fingerprint, "gpu": gpu_type, "vllm": vllm_version, "tp": tp, "pp": pp, "flags": flags}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
