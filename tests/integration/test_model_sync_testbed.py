@@ -96,11 +96,13 @@ def agents_running(bed, h) -> list[str]:
     return [line for line in out.splitlines() if "orch-sync-agent" in line or "def receive(stdin, plan)" in line]
 
 
-def model_findings(bed, manifest_path: Path, final: str) -> list[str]:
+def preflight_model(bed, manifest_path: Path, final: str) -> tuple[list[str], dict]:
+    """Preflight's MODEL_PATH_* findings and each host's model fingerprint, as `orch up` probes them."""
     manifest = load_manifest(manifest_path.read_text(), str(manifest_path))
     with open_runners(manifest, bed.known_hosts) as runners:
         facts = inventory.gather_all(runners, manifest, clock=time.time, model_path=final)
-    return sorted(f"{f.code}@{f.node}" for f in run_checks(manifest, facts) if f.code.startswith("MODEL_PATH"))
+    findings = sorted(f"{f.code}@{f.node}" for f in run_checks(manifest, facts) if f.code.startswith("MODEL_PATH"))
+    return findings, {n: f.model.fingerprint for n, f in facts.items()}
 
 
 def test_mixed_states_end_identical_and_preflight_is_clean(bed, store, tmp_path):
@@ -119,7 +121,9 @@ def test_mixed_states_end_identical_and_preflight_is_clean(bed, store, tmp_path)
     manifest = manifest_file(bed, store, tmp_path)
     final = str(bed.ray_temp_dir / store / "tiny-sync")
     before = {h.name: listeners(bed, h) for h in bed.hosts}
-    assert model_findings(bed, manifest, final) == ["MODEL_PATH_DIFFERS@ms1", "MODEL_PATH_DIFFERS@ms2", "MODEL_PATH_MISSING@ms0"]
+    findings, prints = preflight_model(bed, manifest, final)
+    # ms0 (the head) has nothing, so ms1 and ms2 are compared with each other: one DIFFERS
+    assert "MODEL_PATH_MISSING@ms0" in findings and any(f.startswith("MODEL_PATH_DIFFERS") for f in findings)
 
     dry = orch("model", "sync", str(manifest), "--model", str(src), "--dry-run", "--json", state=tmp_path / "st")
     assert dry.returncode == 0, dry.stderr
@@ -141,7 +145,11 @@ def test_mixed_states_end_identical_and_preflight_is_clean(bed, store, tmp_path)
     for h in bed.hosts:
         assert sha256sum(h.ray_dir / store / "tiny-sync") == want, h.name
         assert sorted(p.name for p in (h.ray_dir / store).iterdir()) == ["tiny-sync"]  # no staging left
-    assert model_findings(bed, manifest, final) == []
+    findings, after = preflight_model(bed, manifest, final)
+    assert findings == []
+    assert len(set(after.values())) == 1
+    # the corrupted shard (same size, same safetensors names) changed preflight's fingerprint
+    assert prints["ms1"] != after["ms1"] and prints["ms2"] != after["ms2"]
     assert {h.name: listeners(bed, h) for h in bed.hosts} == before
     assert all(agents_running(bed, h) == [] for h in bed.hosts)
 
