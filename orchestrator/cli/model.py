@@ -49,7 +49,7 @@ class _Progress:
         click.echo(f"  {ev.node}: {_size(ev.received)} / {_size(ev.total)} ({pct:.0f}%), {_rate(ev.received, ev.seconds)}", err=True)
 
 
-def _print_plan(result: Any) -> None:
+def print_plan(result: Any) -> None:
     plan = result.plan
     click.echo(f"model {result.model}: {plan.to_dict()['files']} files, {_size(plan.to_dict()['model_bytes'])} "
               f"from {result.source}:{result.source_path} to {result.final_path}")  # fmt: skip
@@ -70,7 +70,7 @@ def _print_plan(result: Any) -> None:
         click.echo(f"chain: {' -> '.join([result.source, *plan.chain])}, {_size(plan.stream_bytes)} sent once")
 
 
-def _print_summary(result: Any) -> None:
+def print_summary(result: Any) -> None:
     if result.action == "noop":
         click.echo(f"nothing to do: {result.final_path} matches the source on every node ({len(result.nodes)})")
         return
@@ -114,9 +114,9 @@ def sync(ctx: click.Context, cluster_yaml: Path, model_ref: str, source: str, dr
     if as_json:
         print_json(result.to_dict())
     elif dry_run:
-        _print_plan(result)
+        print_plan(result)
     else:
-        _print_summary(result)
+        print_summary(result)
     if not result.ok:
         failed = [n.node for n in result.nodes if not n.verified]
         raise ModelSyncError(f"model sync failed on {', '.join(failed)}", hint="run the same command again: verified files are not sent again")

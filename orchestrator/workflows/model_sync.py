@@ -211,12 +211,17 @@ def sync_model(manifest: Manifest, deps: SyncDeps, options: SyncOptions) -> Sync
         box: dict[str, Any] = {}
 
         def source_print() -> None:
-            box["source"] = fingerprint_source(src_runner, src_python, src, options.source)
+            try:
+                box["source"] = fingerprint_source(src_runner, src_python, src, options.source)
+            except Exception as exc:  # re-raised below, in the caller's thread
+                box["error"] = exc
 
         t = threading.Thread(target=source_print, name="orch-sync-source")
         t.start()
         outcomes = fan_out([runners[n.name] for n in manifest.nodes], lambda r: inspect_node(r, manifest, manifest.node(r.node), paths))
         t.join()
+        if "error" in box:
+            raise box["error"]
         failed = [o for o in outcomes if not o.ok]
         if failed:
             raise failed[0].error  # type: ignore[misc]
