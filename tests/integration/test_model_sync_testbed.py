@@ -198,3 +198,22 @@ def test_low_disk_refused_before_sending(bed, store, tmp_path):
     for h in bed.hosts:
         assert list((h.ray_dir / store).iterdir()) == [], h.name  # nothing was sent anywhere
     assert bed.ns_exec(small, ["ls", "-A", str(bed.ray_temp_dir / store)]).stdout == ""
+
+
+def test_from_a_node_the_data_goes_node_to_node_on_the_interface(bed, store, tmp_path):
+    h0, h1, h2 = bed.hosts
+    src = make_model(h2.ray_dir / store / "tiny-peer", seed=4)  # only ms2 holds it, in the store
+    manifest = manifest_file(bed, store, tmp_path)
+    before = {h.name: listeners(bed, h) for h in bed.hosts}
+    res = orch("model", "sync", str(manifest), "--model", "tiny-peer", "--from", "ms2", "--json", state=tmp_path / "st")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["action"] == "synced" and out["plan"]["chain"] == ["ms0", "ms1"]
+    # each agent listened on its host's eth0 address (the manifest's interface), nothing wider
+    assert out["addresses"] == {h.name: h.address for h in bed.hosts}
+    nodes = {n["node"]: n for n in out["nodes"]}
+    assert nodes["ms2"]["action"] == "up to date"
+    assert out["sent_bytes"] == sum(p.stat().st_size for p in src.iterdir())
+    for h in (h0, h1):
+        assert sha256sum(h.ray_dir / store / "tiny-peer") == sha256sum(src)
+    assert {h.name: listeners(bed, h) for h in bed.hosts} == before
