@@ -34,14 +34,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import yaml  # noqa: E402
-from bring_up import host_cpu_seconds  # noqa: E402
+import yaml
+from bring_up import host_cpu_seconds
 
-from orchestrator.manifest.load import load_manifest  # noqa: E402
-from orchestrator.remote import open_runners  # noqa: E402
-from orchestrator.remote.local import LocalRunner  # noqa: E402
-from orchestrator.workflows.model_sync import SyncDeps, SyncOptions, sync_model  # noqa: E402
-from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: E402
+from orchestrator.manifest.load import load_manifest
+from orchestrator.remote import open_runners
+from orchestrator.remote.local import LocalRunner
+from orchestrator.workflows.model_sync import SyncDeps, SyncOptions, sync_model
+from tests.testbed import HostSpec, TestbedFactory, check_capabilities
 
 TARGET_RATIO = 1.5
 SHARD_MIB = 64
