@@ -9,6 +9,7 @@ dependencies and prints the decision, the plan, the rendered config (key redacte
 from __future__ import annotations
 
 import os
+import posixpath
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -131,10 +132,8 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
 def _sync_first(manifest: Any, state_dir: Path, request: Any, source: str, dry_run: bool, as_json: bool) -> None:
     """`--sync-model`: the model's folder on the nodes must be <model_store>/<name>; it is synced
     (or, with --dry-run, what would be copied is printed) before anything is planned or deployed."""
-    import posixpath
-
     from orchestrator.cli.model import print_plan, print_summary, run_sync
-    from orchestrator.errors import ModelSyncError
+    from orchestrator.errors import ModelSyncError, UsageError
     from orchestrator.workflows.rollout_setup import model_location
 
     _, node_path, _ = model_location(manifest, request.model, request.served_name, request.model_path)

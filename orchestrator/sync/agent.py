@@ -332,6 +332,28 @@ def prepare_staging(plan):
     remember(staging, {rel: target[rel][1] for rel in plan["link"]})
 
 
+class Downstream:
+    """The next hop. When it goes away this node keeps writing its own copy (the next node
+    reports its own failure); forwarding just stops."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def send(self, data):
+        if self.sock is None:
+            return
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            emit(event="downstream_lost", error=f"{type(exc).__name__}: {exc}")
+            self.close()
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
 def receive_frames(reader, plan, downstream, meter):
     me, after = plan["node"], set(plan["after"])
     staging = plan["staging"]
@@ -340,13 +362,13 @@ def receive_frames(reader, plan, downstream, meter):
         hdr = json.loads(reader.line())
         if hdr.get("end"):
             if downstream is not None:
-                downstream.sendall(b'{"end": true}\n')
+                downstream.send(b'{"end": true}\n')
             return failures
         rel, size, sha, to = hdr["rel"], int(hdr["size"]), hdr["sha256"], hdr["to"]
         mine = me in to
         fwd = downstream is not None and bool(after.intersection(to))
         if fwd:
-            downstream.sendall((json.dumps(hdr) + "\n").encode())
+            downstream.send((json.dumps(hdr) + "\n").encode())
         out = h = None
         if mine:
             dst = safe_join(staging, rel)
@@ -355,7 +377,7 @@ def receive_frames(reader, plan, downstream, meter):
             out, h = open(part, "wb"), hashlib.sha256()
         for piece in reader.chunks(size):
             if fwd:
-                downstream.sendall(piece)
+                downstream.send(piece)
             if out is not None:
                 out.write(piece)
                 h.update(piece)
@@ -426,9 +448,10 @@ def receive(stdin, plan):
     downstream = None
     if nxt.get("next"):
         host, port = nxt["next"]["host"], nxt["next"]["port"]
-        downstream = socket.create_connection((host, port), timeout=ACCEPT_TIMEOUT_S)
-        downstream.settimeout(STALL_TIMEOUT_S)
-        downstream.sendall(plan["token"].encode() + b"\n")
+        sock = socket.create_connection((host, port), timeout=ACCEPT_TIMEOUT_S)
+        sock.settimeout(STALL_TIMEOUT_S)
+        sock.sendall(plan["token"].encode() + b"\n")
+        downstream = Downstream(sock)
     meter = Meter(plan["bytes"])
     failures = []
     if listener is not None:

@@ -140,3 +140,24 @@ def test_a_stream_cut_short_leaves_the_final_path_alone(tmp_path):
     # the file that arrived whole is kept, verified, in orch's staging folder for the next run
     held = fingerprint(store / ".m.orch-sync")
     assert held["files"] == [first[:3]]
+
+
+def test_a_node_whose_next_hop_dies_still_completes_its_own_copy(tmp_path):
+    src = make_model(tmp_path / "src")
+    target = fingerprint(src)["files"]
+    a = Agent(receive_plan("a", tmp_path / "a", target, "stdin", after=["b"]))
+    b = Agent(receive_plan("b", tmp_path / "b", target, "listen"))
+    a.event("listening")
+    lb = b.event("listening")
+    b.send({"next": None})
+    a.send({"next": {"host": "127.0.0.1", "port": lb["port"]}})
+    frames = [[r, s, h, ["a", "b"]] for r, s, h in target]
+    write = lambda d: (a.proc.stdin.write(d), a.proc.stdin.flush())  # noqa: E731
+    agent.send_files(str(src), frames[:1], lambda d: None if d == b'{"end": true}\n' else write(d))
+    b.proc.kill()  # the next node dies mid-stream
+    b.proc.wait(DEADLINE_S)
+    agent.send_files(str(src), frames[1:], write)
+    a.proc.stdin.close()
+    res = a.event("result")
+    assert res["ok"], res
+    assert sha256sum(tmp_path / "a" / "m") == sha256sum(src)
