@@ -441,17 +441,22 @@ def receive(stdin, plan):
         listener = socket.socket(fam, socket.SOCK_STREAM)
         listener.bind((plan["bind"], 0))
         listener.listen(4)
-    emit(event="listening", address=plan["bind"], port=listener.getsockname()[1] if listener else None)
+    bound = listener.getsockname() if listener else (None, None)
+    emit(event="listening", address=bound[0], port=bound[1])  # what the kernel bound, not what was asked
     nxt = json.loads(stdin.readline() or "null")
     if nxt is None:
         raise EOFError("orch closed the control stream")
     downstream = None
     if nxt.get("next"):
         host, port = nxt["next"]["host"], nxt["next"]["port"]
-        sock = socket.create_connection((host, port), timeout=ACCEPT_TIMEOUT_S)
-        sock.settimeout(STALL_TIMEOUT_S)
-        sock.sendall(plan["token"].encode() + b"\n")
-        downstream = Downstream(sock)
+        downstream = Downstream(None)
+        try:
+            sock = socket.create_connection((host, port), timeout=ACCEPT_TIMEOUT_S)
+            sock.settimeout(STALL_TIMEOUT_S)
+            sock.sendall(plan["token"].encode() + b"\n")
+            downstream.sock = sock
+        except OSError as exc:  # this node still takes its own copy; the next one fails on its own
+            emit(event="downstream_lost", error=f"{type(exc).__name__}: {exc}")
     meter = Meter(plan["bytes"])
     failures = []
     if listener is not None:

@@ -109,6 +109,7 @@ class SyncResult:
     seconds: float = 0.0
     source_sha256: str | None = None
     addresses: dict[str, str] = field(default_factory=dict)
+    listeners: dict[str, str] = field(default_factory=dict)  # node -> address:port its agent bound
 
     @property
     def ok(self) -> bool:
@@ -134,6 +135,7 @@ class SyncResult:
             "seconds": round(secs, 3),
             "throughput_bytes_s": round(self.sent_bytes / secs) if secs > 0 else None,
             "addresses": self.addresses,
+            "listeners": self.listeners,
             "nodes": [n.to_dict() for n in self.nodes],
             "ok": self.ok,
         }
@@ -245,9 +247,10 @@ def sync_model(manifest: Manifest, deps: SyncDeps, options: SyncOptions) -> Sync
         start = deps.clock()
         transfer = _Transfer(manifest, runners, paths, plan, addresses, deps, options, src_runner, src_python, src)
         node_results, sent = transfer.run()
+        listeners = {k: f"{e['address']}:{e['port']}" for k, e in transfer.listening.items() if e.get("port")}
         say("verifying every node's fingerprint against the source")
         final = _verify(manifest, runners, paths, source.content_sha256, node_results, plan)
-        return dataclasses.replace(base, dry_run=False, nodes=final, sent_bytes=sent, seconds=deps.clock() - start)
+        return dataclasses.replace(base, dry_run=False, nodes=final, sent_bytes=sent, seconds=deps.clock() - start, listeners=listeners)
 
 
 def _verify(manifest, runners, paths, want, node_results, plan) -> tuple[NodeSyncResult, ...]:

@@ -211,6 +211,7 @@ def test_from_a_node_the_data_goes_node_to_node_on_the_interface(bed, store, tmp
     assert out["action"] == "synced" and out["plan"]["chain"] == ["ms0", "ms1"]
     # each agent listened on its host's eth0 address (the manifest's interface), nothing wider
     assert out["addresses"] == {h.name: h.address for h in bed.hosts}
+    assert {n: a.rsplit(":", 1)[0] for n, a in out["listeners"].items()} == {"ms0": h0.address, "ms1": h1.address}
     nodes = {n["node"]: n for n in out["nodes"]}
     assert nodes["ms2"]["action"] == "up to date"
     # the model's files (the source's own fingerprint cache, a dot file, is not part of it)

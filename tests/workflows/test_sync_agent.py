@@ -97,7 +97,7 @@ def test_relay_of_two_nodes_with_a_one_time_token(tmp_path):
     a = Agent(receive_plan("a", store_a, target, "stdin", after=["b"]))
     b = Agent(receive_plan("b", store_b, target, "listen"))
     la, lb = a.event("listening"), b.event("listening")
-    assert lb["address"] == "127.0.0.1" and la["port"] is None
+    assert lb["address"] == "127.0.0.1" and lb["port"] > 0 and la["port"] is None
     b.send({"next": None})  # b is the tail; it now waits for its upstream
     # a stranger without the token is dropped; the listener still waits for the real upstream
     rogue = socket.create_connection(("127.0.0.1", lb["port"]), timeout=DEADLINE_S)
@@ -154,6 +154,7 @@ def test_a_node_whose_next_hop_dies_still_completes_its_own_copy(tmp_path):
     frames = [[r, s, h, ["a", "b"]] for r, s, h in target]
     write = lambda d: (a.proc.stdin.write(d), a.proc.stdin.flush())  # noqa: E731
     agent.send_files(str(src), frames[:1], lambda d: None if d == b'{"end": true}\n' else write(d))
+    assert a.event("file_done")["rel"] == frames[0][0]  # a has it, and has passed it on to b
     b.proc.kill()  # the next node dies mid-stream
     b.proc.wait(DEADLINE_S)
     agent.send_files(str(src), frames[1:], write)
