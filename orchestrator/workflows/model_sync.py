@@ -240,7 +240,8 @@ def sync_model(manifest: Manifest, deps: SyncDeps, options: SyncOptions) -> Sync
         if plan.problems:
             raise SyncRefused(
                 "model sync refused before sending anything: " + "; ".join(plan.problems),
-                hint="free space in the model store (or point model_store at a larger disk); see runbooks/MODEL_PATH_MISSING.md",
+                hint="nothing was sent: free space in the model store (or point model_store at a larger disk), or move "
+                "aside the path orch does not own; see docs/model-sync.md",
             )
         if not plan.to_change:
             return dataclasses.replace(base, dry_run=False, nodes=tuple(NodeSyncResult(n.node, "up to date", verified=True) for n in plan.nodes))
