@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.output import print_json
+from orchestrator.cli.wiring import known_hosts_path
 from orchestrator.errors import ModelSyncError, UsageError
 
 PROGRESS_EVERY_S = 1.0
@@ -125,7 +126,6 @@ def sync(ctx: click.Context, cluster_yaml: Path, model_ref: str, source: str, dr
 def run_sync(manifest: Any, state_dir: Path, model_ref: str, source: str, dry_run: bool, max_rate: float | None,
              accept_new_host_keys: bool, progress: bool = True) -> Any:  # fmt: skip
     """The sync workflow with its real dependencies (also used by `orch rollout --sync-model`)."""
-    from orchestrator.cli.cluster import known_hosts_path
     from orchestrator.remote import open_runners
     from orchestrator.remote.local import LocalRunner
     from orchestrator.workflows.model_sync import SyncDeps, SyncOptions, sync_model

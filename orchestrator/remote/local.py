@@ -129,25 +129,25 @@ class _LocalProcess:
 
     def _drain(self) -> None:
         assert self._proc.stderr is not None
-        for chunk in iter(lambda: self._proc.stderr.read(65536), b""):  # type: ignore[union-attr]
+        for chunk in iter(lambda: self._proc.stderr.read(65536), b""):
             self._err.append(chunk)
 
     def write(self, data: bytes) -> None:
         try:
-            self._proc.stdin.write(data)  # type: ignore[union-attr]
-            self._proc.stdin.flush()  # type: ignore[union-attr]
+            self._proc.stdin.write(data)
+            self._proc.stdin.flush()
         except (BrokenPipeError, ValueError) as exc:
             raise CommandFailedError(f"{self.node}: the command stopped reading its input", node=self.node) from exc
 
     def close_stdin(self) -> None:
         try:
-            self._proc.stdin.close()  # type: ignore[union-attr]
+            self._proc.stdin.close()
         except (BrokenPipeError, ValueError):
             pass
 
     def readline(self) -> str:
         try:
-            return self._proc.stdout.readline().decode("utf-8", "replace")  # type: ignore[union-attr]
+            return self._proc.stdout.readline().decode("utf-8", "replace")
         except ValueError:
             return ""
 

@@ -226,12 +226,12 @@ def sync_model(manifest: Manifest, deps: SyncDeps, options: SyncOptions) -> Sync
             raise box["error"]
         failed = [o for o in outcomes if not o.ok]
         if failed:
-            raise failed[0].error  # type: ignore[misc]
+            raise failed[0].error
         if "source" not in box:
             raise ModelSyncError(f"could not fingerprint the source {src} on {options.source}")
         source = folder_print(box["source"])
-        holdings = [o.value[0] for o in outcomes]  # type: ignore[index]
-        addresses = {o.node: o.value[1] for o in outcomes}  # type: ignore[index]
+        holdings = [o.value[0] for o in outcomes]
+        addresses = {o.node: o.value[1] for o in outcomes}
         plan = plan_sync(source.files, holdings, paths.store)
         base = SyncResult(model=paths.name, source=options.source, source_path=src, final_path=paths.final, plan=plan,
                           dry_run=True, source_sha256=source.content_sha256, addresses=addresses)  # fmt: skip
