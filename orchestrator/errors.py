@@ -122,6 +122,15 @@ class RolloutInterrupted(RolloutFailed):
     exit_code = 130
 
 
+class ModelSyncError(OrchError):
+    """`orch model sync` could not copy or verify the model on a node (the final path keeps its
+    previous state there; a re-run resumes)."""
+
+
+class SyncRefused(PreflightFailed):
+    """`orch model sync` refused before sending anything (low disk, a path orch does not own)."""
+
+
 class StateError(OrchError):
     """The local state database is missing what a command needs (no cluster up, no revision)."""
 

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "status": ("orchestrator.cli.status", "status", "Nodes, GPUs, the Serve application, revision, KV cache, latency."),
     "plan": ("orchestrator.cli.plan", "plan", "Memory math and TP/PP choice for a model on a cluster shape."),
     "rollout": ("orchestrator.cli.rollout", "rollout", "Deploy a model as a Ray Serve LLM application, gated by a real completion."),
+    "model": ("orchestrator.cli.model", "model", "Model files on the nodes: `orch model sync` copies a model to every node, verified."),
     "rollback": ("orchestrator.cli.rollout", "rollback", "Return to an earlier revision."),
     "bench": ("orchestrator.cli.bench", "bench", "Measure TTFT, TPOT and throughput against an OpenAI-compatible endpoint."),
     "accept": ("orchestrator.cli.bench", "accept", "Run the staged production acceptance test."),

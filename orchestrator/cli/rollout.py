@@ -9,6 +9,7 @@ dependencies and prints the decision, the plan, the rendered config (key redacte
 from __future__ import annotations
 
 import os
+import posixpath
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -95,10 +96,12 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--allow-downtime", is_flag=True, help="Replace the serving revision in place when there is no room for a second copy.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=900.0, show_default=True, help="Seconds for the new revision to be RUNNING.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--sync-model", is_flag=True, help="First copy the model to <model_store>/<name> on every node (`orch model sync`); without it nothing is copied.")
+@click.option("--sync-from", default="local", show_default=True, help="With --sync-model: where the model is, local (this machine, same path) or a node name.")
 @click.pass_context
 def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype,
             replicas, engine_args, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, dry_run, allow_downtime,
-            timeout_s, as_json) -> None:  # fmt: skip
+            timeout_s, as_json, sync_model, sync_from) -> None:  # fmt: skip
     """Deploy MODEL as a Ray Serve LLM application, gated by a real completion.
 
     \b
@@ -124,10 +127,34 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
     )  # fmt: skip
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s)
     api_key = os.environ.get(manifest.serve.api_key_env) or None
+    if sync_model:
+        _sync_first(manifest, state_dir, request, sync_from, dry_run, as_json)
     with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():
         shape = planning_shape(manifest, StateStore(state_dir))
         result = execute(manifest, desired_for_model(manifest, request, shape=shape), api_key, rollout_deps(manifest, state_dir, progress), options)
     _print_result(result, as_json, dry_run)
+
+
+def _sync_first(manifest: Any, state_dir: Path, request: Any, source: str, dry_run: bool, as_json: bool) -> None:
+    """`--sync-model`: the model's folder on the nodes must be <model_store>/<name>; it is synced
+    (or, with --dry-run, what would be copied is printed) before anything is planned or deployed."""
+    from orchestrator.cli.model import print_plan, print_summary, run_sync
+    from orchestrator.errors import ModelSyncError, UsageError
+    from orchestrator.workflows.rollout_setup import model_location
+
+    _, node_path, _ = model_location(manifest, request.model, request.served_name, request.model_path)
+    store = str(manifest.model_store) if manifest.model_store is not None else None
+    if store is None or posixpath.dirname(node_path.rstrip("/")) != store.rstrip("/"):
+        raise UsageError(
+            f"--sync-model copies models to <model_store>/<name>; {node_path} is not in the manifest's model_store ({store or 'not set'})",
+            hint="set model_store to the folder that holds the model, or pass --model NAME",
+        )
+    result = run_sync(manifest, state_dir, node_path, source, dry_run, None, False, progress=not as_json)
+    if not as_json:
+        (print_plan if dry_run else print_summary)(result)
+    if not result.ok:
+        failed = ", ".join(n.node for n in result.nodes if not n.verified)
+        raise ModelSyncError(f"model sync failed on {failed}; nothing was rolled out", hint="re-run: verified files are not sent again")
 
 
 @click.command("rollback")

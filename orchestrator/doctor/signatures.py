@@ -146,7 +146,8 @@ _CODE_INFO: dict[str, tuple[str, str]] = {
     "MODEL_PATH_NOT_FOUND": (
         "Model directory missing on a node",
         "the model path must exist with config.json and weights on every node that hosts a "
-        "replica or a pipeline stage (or on a shared mount at the same path)",
+        "replica or a pipeline stage: `orch model sync cluster.yaml --model NAME` copies it there, "
+        "verified (or use a shared mount at the same path)",
     ),
     "SHM_EXHAUSTED": (
         "/dev/shm too small (NCCL shared memory, bus error)",

@@ -168,7 +168,10 @@ class ModelPathInfo(_Jsonable):
 
     ``config_sha256``: sha256 of ``config.json`` (None when absent). ``index_sha256``: sha256 of
     ``model.safetensors.index.json`` when present, else of the sorted list of files with their
-    sizes (``index_kind`` says which). Two nodes hold the same model when both digests match."""
+    sizes (``index_kind`` says which). ``content_sha256``: sha256 over every file's path, size
+    and sha256 (the sync agent's fingerprint, the one `orch model sync` compares). Two nodes hold
+    the same model when config and content digests match (the index digest where no content
+    digest was reported)."""
 
     path: str
     exists: bool
@@ -177,10 +180,11 @@ class ModelPathInfo(_Jsonable):
     index_kind: str | None = None  # "safetensors-index" | "file-list"
     total_bytes: int | None = None
     file_count: int | None = None
+    content_sha256: str | None = None
 
     @property
     def fingerprint(self) -> tuple[str | None, str | None]:
-        return (self.config_sha256, self.index_sha256)
+        return (self.config_sha256, self.content_sha256 or self.index_sha256)
 
 
 @dataclass(frozen=True)

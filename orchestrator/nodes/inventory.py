@@ -25,6 +25,9 @@ from orchestrator.nodes.facts import NodeFacts
 from orchestrator.remote.runner import CommandResult, Runner, fan_out
 
 PROBE_TIMEOUT_S = 60.0
+# The model fingerprint hashes every file the folder's cache does not vouch for (the first probe
+# of a model orch did not sync): at disk speed, in parallel threads; later probes only stat.
+MODEL_PROBE_TIMEOUT_S = 900.0
 # A worker keeps trying the head's port this long; a DROP rule shows as a timeout per try.
 REACH_DEADLINE_S = 6.0
 REACH_PER_TRY_S = 2.0
@@ -108,7 +111,7 @@ def gather_facts(
                 errors["shm"] = shm_error
 
     if model:
-        res = p.run("model", probes.model_argv(python, model))
+        res = p.run("model", probes.model_argv(python, model), timeout=MODEL_PROBE_TIMEOUT_S)
         out["model"] = p.parse("model", probes.parse_model, res.stdout) if res else None
 
     sent = clock()

@@ -81,46 +81,6 @@ print(json.dumps(out))
 """
 
 
-MODEL_SCRIPT = r"""
-import hashlib, json, os, sys
-path = sys.argv[1]
-out = {"path": path, "exists": os.path.isdir(path) or os.path.isfile(path)}
-def sha(p):
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-if out["exists"] and os.path.isdir(path):
-    files = []
-    for d, dirs, names in os.walk(path, followlinks=True):
-        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
-        for n in names:
-            if n.startswith("."):
-                continue
-            full = os.path.join(d, n)
-            try:
-                files.append((os.path.relpath(full, path), os.stat(full).st_size))
-            except OSError:
-                pass
-    files.sort()
-    out["file_count"] = len(files)
-    out["total_bytes"] = sum(s for _, s in files)
-    cfg = os.path.join(path, "config.json")
-    out["config_sha256"] = sha(cfg) if os.path.isfile(cfg) else None
-    idx = os.path.join(path, "model.safetensors.index.json")
-    if os.path.isfile(idx):
-        out["index_sha256"], out["index_kind"] = sha(idx), "safetensors-index"
-    else:
-        listing = "".join("%s\t%d\n" % f for f in files).encode()
-        out["index_sha256"], out["index_kind"] = hashlib.sha256(listing).hexdigest(), "file-list"
-elif out["exists"]:
-    out["file_count"], out["total_bytes"] = 1, os.stat(path).st_size
-    out["config_sha256"], out["index_sha256"], out["index_kind"] = None, sha(path), "file"
-print(json.dumps(out))
-"""
-
-
 # Connects to host:port until it succeeds or the deadline passes. "refused" (nothing listening,
 # or a REJECT rule) is retried because the head's listener may not be up yet; a timeout is what a
 # DROP firewall rule looks like.

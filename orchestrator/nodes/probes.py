@@ -19,7 +19,6 @@ from orchestrator.nodes.probe_scripts import (
     CONNECT_SCRIPT,
     IB_SYSFS_SCRIPT,
     LISTEN_SCRIPT,
-    MODEL_SCRIPT,
     STORAGE_SCRIPT,
     VERSIONS_SCRIPT,
 )
@@ -37,6 +36,7 @@ from orchestrator.nodes.smi import (
     supported_fields,
     topo_argv,
 )
+from orchestrator.sync.agent_source import agent_source
 
 # Re-exported: nvidia-smi's argv and parsers (orchestrator.nodes.smi) are part of this module's API.
 __all__ = [
@@ -244,8 +244,15 @@ def parse_df_avail(text: str) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+def agent_argv(python: str, *args: str) -> list[str]:
+    """The model-sync agent (``orchestrator/sync/agent.py``, stdlib only) run on a node."""
+    return [python, "-c", agent_source(), *args]
+
+
 def model_argv(python: str, path: str) -> list[str]:
-    return [python, "-c", MODEL_SCRIPT, path]
+    """The model fingerprint: the sync agent's ``fingerprint`` mode (size and sha256 of every
+    file, cached by stat), the same fingerprint `orch model sync` compares."""
+    return agent_argv(python, "fingerprint", path)
 
 
 def parse_model(text: str) -> ModelPathInfo:
@@ -258,6 +265,7 @@ def parse_model(text: str) -> ModelPathInfo:
         index_kind=d.get("index_kind"),
         total_bytes=d.get("total_bytes"),
         file_count=d.get("file_count"),
+        content_sha256=d.get("content_sha256"),
     )
 
 

@@ -282,6 +282,17 @@ def check_shm(manifest: Manifest, facts: Facts) -> list[Finding]:
     return out
 
 
+def sync_command(manifest: Manifest, path: str, source: str) -> str:
+    """The `orch model sync` command that puts ``path`` on every node: a folder of the
+    manifest's model_store by NAME; elsewhere the store must move to the folder's parent first."""
+    parent, _, name = path.rstrip("/").rpartition("/")
+    cluster = manifest.source_path.name if getattr(manifest, "source_path", None) else "cluster.yaml"
+    command = f"`orch model sync {cluster} --model {name} --from {source}`"
+    if manifest.model_store is None or str(manifest.model_store).rstrip("/") != parent:
+        return f"set model_store: {parent or '/'} in the manifest; then {command}"
+    return command
+
+
 def check_model(manifest: Manifest, facts: Facts) -> list[Finding]:
     out = []
     fingerprints = {}
@@ -293,8 +304,8 @@ def check_model(manifest: Manifest, facts: Facts) -> list[Finding]:
                 finding(
                     FAIL, MODEL_PATH_MISSING, node.name,
                     f"{node.name}: model path {f.model.path} does not exist",
-                    f"copy the model to {f.model.path} on {node.name} (or mount the shared store there); "
-                    "every node loads weights from the same path",
+                    f"{sync_command(manifest, f.model.path, 'local|NODE')} copies it there, verified, node to node "
+                    "(or mount the shared store there); every node loads weights from the same path",
                 )
             )
         else:
@@ -306,8 +317,8 @@ def check_model(manifest: Manifest, facts: Facts) -> list[Finding]:
             finding(
                 FAIL, MODEL_PATH_DIFFERS, n,
                 f"{n}: {path} holds different {what} than on {label}",
-                f"re-sync {path} on {n} from the reference node (`rsync -a --delete`), "
-                "so every pipeline stage loads the same model",
+                f"{sync_command(manifest, path, 'NODE')} (NODE: one that holds the right copy) re-sends only the "
+                "files that differ, so every pipeline stage loads the same model",
             )
         )
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -87,6 +88,20 @@ class LocalRunner:
                 pass  # never created (the folder itself is the problem)
             raise CommandFailedError(f"{self.node}: could not write {path}: {exc.strerror}", node=self.node) from exc
 
+    def start(self, argv: Sequence[str], timeout: float = 3600.0, env: dict[str, str] | None = None) -> _LocalProcess:
+        """Start argv here and return it running, stdin and stdout open; ``kill()`` ends its
+        process group. ``timeout`` bounds it as on a node (killed when it runs past)."""
+        argv = list(argv)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**self.base_env, **(env or {})},
+            start_new_session=True,
+        )
+        return _LocalProcess(self.node, proc, timeout)
+
     def forward(self, remote_host: str, remote_port: int) -> int:
         """Already local: the port itself (``remote_host`` is this machine's loopback)."""
         return remote_port
@@ -99,3 +114,61 @@ class LocalRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _LocalProcess:
+    """One running local command (``LocalRunner.start``)."""
+
+    def __init__(self, node: str, proc: subprocess.Popen, timeout: float) -> None:
+        self.node, self._proc = node, proc
+        self._err: list[bytes] = []
+        threading.Thread(target=self._drain, daemon=True, name=f"local-err-{node}").start()
+        self._timer = threading.Timer(timeout, self.kill)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _drain(self) -> None:
+        assert self._proc.stderr is not None
+        for chunk in iter(lambda: self._proc.stderr.read(65536), b""):
+            self._err.append(chunk)
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._proc.stdin.write(data)
+            self._proc.stdin.flush()
+        except (BrokenPipeError, ValueError) as exc:
+            raise CommandFailedError(f"{self.node}: the command stopped reading its input", node=self.node) from exc
+
+    def close_stdin(self) -> None:
+        try:
+            self._proc.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def readline(self) -> str:
+        try:
+            return self._proc.stdout.readline().decode("utf-8", "replace")
+        except ValueError:
+            return ""
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise CommandTimeoutError(f"{self.node}: the command did not end within {timeout:g}s", node=self.node) from exc
+
+    def stderr(self) -> str:
+        return b"".join(self._err).decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        self._timer.cancel()
+        if self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.close_stdin()
+        try:
+            self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass

@@ -65,6 +65,36 @@ class Runner(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class Process(Protocol):
+    """A command still running on a node, with its stdin and stdout open (the model-sync agent).
+    ``readline`` returns one stdout line ('' at the end); ``kill`` ends it by closing its
+    channel or process group, which the agent notices as EOF on its stdin."""
+
+    node: str
+
+    def write(self, data: bytes) -> None: ...
+
+    def close_stdin(self) -> None: ...
+
+    def readline(self) -> str: ...
+
+    def wait(self, timeout: float) -> int: ...
+
+    def stderr(self) -> str: ...
+
+    def kill(self) -> None: ...
+
+
+@runtime_checkable
+class Starter(Protocol):
+    """A runner that can also start a long-running command and talk to it (SSH and local)."""
+
+    node: str
+
+    def start(self, argv: Sequence[str], timeout: float = 3600.0, env: dict[str, str] | None = None) -> Process: ...
+
+
 @dataclass(frozen=True)
 class NodeOutcome(Generic[T]):
     """The per-node result of a fan-out: a value or the RemoteError that node raised."""

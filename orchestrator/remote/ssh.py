@@ -303,6 +303,22 @@ class SshRunner:
                 node=self.node,
             ) from exc
 
+    # --- long-running commands with open streams -------------------------------------
+    def start(self, argv: Sequence[str], timeout: float = 3600.0, env: dict[str, str] | None = None) -> _SshProcess:
+        """Start argv on the node and return it running, stdin and stdout open (the node's
+        ``timeout`` still bounds it). ``kill()`` closes the channel."""
+        shown = shlex.join(list(argv)[:3])
+        try:
+            chan = self._open_session()
+            chan.exec_command(remote_command(argv, timeout, env))
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise UnreachableError(
+                f"{self.node}: lost the SSH connection to {self.where} before `{shown}` started: {exc}",
+                hint="the node or its sshd went away; re-run the command",
+                node=self.node,
+            ) from exc
+        return _SshProcess(self.node, self.where, chan)
+
     # --- port forwarding ---------------------------------------------------------------
     def forward(self, remote_host: str, remote_port: int) -> int:
         """Listen on 127.0.0.1:<free port> here and tunnel each connection to
@@ -347,6 +363,46 @@ def _wait_exit(chan: paramiko.Channel, deadline: float) -> bool:
             return chan.exit_status_ready()
         time.sleep(0.005)
     return True
+
+
+class _SshProcess:
+    """One running command over an SSH channel (``SshRunner.start``)."""
+
+    def __init__(self, node: str, where: str, chan: paramiko.Channel) -> None:
+        self.node, self.where, self._chan = node, where, chan
+        self._out = chan.makefile("rb")
+        self._err: list[bytes] = []
+        self._err_reader = threading.Thread(target=_drain, args=(chan.recv_stderr, self._err), daemon=True, name=f"ssh-err-{node}")
+        self._err_reader.start()
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._chan.sendall(data)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise UnreachableError(f"{self.node}: the command on {self.where} stopped reading: {exc}", node=self.node) from exc
+
+    def close_stdin(self) -> None:
+        try:
+            self._chan.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # already gone
+
+    def readline(self) -> str:
+        try:
+            return self._out.readline().decode("utf-8", "replace")
+        except (OSError, EOFError, paramiko.SSHException):
+            return ""
+
+    def wait(self, timeout: float) -> int:
+        if not _wait_exit(self._chan, time.monotonic() + timeout):
+            raise CommandTimeoutError(f"{self.node}: the command on {self.where} did not end within {timeout:g}s", node=self.node)
+        return self._chan.recv_exit_status()
+
+    def stderr(self) -> str:
+        return b"".join(self._err).decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        self._chan.close()
 
 
 class _Forward:

@@ -259,7 +259,8 @@ def check_model_path(manifest: Manifest, runners: Mapping[str, Runner], source: 
     if missing:
         raise Failure(
             f"model path {source} does not exist on node(s) {', '.join(sorted(missing))} (no {source.rstrip('/')}/config.json)",
-            "copy the model to the same path on every node (the manifest's model_store), or pass --model PATH",
+            "put it on every node with `orch model sync CLUSTER.yaml --model NAME` (or `orch rollout --sync-model`); "
+            "orch never copies it unasked",
         )
 
 

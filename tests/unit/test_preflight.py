@@ -487,3 +487,25 @@ def test_finding_refuses_an_unregistered_code():
 )
 def test_gpu_type_matching(gpu_type, name, mem, ok):
     assert gpu_type_matches(gpu_type, name, mem) is ok
+
+
+def test_a_corrupted_shard_of_the_same_size_differs_by_content():
+    # the index and the file list with sizes agree; only the files' sha256 (content) differ
+    m = manifest(model_store="/models")
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], model=dataclasses.replace(MODEL, content_sha256="e" * 64))
+    f["w2"] = dataclasses.replace(f["w2"], model=dataclasses.replace(MODEL, content_sha256="f" * 64))
+    f["head"] = dataclasses.replace(f["head"], model=dataclasses.replace(MODEL, content_sha256="f" * 64))
+    (x,) = run_checks(m, f)
+    assert (x.code, x.node) == ("MODEL_PATH_DIFFERS", "w1")
+    assert "`orch model sync cluster.yaml --model llama --from NODE`" in x.hint
+
+
+def test_model_path_hints_point_to_orch_model_sync():
+    m, f = s_model_missing(manifest(model_store="/models"), healthy())
+    (x,) = run_checks(m, f)
+    assert "`orch model sync cluster.yaml --model llama --from local|NODE`" in x.hint
+    # a path outside the model store: the store has to move first (sync writes <model_store>/<name>)
+    m, f = s_model_missing(manifest(model_store="/data"), healthy())
+    (x,) = run_checks(m, f)
+    assert x.hint.startswith("set model_store: /models in the manifest; then `orch model sync")

@@ -19,13 +19,13 @@ from orchestrator.nodes.probe_scripts import (
     CONNECT_SCRIPT,
     IB_SYSFS_SCRIPT,
     LISTEN_SCRIPT,
-    MODEL_SCRIPT,
     STORAGE_SCRIPT,
     VERSIONS_SCRIPT,
 )
 from orchestrator.preflight.run import run_checks
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.remote.local import LocalRunner
+from orchestrator.sync.agent_source import agent_source
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "probes"
 GIB = 1 << 30
@@ -71,7 +71,7 @@ def gpu_node(name: str, address: str, *, gpus: int = 8, remote_clock: str = "179
          "vllm_dist": "vllm", "nccl": "2.27.3"}) + "\n"))
     r.on(script(STORAGE_SCRIPT), result(json.dumps(
         {"shm_bytes": 64 * GIB, "disk_free_bytes": 900 * GIB, "disk_path": "/models"}) + "\n"))
-    r.on(script(MODEL_SCRIPT), result(json.dumps(
+    r.on(script(agent_source()), result(json.dumps(
         {"path": "/models/llama", "exists": True, "config_sha256": "a" * 64, "index_sha256": "b" * 64,
          "index_kind": "safetensors-index", "total_bytes": 1000, "file_count": 3}) + "\n"))
     r.on(("date", "+%s.%N"), result(remote_clock))
@@ -121,8 +121,8 @@ def test_gather_facts_parses_every_probe():
     assert f.clock_offset_s == pytest.approx(1795945049.264391983 - 1795945049.05)
     assert f.head_port_reachable is None  # no head address given
     # the model path and disk come from the manifest; the interpreter is the manifest's python
-    (model_call,) = [c for c in r.calls if c.argv[1:3] == ("-c", MODEL_SCRIPT)]
-    assert model_call.argv[0] == "python3" and model_call.argv[3] == "/models/llama"
+    (model_call,) = [c for c in r.calls if c.argv[1:3] == ("-c", agent_source())]
+    assert model_call.argv[0] == "python3" and model_call.argv[3:] == ("fingerprint", "/models/llama")
     assert all(isinstance(a, str) for c in r.calls for a in c.argv)
     assert json.loads(f.to_json())["gpus"][0]["memory_total_mib"] == 81559
 
@@ -143,7 +143,7 @@ def test_broken_driver_and_timeouts_are_recorded_per_probe():
     m = manifest()
     r = gpu_node("w1", "192.0.2.11", first=[
         (Prefix("nvidia-smi"), result(read("smi_failed_driver_selfhosted_40.txt"), exit_code=9)),
-        (script(MODEL_SCRIPT), CommandTimeoutError("w1: `python3 -c ...` did not finish within 60s")),
+        (script(agent_source()), CommandTimeoutError("w1: `python3 -c ...` did not finish within 60s")),
     ])
     f = inventory.gather_facts(r, m.node("w1"), m, clock=ticking())
     assert f.nvidia_smi is False
