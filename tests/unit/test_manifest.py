@@ -493,6 +493,17 @@ def test_invalid_manifest_names_line_path_and_problem(text, path, fragment):
     assert any(fragment in p for p in matching), f"{fragment!r} not in {matching}"
 
 
+def test_a_typo_in_targets_is_an_error():
+    # A misspelt target would silently drop it from `orch accept` (issue 17's planted bug).
+    problems = problems_of("""\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        targets:
+          ttft_p95: 500
+        """)
+    assert problems == ["cluster.yaml:4: targets.ttft_p95: unknown key 'ttft_p95' (did you mean 'ttft_p95_ms'?)"]
+
+
 def test_there_are_at_least_thirty_invalid_cases():
     assert len({c[0] for c in INVALID}) == len(INVALID) >= 30
 

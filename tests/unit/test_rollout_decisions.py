@@ -32,6 +32,14 @@ def test_room_for_a_copy_goes_side_by_side():
     assert d.kind == r.SIDE_BY_SIDE and d.downtime_s is None
 
 
+def test_allow_downtime_still_goes_side_by_side_when_there_is_room():
+    # --allow-downtime permits an outage when nothing else works; it never causes one when a second
+    # copy fits (issue 17's planted bug: in place although there was room).
+    d = r.decide("new", LIVE, room_for_copy=True, allow_downtime=True, downtime_s=95.0)
+    assert (d.kind, d.downtime_s) == (r.SIDE_BY_SIDE, None)
+    assert "beside revision 3" in d.reason
+
+
 def test_no_room_refuses_with_the_estimate_unless_downtime_is_allowed():
     refuse = r.decide("new", LIVE, room_for_copy=False, allow_downtime=False, downtime_s=95.0)
     assert refuse.kind == r.REFUSE and "about 95 s" in refuse.reason and refuse.downtime_s == 95.0

@@ -1,0 +1,50 @@
+"""plan/memory: bytes per cached number, checked against a vLLM log of a quantized model.
+
+Source: vllm-project/vllm#21348 (https://github.com/vllm-project/vllm/issues/21348): ``vllm serve
+Qwen3-235B-A22B-FP8 --tensor-parallel-size 4`` (kv cache dtype left at ``auto``) logged
+``Available KV cache memory: 8.11 GiB`` and ``GPU KV cache size: 178,880 tokens``. The model's
+config.json (Qwen/Qwen3-235B-A22B-FP8): 94 layers, 64 attention heads, 4 KV heads, head_dim 128,
+hidden 4096, fp8 weights (quantization_config) computing in bfloat16.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.plan.catalog import spec_from_config
+from orchestrator.plan.memory import GIB, kv_bytes_per_token, kv_dtype_bytes
+
+QWEN3_235B_FP8 = {
+    "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288,
+    "moe_intermediate_size": 1536, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 94,
+    "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+    "max_position_embeddings": 40960, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]},
+}  # fmt: skip
+LOGGED_KV_GIB = 8.11
+LOGGED_TOKENS = 178_880
+
+
+def test_quantized_weights_keep_a_16_bit_kv_cache():
+    spec = spec_from_config(QWEN3_235B_FP8, "Qwen/Qwen3-235B-A22B-FP8 config.json")
+    assert spec.dtype == "fp8"
+    s = kv_dtype_bytes(spec.dtype, "auto")
+    assert s == 2  # the activation dtype (bf16), not the weights' byte
+    per_token = kv_bytes_per_token(spec, tp=4, s=s)
+    assert per_token == 2 * 94 * 1 * 128 * 2  # one KV head per rank at TP=4
+    # vLLM's tokens at this size per token fill the memory it logged (its count is whole blocks).
+    assert LOGGED_TOKENS * per_token / GIB == pytest.approx(LOGGED_KV_GIB, rel=0.02)
+
+
+@pytest.mark.parametrize(("model_dtype", "kv_cache_dtype", "expected"), [
+    ("bf16", "auto", 2), ("fp16", "auto", 2), ("fp32", "auto", 4),
+    ("int8", "auto", 2), ("int4", "auto", 2), ("fp8", "auto", 2),
+    ("bf16", "fp8", 1), ("fp8", "fp8", 1),
+])  # fmt: skip
+def test_kv_bytes_follow_vllms_auto_and_fp8(model_dtype, kv_cache_dtype, expected):
+    assert kv_dtype_bytes(model_dtype, kv_cache_dtype) == expected
+
+
+def test_unknown_kv_cache_dtype_is_refused():
+    with pytest.raises(ValueError, match="unknown kv cache dtype 'int4'"):
+        kv_dtype_bytes("bf16", "int4")
