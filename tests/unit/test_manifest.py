@@ -714,6 +714,7 @@ def test_fingerprint_changes_with_any_value():
     assert load(TWO_GPU_NODES.replace("gpus: 8\n", "gpus: 4\n", 1)).fingerprint() != base
     assert load(TWO_GPU_NODES + "env: {NCCL_DEBUG: INFO}\n").fingerprint() != base
     assert load(TWO_GPU_NODES.replace("10.0.0.2", "10.0.0.3")).fingerprint() != base
+    assert load(TWO_GPU_NODES + "ssh: {identity_file: /keys/id}\n").fingerprint() != base  # a path: dumped as JSON text
 
 
 def test_fingerprint_ignores_the_order_of_mapping_keys_the_model_keeps():
@@ -930,3 +931,21 @@ def test_sizes_at_the_limits_are_accepted():
     assert load(f"name: x\nray: {{object_store_memory: {smallest}}}\n" + NODE % ("h", "")).ray.object_store_memory == smallest
     temp = "/tmp/" + "t" * 38  # 43 bytes: the longest temp dir Ray's socket paths allow
     assert load(f"name: x\nray: {{temp_dir: {temp}}}\n" + NODE % ("h", "")).ray.temp_dir == temp
+
+
+def test_summary_of_one_gpu_and_of_mixed_gpu_types():
+    one = load("name: one\nnodes: [{name: a, host: h, role: head, gpus: 1}]\n")
+    assert one.summary() == "cluster 'one' - 1 node (1 head), 1 GPU, ray :6379"
+    mixed = load("""\
+        name: mixed
+        nodes:
+          - {name: a, host: h1, role: head, gpus: 8, gpu_type: H100-80GB}
+          - {name: b, host: h2, gpus: 4, gpu_type: A100-40GB}
+        """)
+    assert mixed.summary() == "cluster 'mixed' - 2 nodes (1 head, 1 worker), 12 GPUs (A100-40GB, H100-80GB), ray :6379"
+
+
+def test_unknown_node_name_is_a_key_error_naming_it():
+    with pytest.raises(KeyError) as info:
+        load(TWO_GPU_NODES).node("zz")
+    assert info.value.args == ("zz",)
