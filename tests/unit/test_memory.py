@@ -12,7 +12,16 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.plan.catalog import spec_from_config
-from orchestrator.plan.memory import GIB, kv_bytes_per_token, kv_dtype_bytes
+from orchestrator.plan.memory import (
+    GIB,
+    b_max,
+    count_params,
+    kv_bytes,
+    kv_bytes_per_token,
+    kv_dtype_bytes,
+    kv_heads_per_gpu,
+    pp_layer_split,
+)
 
 QWEN3_235B_FP8 = {
     "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288,
@@ -48,3 +57,47 @@ def test_kv_bytes_follow_vllms_auto_and_fp8(model_dtype, kv_cache_dtype, expecte
 def test_unknown_kv_cache_dtype_is_refused():
     with pytest.raises(ValueError, match="unknown kv cache dtype 'int4'"):
         kv_dtype_bytes("bf16", "int4")
+
+
+# meta-llama/Llama-3.2-1B config.json (tied embeddings); Hugging Face's safetensors metadata counts
+# 1,235,814,400 parameters (norms included; the model card rounds it to 1.23B).
+LLAMA_32_1B = {
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+    "max_position_embeddings": 131072, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def test_parameter_count_of_a_tied_model_is_exact():
+    spec = spec_from_config(LLAMA_32_1B, "meta-llama/Llama-3.2-1B config.json")
+    count = count_params(spec)
+    assert count.total == 1_235_814_400
+    assert count.lm_head == 0  # tied: the output head is the embedding
+
+
+def test_kv_heads_per_rank_follow_vllms_floor_division_and_replication():
+    # vLLM ModelConfig.get_num_kv_heads: max(1, total_num_kv_heads // tensor_parallel_size).
+    spec = spec_from_config(LLAMA_32_1B, "meta-llama/Llama-3.2-1B config.json")  # 8 KV heads
+    assert [kv_heads_per_gpu(spec, tp) for tp in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+
+
+def test_seed_kv_bytes_use_the_given_bytes_per_number():
+    # Seed 000: M_KV = 2 * N_layer * H_kv * d * s * L * B; Llama-3.2-1B: 2 * 16 * 8 * 64 = 16,384 numbers per token.
+    spec = spec_from_config(LLAMA_32_1B, "meta-llama/Llama-3.2-1B config.json")
+    assert kv_bytes(spec, 1000, 2, s=1) == 16_384 * 1000 * 2
+    assert kv_bytes(spec, 1000, 2) == 2 * 16_384 * 1000 * 2  # s defaults to 2 bytes (bf16)
+
+
+def test_seed_b_max_and_its_guard():
+    # Seed 000: B_max = floor((M_GPU - M_w) / M_KV(L, B=1)); 0 when the weights do not fit.
+    assert b_max(80, 16, 1) == 64 and b_max(80, 16, 3) == 21 and b_max(10, 16, 1) == 0
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="^kv_per_sequence must be positive$"):
+            b_max(80, 16, bad)
+
+
+def test_pipeline_size_outside_the_layers_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match="^pipeline size 0 must be between 1 and the 16 layers$"):
+        pp_layer_split(16, 0)
+    with pytest.raises(ValueError, match="^pipeline size 17 must be between 1 and the 16 layers$"):
+        pp_layer_split(16, 17)
