@@ -904,6 +904,7 @@ LONGEST_HOST = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])  # 253 charact
     ("name: x\n" + NODE % ("bad_host.example.", ""), "nodes[0].host: 'bad_host.example.' is not a valid host name or IP address"),
     ("name: x\n" + NODE % (LONGEST_HOST + "d", ""), f"nodes[0].host: '{LONGEST_HOST}d' is not a valid host name or IP address"),
     ("name: x\nssh: {user: '-x'}\n" + NODE % ("h", ""), "ssh.user: '-x' is not a valid user name"),
+    ("name: x\n" + NODE % ("'  '", ""), "nodes[0].host: must not be empty"),
     ("name: x\nray: {object_store_memory: 8 GiB of it}\n" + NODE % ("h", ""), "ray.object_store_memory: '8 GiB of it' is "
      "not a size; write bytes (8589934592) or a number and a unit (8GiB, 500MB)"),
     ("name: x\nray: {object_store_memory: 1.5B}\n" + NODE % ("h", ""), "ray.object_store_memory: '1.5B' is not a whole number of bytes"),
