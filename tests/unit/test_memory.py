@@ -16,11 +16,13 @@ from orchestrator.plan.memory import (
     GIB,
     b_max,
     count_params,
+    gib,
     kv_bytes,
     kv_bytes_per_token,
     kv_dtype_bytes,
     kv_heads_per_gpu,
     pp_layer_split,
+    stage_weight_bytes,
 )
 
 QWEN3_235B_FP8 = {
@@ -101,3 +103,12 @@ def test_pipeline_size_outside_the_layers_is_refused_with_the_reason():
         pp_layer_split(16, 0)
     with pytest.raises(ValueError, match="^pipeline size 17 must be between 1 and the 16 layers$"):
         pp_layer_split(16, 17)
+
+
+def test_an_fp32_model_holds_every_parameter_at_4_bytes():
+    # One GPU holding the whole tied model in fp32: 4 bytes for each of its 1,235,814,400 parameters
+    # (norms and embeddings included: nothing is kept at 16 bits when the model itself is fp32).
+    spec = spec_from_config(LLAMA_32_1B, "meta-llama/Llama-3.2-1B config.json")
+    assert stage_weight_bytes(spec, 0, 16, tp=1, first=True, last=True, dtype="fp32") == 4 * 1_235_814_400
+    assert stage_weight_bytes(spec, 0, 16, tp=1, first=True, last=True) == 2 * 1_235_814_400  # its bf16 checkpoint
+    assert gib(4 * 1_235_814_400) == pytest.approx(4.604, abs=0.001)  # 4.943 GB as GiB
