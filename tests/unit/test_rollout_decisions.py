@@ -186,3 +186,24 @@ def test_cold_load_estimate_without_a_measurement():
     assert r.estimate_cold_load_s("gpu", 10.0, 0.0) == 90.0 + 10.0  # a zero measurement is no measurement
     assert r.estimate_cold_load_s("gpu", -5.0, None) == 90.0  # no negative reading time
     assert r.estimate_cold_load_s("tpu", None, None) == 90.0  # an unknown accelerator starts like a GPU engine
+
+
+def test_later_groups_see_what_earlier_groups_took():
+    split = {"a": {"GPU": 1.0}, "b": {"GPU": 1.0}}
+    assert r.fits([[{"GPU": 1.0}]] * 3, "STRICT_PACK", split) is False  # the third replica finds no GPU
+    # PACK keeps a group on the nodes it already uses: the pinned first bundle puts the group on b,
+    # so its second bundle goes to b too and a stays free for the next group pinned to a.
+    free = {"a": {"GPU": 1.0, "pa": 1.0}, "b": {"GPU": 2.0, "pb": 1.0}}
+    groups = [[{"GPU": 1.0, "pb": 0.001}, {"GPU": 1.0}], [{"GPU": 1.0, "pa": 0.001}]]
+    assert r.fits(groups, "PACK", free) is True
+    # SPREAD puts the second bundle on a new node even though the first node could hold it, so the
+    # next group, pinned to b, finds b's only GPU taken.
+    free = {"a": {"GPU": 2.0}, "b": {"GPU": 1.0, "pb": 1.0}}
+    groups = [[{"GPU": 1.0}, {"GPU": 1.0}], [{"GPU": 1.0, "pb": 0.001}]]
+    assert r.fits(groups, "SPREAD", free) is False
+
+
+def test_free_resources_reads_every_alive_node_after_a_dead_one():
+    dead = NodeState("id2", "b", "10.0.0.2", "DEAD", False, {"CPU": 8.0})
+    alive = NodeState("id1", "a", "10.0.0.1", "ALIVE", True, {"CPU": 8.0}, {"CPU": 2.0})
+    assert r.free_resources([dead, alive]) == {"a": {"CPU": 6.0}}
