@@ -10,9 +10,17 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.plan.capacity import StageCapacity, vllm_scheduler_defaults
+from orchestrator.plan.capacity import (
+    PlanOptions,
+    StageCapacity,
+    reserve_bytes,
+    stage_capacities,
+    vllm_scheduler_defaults,
+)
+from orchestrator.plan.catalog import spec_from_config
 from orchestrator.plan.memory import GIB
 from orchestrator.plan.shape import ClusterShape
+from orchestrator.plan.tinymodel import TINY_CONFIG
 
 
 @pytest.mark.parametrize(("gpu_type", "gib", "expected"), [
@@ -42,3 +50,58 @@ def test_stage_json_contract():
         "stage": 1, "layers": [40, 80], "weights_gib": 33.875, "reserve_gib": 1.5, "kv_cache_gib": -2.25,
         "kv_bytes_per_token": 163840.0, "kv_cache_tokens": 0,
     }  # fmt: skip
+
+
+# ---- the CPU backend: the KV cache is VLLM_CPU_KVCACHE_SPACE GiB ----
+# vLLM 0.32 CPU with VLLM_CPU_KVCACHE_SPACE=1 logged 524,288 KV tokens for the demo model (4 layers,
+# 2 KV heads of 64: 2,048 bytes per token in bf16): tests/data/planner/vllm-0.32-cpu-tiny.log.
+
+CPU = ClusterShape(gpus_per_node=1, nodes=1, gpu_memory_bytes=None, gpu_type="cpu")
+
+
+def _tiny(dtype: str = "bfloat16"):
+    return spec_from_config({**TINY_CONFIG, "torch_dtype": dtype}, "tiny config.json")
+
+
+def test_cpu_kv_cache_is_the_configured_space():
+    (stage,) = stage_capacities(_tiny(), CPU, PlanOptions(), tp=1, pp=1)
+    assert (stage.index, stage.reserve_bytes, stage.kv_bytes, stage.kv_bytes_per_token, stage.kv_tokens) == (0, 0.0, GIB, 2048, 524_288)
+    (two,) = stage_capacities(_tiny(), CPU, PlanOptions(kv_cache_gib=2), tp=1, pp=1)
+    assert two.kv_tokens == 1_048_576
+    (fp32,) = stage_capacities(_tiny("float32"), CPU, PlanOptions(), tp=1, pp=1)
+    assert (fp32.kv_bytes_per_token, fp32.kv_tokens) == (4096, 262_144)  # auto: the model's 4-byte dtype
+    (fp8,) = stage_capacities(_tiny(), CPU, PlanOptions(kv_cache_dtype="fp8"), tp=1, pp=1)
+    assert fp8.kv_tokens == 1_048_576
+    stages = stage_capacities(_tiny(), CPU, PlanOptions(), tp=1, pp=2)
+    assert [(s.index, s.first_layer, s.layers) for s in stages] == [(0, 0, 2), (1, 2, 2)]
+
+
+def test_a_gpu_too_small_has_no_kv_tokens_and_says_by_how_much():
+    shape = ClusterShape(gpus_per_node=1, nodes=1, gpu_memory_bytes=int(0.5 * GIB), gpu_type="small")
+    (stage,) = stage_capacities(_tiny(), shape, PlanOptions(), tp=1, pp=1)
+    assert stage.kv_bytes < 0 and stage.kv_tokens == 0
+
+
+# ---- what vLLM keeps out of the KV cache (docs/planner.md's reserve table) ----
+
+LLAMA_8B = {
+    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+}  # fmt: skip
+H100 = ClusterShape(gpus_per_node=8, nodes=1, gpu_memory_bytes=int(79.18 * GIB), gpu_type="H100-80GB")
+
+
+def test_reserve_terms_follow_the_planner_table():
+    spec = spec_from_config(LLAMA_8B, "meta-llama/Llama-3.1-8B config.json")
+    opts = PlanOptions()
+
+    def reserve(**kw):
+        return reserve_bytes(spec, H100, kw.pop("options", opts), **{"tp": 1, "pp": 1, "last": True, **kw})
+
+    # Here the sampler's logits (1,024 sequences x 128,256 vocab) outweigh the forward buffers, on the last stage only.
+    assert reserve(last=False) < reserve() - 3 * GIB
+    # + 0.25 GiB of non-torch memory once the replica spans GPUs (NCCL), whether by TP or PP.
+    assert reserve(tp=2) - reserve() == pytest.approx(0.25 * GIB)
+    assert reserve(pp=2) - reserve() == pytest.approx(0.25 * GIB)
+    # CUDA graphs: 0.75 GiB, none with enforce_eager.
+    assert reserve() - reserve(options=PlanOptions(enforce_eager=True)) == pytest.approx(0.75 * GIB)
