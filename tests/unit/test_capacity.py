@@ -38,7 +38,8 @@ def test_vllm_scheduler_defaults_by_gpu(gpu_type, gib, expected):
 
 
 def test_a_cpu_shape_gets_the_small_defaults():
-    assert vllm_scheduler_defaults(ClusterShape(gpus_per_node=1, nodes=1, gpu_memory_bytes=None, gpu_type="cpu")) == (2048, 256)
+    cpu = ClusterShape(gpus_per_node=1, nodes=1, gpu_memory_bytes=None, gpu_type="cpu")
+    assert vllm_scheduler_defaults(cpu) == (2048, 256)
 
 
 def test_stage_json_contract():
@@ -65,7 +66,8 @@ def _tiny(dtype: str = "bfloat16"):
 
 def test_cpu_kv_cache_is_the_configured_space():
     (stage,) = stage_capacities(_tiny(), CPU, PlanOptions(), tp=1, pp=1)
-    assert (stage.index, stage.reserve_bytes, stage.kv_bytes, stage.kv_bytes_per_token, stage.kv_tokens) == (0, 0.0, GIB, 2048, 524_288)
+    got = (stage.index, stage.reserve_bytes, stage.kv_bytes, stage.kv_bytes_per_token, stage.kv_tokens)
+    assert got == (0, 0.0, GIB, 2048, 524_288)
     (two,) = stage_capacities(_tiny(), CPU, PlanOptions(kv_cache_gib=2), tp=1, pp=1)
     assert two.kv_tokens == 1_048_576
     (fp32,) = stage_capacities(_tiny("float32"), CPU, PlanOptions(), tp=1, pp=1)
