@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install test test-unit demo demo-down clean lint bench
+.PHONY: install test test-unit demo demo-down clean lint bench mutation
 
 install: $(STAMP)
 
@@ -45,5 +45,11 @@ demo-down: install
 bench: install
 	$(BIN)/python benchmarks/loadgen_capacity.py
 
+# Mutation testing of the pure core (docs/testing.md): one module after another, 2 workers,
+# niced; prints one JSON line per module and an overall line. Tens of minutes: not part of `test`.
+MUTATION_ARGS ?=
+mutation: install
+	nice -n 19 $(BIN)/python scripts/mutation.py $(MUTATION_ARGS)
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache mutants

@@ -6,6 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# `make mutation` (scripts/mutation.py) runs the property tests with few, fixed examples: each
+# mutant reruns them, and a test that fails only on a lucky draw would make a verdict random.
+settings.register_profile("mutation", max_examples=10, deadline=None, derandomize=True, database=None)
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

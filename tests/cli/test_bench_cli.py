@@ -113,4 +113,6 @@ def test_usage_errors_exit_2_with_a_hint(args, message, capsys):
 def test_unreachable_endpoint_is_an_error_not_a_traceback(capsys):
     code = main(["bench", "--url", "http://127.0.0.1:9", "--concurrency", "1", "--requests", "2"])
     err = capsys.readouterr().err
-    assert code != 0 and "error:" in err and "Traceback" not in err
+    assert code == 6  # README's exit codes: 6 is a serving endpoint/API error
+    assert err.startswith("error: cannot reach http://127.0.0.1:9/v1/models: ConnectError")
+    assert "hint: check the URL" in err and "Traceback" not in err

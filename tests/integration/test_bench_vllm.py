@@ -1,6 +1,7 @@
 """orch bench against a real vLLM server (CPU build, tiny model): the sweep writes its report and
 plot, vLLM's own histograms count exactly orch's requests, and vLLM's TTFT and end-to-end intervals
-lie inside orch's. (Agreement within 10% is reported per figure, not asserted: see docs/bench.md.)"""
+lie inside orch's. (Agreement within 10% is a measurement, not asserted: benchmarks/bench_agreement.py,
+docs/bench.md.)"""
 
 from __future__ import annotations
 
@@ -41,8 +42,7 @@ def test_bench_sweep_report_and_crosscheck_with_vllm_metrics(vllm_server, tmp_pa
     # the cross-check reads exactly this run from vLLM's histograms: its counts are orch's requests
     whole = result["crosscheck"]
     for fig in ("ttft", "tpot", "e2e"):
-        assert whole[fig]["server_count"] == 48, whole[fig]
-        assert whole[fig]["agrees"] in (True, False)
+        assert (whole[fig]["server_count"], whole[fig]["client_count"]) == (48, 48), whole[fig]
     # vLLM's intervals start after orch sent the request and end before orch received the token,
     # so orch's TTFT and end-to-end times can only be longer. By how much is the server's HTTP
     # front-end: docs/bench.md shows it is far beyond 10% for TTFT on this CPU-starved host.

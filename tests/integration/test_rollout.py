@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.fixtures.serving import MAX_MODEL_LEN
+from tests.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
 
@@ -89,11 +90,14 @@ class BackgroundClient:
 
     def __enter__(self) -> BackgroundClient:
         self._thread.start()
-        time.sleep(1.0)
+        # The first answer before the change starts (a failure ends the wait too: it is counted).
+        wait_until(lambda: self.ok + self.fail >= 1, what="the background client's first answer", timeout=120)
         return self
 
     def __exit__(self, *exc) -> None:
-        time.sleep(2.0)
+        # Three more answers after the change returned: requests right after the switch count too.
+        after = self.ok + self.fail + 3
+        wait_until(lambda: self.ok + self.fail >= after, what="3 answers after the change", timeout=120)
         self._stop.set()
         self._thread.join(60)
 

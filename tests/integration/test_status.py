@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -43,7 +42,6 @@ def test_killed_worker_raylet_shows_dead_and_up_restarts_only_it(ray_testbed_clu
     before = {h.name: c.raylet_pid(h.name) for h in c.bed.hosts}
     assert all(before.values()), before
     victim = "host2"
-    killed_at = time.monotonic()
     c.bed.ns_exec(victim, ["kill", "-KILL", str(before[victim])])
 
     def dead_row():
@@ -52,9 +50,7 @@ def test_killed_worker_raylet_shows_dead_and_up_restarts_only_it(ray_testbed_clu
         return row if row.ray_state == "DEAD" else None
 
     row = c.wait_for(dead_row, timeout=DEAD_WITHIN_S, interval=1.0)
-    seen_after = time.monotonic() - killed_at
     assert row is not None, f"{victim} not reported DEAD within {DEAD_WITHIN_S:g} s"
-    assert seen_after <= DEAD_WITHIN_S + 5  # the last status call itself may take a few seconds
     assert row.reachable and row.detail  # SSH still works; Ray says why it is dead
 
     capsys.readouterr()

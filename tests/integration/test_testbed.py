@@ -8,13 +8,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from orchestrator.remote.ssh import SshRunner
 from tests.testbed import HostSpec, cleanup_stale, list_runs, network
+from tests.wait import wait_until
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -85,10 +85,6 @@ def test_stale_bed_of_a_killed_session_is_cleaned_and_live_beds_are_kept(make_te
     cleaned = cleanup_stale()
     assert run in cleaned and live.run_id not in cleaned
     assert leftovers(run) == {"netns": [], "links": [], "dir": False}
-    for _ in range(50):
-        if not alive(init):
-            break
-        time.sleep(0.05)
-    assert not alive(init)
+    wait_until(lambda: not alive(init), what=f"the stale bed's host init (pid {init}) to exit", timeout=30)
     with ssh(live, live.host("keep")) as r:
         assert r.run(["true"]).exit_code == 0

@@ -2,7 +2,8 @@
 
 - 3 hosts x 8 described GPUs become a 3-node Ray cluster with 24 GPUs; `orch status --json`
   shows them; a second `orch up` does nothing (no Ray process restarted).
-- The Ray processes run with token auth, the NIC/host variables and the node's resource.
+- The Ray processes run with token auth, the NIC/host variables and the node's resource; a
+  worker started without the token is refused by the head's GCS and joins nothing.
 - Each preflight fault (4 GPUs where the manifest says 8, a missing interface, another ray
   version on one host, the model path missing on one host, the head's port blocked from one
   worker) stops `orch up` with exit 3 and the right code naming the right node, before anything
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from orchestrator.cli import main
+from orchestrator.cluster.ray_nodes import ray_argv
 from orchestrator.state import StateStore
 from tests.fixtures.cluster import RAY_PROCESS_MARKERS
 from tests.testbed import HostSpec
@@ -30,10 +32,9 @@ pytestmark = [pytest.mark.integration]
 @pytest.mark.ray
 def test_up_brings_up_24_gpus_status_shows_them_and_second_up_does_nothing(ray_testbed_cluster, capsys):
     c = ray_testbed_cluster
-    started = [u for u in c.ups if u.action in ("start", "restart")]
-    assert started, "the shared cluster was brought up by `orch up` in this session"
-    assert sorted(started[0].started) == ["host0", "host1", "host2"]
-    assert c.ups[-1].action in ("nothing", "start", "restart", "heal")
+    # The session's first `orch up` (fresh bed, fresh state dir) started Ray on every host.
+    first = c.ups[0]
+    assert (first.action, sorted(first.started)) == ("start", ["host0", "host1", "host2"]), first
 
     capsys.readouterr()
     assert main(c.cli("status", c.manifest_path, "--json")) == 0
@@ -79,6 +80,28 @@ def test_ray_runs_with_token_auth_and_node_settings(ray_testbed_cluster):
         args = c.ray_pids(h.name)[pid]
         assert f"orch_node_{h.name},1000" in args and "GPU,8" in args and "CPU,8" in args
         assert f"--node_ip_address={h.address}" in args
+
+
+@pytest.mark.ray
+def test_a_worker_without_the_token_is_refused_by_the_gcs(ray_testbed_cluster, tmp_path):
+    c = ray_testbed_cluster
+    m = c.manifest
+    host = c.bed.hosts[2]
+    node = next(n for n in m.nodes if n.name == host.name)
+    temp = f"/tmp/orch-no-token-{c.bed.run_id}"  # its own temp dir: the host's real node is not touched
+    argv = ray_argv(m, node, "start", "--address", f"{c.head_address}:{m.ray.port}", "--node-ip-address", host.address,
+                    "--temp-dir", temp, "--num-cpus", "0", "--num-gpus", "0", "--disable-usage-stats")  # fmt: skip
+    # No RAY_AUTH_TOKEN_PATH, auth off on this side, and a HOME without ~/.ray/auth_token.
+    env = ["env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", f"HOME={tmp_path}", "RAY_AUTH_MODE=disabled"]
+    try:
+        joined = c.bed.ns_exec(host, env + argv, check=False, timeout=180)
+    finally:
+        c.bed.ns_exec(host, ["pkill", "-KILL", "-f", temp], check=False)  # whatever it may have left
+    output = joined.stdout + joined.stderr
+    assert joined.returncode == 1 and "InvalidAuthToken" in output, output[-3000:]
+    with c.dashboard() as d:
+        alive = [n for n in d.nodes() if n.state == "ALIVE"]
+    assert sorted(n.address for n in alive) == sorted(h.address for h in c.bed.hosts)  # nobody joined
 
 
 # ------------------------------------------------------------------------------ preflight stops

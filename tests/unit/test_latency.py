@@ -122,3 +122,29 @@ def test_parse_levels():
     for bad in ("", "0", "a,2", "-1"):
         with pytest.raises(ValueError):
             parse_levels(bad)
+
+
+def test_distribution_of_1_to_100_as_numpy_linear_gives_it():
+    # numpy.percentile(np.arange(1, 101), [50, 95, 99]) -> 50.5, 95.05, 99.01 (method "linear").
+    d = Distribution.of([*range(100, 0, -1), None])  # unsorted, and a request without the figure
+    assert (d.count, d.mean, d.min, d.max) == (100, 50.5, 1, 100)
+    assert (d.p50, d.p95, d.p99) == (pytest.approx(50.5), pytest.approx(95.05), pytest.approx(99.01))
+
+
+def test_seed_tpot_edges():
+    # Seed 000: TPOT = (t_total - TTFT) / (N - 1); undefined for N <= 1 or a missing time.
+    assert tpot(1.5, 0.5, 2) == 1.0
+    assert tpot(None, 0.5, 8) is None and tpot(1.5, None, 8) is None and tpot(1.5, 0.5, 1) is None
+
+
+def test_input_errors_say_what_is_wrong():
+    with pytest.raises(ValueError, match=r"^concurrency levels must be positive integers, got '0'$"):
+        parse_levels("1,0")
+    with pytest.raises(ValueError, match="^no concurrency level given$"):
+        parse_levels(" , ")
+    assert parse_levels("1,,4, 16") == [1, 4, 16]  # empty parts are skipped, not the end
+    with pytest.raises(ValueError, match=r"^percentile q must be within 0\.\.100, got 101$"):
+        percentile([1.0], 101)
+    with pytest.raises(ValueError, match=r"^rate must be > 0, got 0$"):
+        poisson_arrivals(0, 3, random.Random(1))
+    assert len(poisson_arrivals(0.5, 3, random.Random(1))) == 3  # a rate below one per second is fine

@@ -6,6 +6,7 @@ case states its expected line next to the text it comes from.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -493,6 +494,17 @@ def test_invalid_manifest_names_line_path_and_problem(text, path, fragment):
     assert any(fragment in p for p in matching), f"{fragment!r} not in {matching}"
 
 
+def test_a_typo_in_targets_is_an_error():
+    # A misspelt target would silently drop it from `orch accept` (issue 17's planted bug).
+    problems = problems_of("""\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        targets:
+          ttft_p95: 500
+        """)
+    assert problems == ["cluster.yaml:4: targets.ttft_p95: unknown key 'ttft_p95' (did you mean 'ttft_p95_ms'?)"]
+
+
 def test_there_are_at_least_thirty_invalid_cases():
     assert len({c[0] for c in INVALID}) == len(INVALID) >= 30
 
@@ -694,7 +706,7 @@ def test_fingerprint_ignores_comments_layout_order_and_explicit_defaults():
         """
     first = load(TWO_GPU_NODES).fingerprint()
     assert load(reordered).fingerprint() == first
-    assert len(first) == 64 and int(first, 16) >= 0
+    assert re.fullmatch(r"[0-9a-f]{64}", first), first  # a sha256 hex digest
 
 
 def test_fingerprint_changes_with_any_value():
@@ -702,6 +714,13 @@ def test_fingerprint_changes_with_any_value():
     assert load(TWO_GPU_NODES.replace("gpus: 8\n", "gpus: 4\n", 1)).fingerprint() != base
     assert load(TWO_GPU_NODES + "env: {NCCL_DEBUG: INFO}\n").fingerprint() != base
     assert load(TWO_GPU_NODES.replace("10.0.0.2", "10.0.0.3")).fingerprint() != base
+    assert load(TWO_GPU_NODES + "ssh: {identity_file: /keys/id}\n").fingerprint() != base  # a path: dumped as JSON text
+
+
+def test_fingerprint_ignores_the_order_of_mapping_keys_the_model_keeps():
+    # env is a mapping the model keeps in the file's order: the fingerprint must not see that order.
+    one = load(TWO_GPU_NODES + "env: {A: '1', B: '2'}\n").fingerprint()
+    assert load(TWO_GPU_NODES + "env: {B: '2', A: '1'}\n").fingerprint() == one
 
 
 def test_fingerprint_does_not_depend_on_where_the_file_is():
@@ -857,3 +876,78 @@ def test_manifests_built_in_code_obey_the_cross_field_rules():
                                   {"name": "b", "host": "h2", "role": "head", "gpus": 1}])
     ok = Manifest(name="x", accelerator="cpu", nodes=[{"name": "a", "host": "h1", "role": "head"}])
     assert ok.head.name == "a"
+
+
+# ---- field checks at their boundaries, with their whole messages ----
+
+NODE = "nodes: [{name: a, host: %s, role: head, gpus: 1%s}]\n"
+LONGEST_HOST = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])  # 253 characters: the DNS limit
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    ("name: _x\n" + NODE % ("h", ""), "name: '_x' is not a valid name: use 1-63 letters, digits, '-', '_' or '.', "
+     "starting with a letter or digit (it names files and Ray labels)"),
+    ("name: x\nenv: {1X: a}\n" + NODE % ("h", ""), "env['1X']: '1X' is not a valid environment variable name "
+     "(letters, digits and '_', not starting with a digit)"),
+    ("name: x\n" + NODE % ("h", ", interface: 'eth0,eth1'"), "nodes[0].interface: 'eth0,eth1' names several "
+     "interfaces; give one (a list for NCCL alone goes in env NCCL_SOCKET_IFNAME)"),
+    ("name: x\n" + NODE % ("h", ", interface: abcdefghijklmnop"), "nodes[0].interface: 'abcdefghijklmnop' is 16 bytes; "
+     "Linux interface names have at most 15"),
+    ("name: x\n" + NODE % ("h", ", interface: 'eth\u00e9'"), "nodes[0].interface: 'eth\u00e9' is not a valid interface "
+     "name (no '/', ':' or spaces; e.g. ib0, eth0, ens1f0)"),
+    ("name: x\n" + NODE % ("h", ", interface: '.'"), "nodes[0].interface: '.' is not a valid interface name "
+     "(no '/', ':' or spaces; e.g. ib0, eth0, ens1f0)"),
+    ("name: x\n" + NODE % ("h", ", interface: '..'"), "nodes[0].interface: '..' is not a valid interface name "
+     "(no '/', ':' or spaces; e.g. ib0, eth0, ens1f0)"),
+    ("name: x\n" + NODE % ("'a:b:22'", ""), "nodes[0].host: 'a:b:22' is not a host name or address; put the SSH port in 'port'"),
+    ("name: x\n" + NODE % ("'a:b'", ""), "nodes[0].host: 'a:b' is not a valid host name or IP address"),
+    ("name: x\n" + NODE % ("bad_host.example.", ""), "nodes[0].host: 'bad_host.example.' is not a valid host name or IP address"),
+    ("name: x\n" + NODE % (LONGEST_HOST + "d", ""), f"nodes[0].host: '{LONGEST_HOST}d' is not a valid host name or IP address"),
+    ("name: x\nssh: {user: '-x'}\n" + NODE % ("h", ""), "ssh.user: '-x' is not a valid user name"),
+    ("name: x\n" + NODE % ("'  '", ""), "nodes[0].host: must not be empty"),
+    ("name: x\nray: {object_store_memory: 8 GiB of it}\n" + NODE % ("h", ""), "ray.object_store_memory: '8 GiB of it' is "
+     "not a size; write bytes (8589934592) or a number and a unit (8GiB, 500MB)"),
+    ("name: x\nray: {object_store_memory: 1.5B}\n" + NODE % ("h", ""), "ray.object_store_memory: '1.5B' is not a whole number of bytes"),
+])  # fmt: skip
+def test_field_checks_give_their_whole_message(body, problem):
+    problems = problems_of(body)
+    assert len(problems) == 1 and problems[0].split(": ", 1)[1] == problem, problems
+
+
+@pytest.mark.parametrize(("body", "field", "value"), [
+    (NODE % ("gpu1.example.com.", ""), "host", "gpu1.example.com."),  # a fully qualified name (trailing dot)
+    (NODE % ("a.b.", ""), "host", "a.b."),
+    (NODE % ("'fd00::12'", ""), "host", "fd00::12"),  # IPv6: its colons are not a port
+    (NODE % (LONGEST_HOST, ""), "host", LONGEST_HOST),
+    (NODE % ("h", ", interface: abcdefghijklmno"), "interface", "abcdefghijklmno"),  # 15 bytes: the longest
+    (NODE % ("h", ", interface: ethX0"), "interface", "ethX0"),
+])  # fmt: skip
+def test_values_at_the_limits_are_accepted(body, field, value):
+    assert getattr(load("name: x\n" + body).nodes[0], field) == value
+
+
+def test_sizes_at_the_limits_are_accepted():
+    # YAML 1.1 reads 8.0e+9 as a float (8.0e9, without the sign, is a string: the size parser takes that too)
+    assert load("name: x\nray: {object_store_memory: 8.0e+9}\n" + NODE % ("h", "")).ray.object_store_memory == 8_000_000_000
+    smallest = 75 * 1024 * 1024  # Ray's OBJECT_STORE_MINIMUM_MEMORY_BYTES
+    assert load(f"name: x\nray: {{object_store_memory: {smallest}}}\n" + NODE % ("h", "")).ray.object_store_memory == smallest
+    temp = "/tmp/" + "t" * 38  # 43 bytes: the longest temp dir Ray's socket paths allow
+    assert load(f"name: x\nray: {{temp_dir: {temp}}}\n" + NODE % ("h", "")).ray.temp_dir == temp
+
+
+def test_summary_of_one_gpu_and_of_mixed_gpu_types():
+    one = load("name: one\nnodes: [{name: a, host: h, role: head, gpus: 1}]\n")
+    assert one.summary() == "cluster 'one' - 1 node (1 head), 1 GPU, ray :6379"
+    mixed = load("""\
+        name: mixed
+        nodes:
+          - {name: a, host: h1, role: head, gpus: 8, gpu_type: H100-80GB}
+          - {name: b, host: h2, gpus: 4, gpu_type: A100-40GB}
+        """)
+    assert mixed.summary() == "cluster 'mixed' - 2 nodes (1 head, 1 worker), 12 GPUs (A100-40GB, H100-80GB), ray :6379"
+
+
+def test_unknown_node_name_is_a_key_error_naming_it():
+    with pytest.raises(KeyError) as info:
+        load(TWO_GPU_NODES).node("zz")
+    assert info.value.args == ("zz",)

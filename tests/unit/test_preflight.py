@@ -398,13 +398,26 @@ def test_unreachable_node_hint_names_the_ssh_command():
     assert "ssh -p 22 root@192.0.2.12" in x.hint
 
 
-def test_nvlink_islands_are_fine():
-    # 8 GPUs all NV12: no NO_NVLINK; the 5-GPU PCIe box: every pair listed as non-NVLink.
+def test_pcie_box_warns_with_every_gpu_pair():
+    # The 5-GPU PCIe box: every one of its 10 pairs is non-NVLink.
     t = probes.parse_topo(read("topo_5gpu_pcie_club3090_46.txt"))
     m = manifest(nodes=[{"name": "head", "host": "192.0.2.10", "role": "head", "gpus": 5, "interface": "eth0"}])
     f = {"head": facts("head", "192.0.2.10", gpus=gpu_csv(count=5), topology=t)}
     (x,) = run_checks(m, f)
-    assert x.code == "NO_NVLINK" and "10 GPU pair(s)" in x.message and "pipeline" in x.hint
+    assert (x.code, x.severity) == ("NO_NVLINK", "warn")
+    assert "10 GPU pair(s)" in x.message and "pipeline" in x.hint
+
+
+def test_nvlink_islands_warn_with_only_the_pairs_between_islands():
+    # NVLink inside two pairs (GPU0-GPU2, GPU1-GPU3), PCIe between them: a warning (not a failure)
+    # that lists the four PCIe pairs and none of the NVLink ones.
+    t = probes.parse_topo(read("topo_4gpu_nvlink_pairs_opengpu_18.txt"))
+    m = manifest(nodes=[{"name": "head", "host": "192.0.2.10", "role": "head", "gpus": 4, "interface": "eth0"}])
+    f = {"head": facts("head", "192.0.2.10", gpus=gpu_csv(count=4), topology=t)}
+    (x,) = run_checks(m, f)
+    assert (x.code, x.severity, x.node) == ("NO_NVLINK", "warn", "head")
+    assert "4 GPU pair(s) are not joined by NVLink/NVSwitch (NODE/PHB: GPU0-GPU1 PHB, GPU0-GPU3 NODE, GPU1-GPU2 NODE ...)" in x.message
+    assert "GPU0-GPU2" not in x.message and "GPU1-GPU3" not in x.message
 
 
 def test_reference_is_the_majority_when_the_head_lacks_the_value():

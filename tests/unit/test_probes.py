@@ -175,6 +175,16 @@ def test_topo_eight_gpus_all_nvlink_even_with_a_cut_last_row():
     assert all(t.link(i, i) == "X" for i in range(8))
 
 
+def test_nvlink_islands_are_not_nvlink_everywhere():
+    # Quad RTX 3090 with NVLink bridges on two pairs: NVLink inside each pair, PCIe between them.
+    t = probes.parse_topo(read("topo_4gpu_nvlink_pairs_opengpu_18.txt"))
+    assert t.gpus == ("GPU0", "GPU1", "GPU2", "GPU3")
+    assert (t.link(0, 2), t.link(1, 3)) == ("NV4", "NV4")
+    assert t.nvlink is False
+    assert t.non_nvlink_pairs() == [("GPU0", "GPU1", "PHB"), ("GPU0", "GPU3", "NODE"),
+                                    ("GPU1", "GPU2", "NODE"), ("GPU2", "GPU3", "PHB")]  # fmt: skip
+
+
 def test_topo_missing_gpu_rows_raise():
     with pytest.raises(ProbeParseError, match="GPU7"):
         probes.parse_topo(read("topo_8gpu_pcie_deepep_128_excerpt.txt"))

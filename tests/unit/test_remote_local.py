@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from orchestrator.errors import CommandFailedError, CommandTimeoutError
 from orchestrator.remote.local import LocalRunner
 from orchestrator.remote.runner import Runner
+from tests.wait import wait_until
 
 
 def test_stdout_stderr_exit_code_and_merged_env():
@@ -41,15 +41,14 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
         LocalRunner("here").run(["sh", "-c", script], timeout=0.5)
     assert info.value.node == "here" and "here" in str(info.value) and "0.5s" in str(info.value)
     child = int(pidfile.read_text())
-    for _ in range(100):  # the grandchild (sleep) went with its group (a zombie counts as gone)
+
+    def gone() -> bool:  # the grandchild (sleep) went with its group (a zombie counts as gone)
         try:
-            if Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                break
+            return Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
         except OSError:
-            break
-        time.sleep(0.02)
-    else:
-        pytest.fail("the command's child process survived the timeout")
+            return True
+
+    wait_until(gone, what=f"the command's child process (pid {child}) to die with its group", timeout=30)
 
 
 def test_put_file_sets_mode_and_replaces_atomically(tmp_path):

@@ -32,6 +32,14 @@ def test_room_for_a_copy_goes_side_by_side():
     assert d.kind == r.SIDE_BY_SIDE and d.downtime_s is None
 
 
+def test_allow_downtime_still_goes_side_by_side_when_there_is_room():
+    # --allow-downtime permits an outage when nothing else works; it never causes one when a second
+    # copy fits (issue 17's planted bug: in place although there was room).
+    d = r.decide("new", LIVE, room_for_copy=True, allow_downtime=True, downtime_s=95.0)
+    assert (d.kind, d.downtime_s) == (r.SIDE_BY_SIDE, None)
+    assert "beside revision 3" in d.reason
+
+
 def test_no_room_refuses_with_the_estimate_unless_downtime_is_allowed():
     refuse = r.decide("new", LIVE, room_for_copy=False, allow_downtime=False, downtime_s=95.0)
     assert refuse.kind == r.REFUSE and "about 95 s" in refuse.reason and refuse.downtime_s == 95.0
@@ -98,3 +106,104 @@ def test_cold_load_estimate_prefers_the_measurement():
     assert r.estimate_cold_load_s("gpu", 378.0, 250.0) == 250.0
     assert r.estimate_cold_load_s("gpu", 378.0, None) == pytest.approx(r.ENGINE_START_S["gpu"] + 378.0 / r.DISK_GIB_PER_S)
     assert r.estimate_cold_load_s("cpu", None, None) == r.ENGINE_START_S["cpu"]
+
+
+# ------------------------------------------------------------------ the decision's words (user-facing)
+
+
+def test_every_decision_explains_itself_in_full():
+    noop = r.decide("abc", LIVE, room_for_copy=False, allow_downtime=False, downtime_s=None)
+    assert noop.reason == "revision 3 already serves this config (orch-r3 RUNNING)"
+    first = r.decide("x", r.Serving(), room_for_copy=True, allow_downtime=False, downtime_s=None)
+    assert first.reason == "no revision serves yet: deploy on the public route"
+    gone = r.decide("x", r.Serving(revision=3, fingerprint="abc", app_name="orch-r3"), room_for_copy=True, allow_downtime=False, downtime_s=None)
+    assert gone.reason == "revision 3's application orch-r3 is not in Serve: deploy on the public route"
+    side = r.decide("new", LIVE, room_for_copy=True, allow_downtime=False, downtime_s=95.0)
+    assert side.reason == ("the cluster has room for a second copy: the new revision comes up beside revision 3, "
+                           "traffic moves after its readiness probe")  # fmt: skip
+    inplace = r.decide("new", LIVE, room_for_copy=False, allow_downtime=True, downtime_s=None)
+    assert inplace.reason == ("no room for a second copy: revision 3 is replaced in place (--allow-downtime); "
+                              "expected downtime one cold load of the model")  # fmt: skip
+    refuse = r.decide("new", LIVE, room_for_copy=False, allow_downtime=False, downtime_s=94.6)
+    assert refuse.reason == ("no room for a second copy beside revision 3: an in-place change would stop serving "
+                             "for about 95 s")  # fmt: skip
+    assert refuse.to_dict() == {"kind": "refuse", "reason": refuse.reason, "downtime_s": 94.6, "notes": []}
+
+
+def test_a_changed_config_on_a_running_app_is_not_a_noop():
+    d = r.decide("other", LIVE, room_for_copy=True, allow_downtime=False, downtime_s=None)
+    assert d.kind == r.SIDE_BY_SIDE
+    assert r.revision_of_app("orch-r") is None and r.revision_of_app("orch-rx1") is None
+
+
+# ------------------------------------------------------------------ placement as Ray does it
+
+
+def test_replica_bundles_defaults_and_the_actor_cpu_of_the_config():
+    # Serve LLM adds the replica actor's CPUs (ray_actor_options.num_cpus, default 1) to bundle 0;
+    # Ray's default placement strategy is PACK.
+    assert r.replica_bundles({}) == ([{"CPU": 1.0}], "PACK")
+    config = {"placement_group_config": {"bundles": [{"GPU": 1, "CPU": 2}, {"GPU": 1}]},
+              "deployment_config": {"ray_actor_options": {"num_cpus": 0.5}}}  # fmt: skip
+    assert r.replica_bundles(config) == ([{"GPU": 1, "CPU": 2.5}, {"GPU": 1}], "PACK")
+    assert config["placement_group_config"]["bundles"][0] == {"GPU": 1, "CPU": 2}  # the config is not changed
+
+
+def test_copy_demand_counts_replicas_from_autoscaling_too():
+    one = {"placement_group_config": {"strategy": "STRICT_PACK", "bundles": [{"CPU": 1}]}}
+    assert r.copy_demand(one) == ([[{"CPU": 2.0}]], "STRICT_PACK")
+    auto = {**one, "deployment_config": {"autoscaling_config": {"min_replicas": 2, "max_replicas": 4}}}
+    assert r.copy_demand(auto) == ([[{"CPU": 2.0}], [{"CPU": 2.0}]], "STRICT_PACK")
+    zero = {**one, "deployment_config": {"num_replicas": "auto", "autoscaling_config": {"min_replicas": 0}}}
+    assert len(r.copy_demand(zero)[0]) == 1  # a copy needs at least one replica
+
+
+def test_strategies_place_bundles_as_ray_documents_them():
+    # Ray placement strategies: STRICT_PACK all bundles on one node; STRICT_SPREAD each bundle on
+    # its own node; SPREAD spreads when it can and reuses nodes when it must; PACK packs.
+    two = [[{"GPU": 1.0}, {"GPU": 1.0}]]
+    split = {"a": {"GPU": 1.0}, "b": {"GPU": 1.0}}
+    assert (r.fits(two, "STRICT_PACK", split), r.fits(two, "PACK", split)) == (False, True)
+    assert r.fits(two, "STRICT_PACK", {"a": {"GPU": 1.0}, "b": {"GPU": 2.0}}) is True
+    three = [[{"GPU": 1.0}] * 3]
+    uneven = {"a": {"GPU": 2.0}, "b": {"GPU": 1.0}}
+    assert (r.fits(three, "SPREAD", uneven), r.fits(three, "STRICT_SPREAD", uneven)) == (True, False)
+    assert r.fits(three, "STRICT_SPREAD", {"a": {"GPU": 1.0}, "b": {"GPU": 1.0}, "c": {"GPU": 1.0}}) is True
+    # Groups are placed one after another on what the earlier ones left.
+    assert r.fits([[{"GPU": 1.0}]] * 3, "PACK", split) is False
+    assert r.fits([[{"GPU": 1.0}]] * 2, "STRICT_PACK", split) is True
+    # A zero amount asks for nothing; a resource the node lacks is zero there.
+    assert r.fits([[{"GPU": 1.0, "memory": 0.0}]], "PACK", {"a": {"GPU": 1.0}}) is True
+    assert r.fits([[{"GPU": 1.0, "TPU": 1.0}]], "PACK", {"a": {"GPU": 1.0}}) is False
+
+
+def test_free_resources_names_a_node_orch_did_not_start_by_its_id():
+    foreign = NodeState("id9", None, "10.0.0.9", "ALIVE", False, {"CPU": 4.0}, {"CPU": 1.0})
+    assert r.free_resources([foreign]) == {"id9": {"CPU": 3.0}}
+
+
+def test_cold_load_estimate_without_a_measurement():
+    assert r.estimate_cold_load_s("gpu", 10.0, 0.0) == 90.0 + 10.0  # a zero measurement is no measurement
+    assert r.estimate_cold_load_s("gpu", -5.0, None) == 90.0  # no negative reading time
+    assert r.estimate_cold_load_s("tpu", None, None) == 90.0  # an unknown accelerator starts like a GPU engine
+
+
+def test_later_groups_see_what_earlier_groups_took():
+    split = {"a": {"GPU": 1.0}, "b": {"GPU": 1.0}}
+    assert r.fits([[{"GPU": 1.0}]] * 3, "STRICT_PACK", split) is False  # the third replica finds no GPU
+    # PACK keeps a group on the nodes it already uses: the pinned first bundle puts the group on b,
+    # so its second bundle goes to b too and a stays free for the next group pinned to a.
+    free = {"a": {"GPU": 1.0, "pa": 1.0}, "b": {"GPU": 2.0, "pb": 1.0}}
+    groups = [[{"GPU": 1.0, "pb": 0.001}, {"GPU": 1.0}], [{"GPU": 1.0, "pa": 0.001}]]
+    assert r.fits(groups, "PACK", free) is True
+    # SPREAD puts the second bundle on a new node even though the first node could hold it, so the
+    # next group, pinned to b, finds b's only GPU taken.
+    free = {"a": {"GPU": 2.0}, "b": {"GPU": 1.0, "pb": 1.0}}
+    groups = [[{"GPU": 1.0}, {"GPU": 1.0}], [{"GPU": 1.0, "pb": 0.001}]]
+    assert r.fits(groups, "SPREAD", free) is False
+
+
+def test_free_resources_reads_every_alive_node_after_a_dead_one():
+    dead = NodeState("id2", "b", "10.0.0.2", "DEAD", False, {"CPU": 8.0})
+    alive = NodeState("id1", "a", "10.0.0.1", "ALIVE", True, {"CPU": 8.0}, {"CPU": 2.0})
+    assert r.free_resources([dead, alive]) == {"a": {"CPU": 6.0}}

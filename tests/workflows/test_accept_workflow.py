@@ -166,9 +166,13 @@ def test_run_acceptance_runs_every_stage_records_errors_and_skips():
     results = run_acceptance(Broken(), AcceptancePlan(targets=TARGETS, max_concurrency=4, skip=("restart",)), seen.append)
     assert [r.name for r in results] == list(STAGES) == [r.name for r in seen]
     verdicts = {r.name: r.verdict for r in results}
-    assert verdicts["failure"] == ERROR and "no engine process" in results[6].summary
-    assert verdicts["restart"] == SKIPPED
-    assert verdicts["short_prompts"] == PASS and verdicts["topology"] == PASS and verdicts["cold_load"] == PASS
+    # The scripted cluster meets the targets up to concurrency 10 (TTFT 50 ms per stream, 500 ms
+    # target) and every load stage stays within 4; only the kill raises and restart is skipped.
+    assert verdicts == {
+        "topology": PASS, "cold_load": PASS, "short_prompts": PASS, "long_prompts": PASS,
+        "concurrency_sweep": PASS, "output_heavy": PASS, "failure": ERROR, "restart": SKIPPED,
+    }  # fmt: skip
+    assert "no engine process" in results[6].summary
     assert overall(results) == FAIL
 
 

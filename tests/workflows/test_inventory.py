@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from orchestrator.preflight.run import run_checks
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.remote.local import LocalRunner
 from orchestrator.sync.agent_source import agent_source
+from tests.testbed import gpus as testbed_gpus
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "probes"
 GIB = 1 << 30
@@ -264,17 +266,14 @@ class _PathRunner:
 
 
 def test_gather_facts_for_real_on_this_machine(tmp_path, tiny_model_dir):
-    gpus = pytest.importorskip("tests.testbed.gpus")
     bin_dir = tmp_path / "bin"
-    gpus.install(gpus.parse_profile("8xH100-80GB"), bin_dir, "probe-test")
+    testbed_gpus.install(testbed_gpus.parse_profile("8xH100-80GB"), bin_dir, "probe-test")
     doc = {
         "name": "local", "accelerator": "gpu", "python": sys.executable, "model_store": str(tiny_model_dir),
         "nodes": [{"name": "head", "host": "127.0.0.1", "role": "head", "gpus": 8, "gpu_type": "H100-80GB",
                    "transport": "local", "interface": "lo"}],
     }
     m = load_manifest(yaml.safe_dump(doc), str(tmp_path / "cluster.yaml"))
-    import time
-
     f = inventory.gather_facts(_PathRunner("head", bin_dir), m.head, m, clock=time.time)
     assert f.errors == {}
     assert [g.name for g in f.gpus] == ["NVIDIA H100 80GB HBM3"] * 8
@@ -299,17 +298,14 @@ def test_gather_facts_for_real_on_this_machine(tmp_path, tiny_model_dir):
 )
 def test_stand_in_gpu_profiles_give_their_findings(tmp_path, profile, gpus, expected):
     """The test bed's stand-in nvidia-smi for each GPU profile, probed for real on this machine."""
-    tb = pytest.importorskip("tests.testbed.gpus")
     bin_dir = tmp_path / "bin"
-    tb.install(tb.parse_profile(profile), bin_dir, "probe-test")
+    testbed_gpus.install(testbed_gpus.parse_profile(profile), bin_dir, "probe-test")
     doc = {
         "name": "local", "accelerator": "gpu", "python": sys.executable,
         "nodes": [{"name": "head", "host": "127.0.0.1", "role": "head", "gpus": gpus, "gpu_type": "H100-80GB",
                    "transport": "local", "interface": "lo"}],
     }
     m = load_manifest(yaml.safe_dump(doc), str(tmp_path / "cluster.yaml"))
-    import time
-
     f = inventory.gather_facts(_PathRunner("head", bin_dir), m.head, m, clock=time.time)
     found = {(x.code, x.severity) for x in run_checks(m, {"head": f}) if x.code != "DISK_LOW"}
     assert found == expected, [(x.code, x.message) for x in run_checks(m, {"head": f})]
