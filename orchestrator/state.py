@@ -411,6 +411,25 @@ class StateStore:
         except FileNotFoundError:
             return None
 
+    def cluster_id_path(self, name: str) -> Path:
+        """The cluster's random id (``ORCH_CLUSTER_ID`` of its processes; what `orch down` kills by)."""
+        return self.cluster_dir(name) / "cluster-id"
+
+    def read_cluster_id(self, name: str) -> str | None:
+        try:
+            return self.cluster_id_path(name).read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def ensure_cluster_id(self, name: str, generate: Callable[[], str]) -> str:
+        """The cluster's id, made once with ``generate`` and kept (a restart keeps its processes' tag)."""
+        existing = self.read_cluster_id(name)
+        if existing:
+            return existing
+        cid = generate()
+        write_secret(self.cluster_id_path(name), cid)
+        return cid
+
     def ensure_token(self, name: str, generate: Callable[[], str]) -> str:
         """The cluster's token, created once with ``generate`` and written 0600 (never rewritten)."""
         existing = self.read_token(name)

@@ -166,8 +166,10 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
     """Stop Ray (and leftover vLLM) on every node.
 
     \b
-    Nodes are stopped in parallel. An unreachable node is reported and does not fail the
-    command (exit 0); a node where stopping failed makes it exit 5.
+    Nodes are stopped in parallel; only this cluster's processes (tagged with its id, or naming
+    its Ray temp dir) of the SSH user. An unreachable node is reported and does not fail the
+    command (exit 0); a node where stopping failed makes it exit 5. The cluster is recorded as
+    down only when every node confirmed.
     """
     from rich.table import Table
 
@@ -192,6 +194,8 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
     unreachable = [n.node for n in result.nodes if n.unreachable]
     if unreachable:
         click.echo(f"warning: not reached: {', '.join(unreachable)} (Ray may still run there)", err=True)
+    if not result.ok:
+        click.echo("warning: the cluster stays recorded as up until every node confirms its stop", err=True)
     failed = [n for n in result.nodes if not n.ok and not n.unreachable]
     if failed:
         raise ClusterError(

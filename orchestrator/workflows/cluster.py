@@ -26,14 +26,18 @@ from typing import Any
 
 from orchestrator.cluster.dashboard import open_dashboard, wait_for_nodes
 from orchestrator.cluster.ray_nodes import (
+    CLUSTER_ID_ENV,
     GCS_WAIT_ENV,
     WORKER_GCS_WAIT_S,
     NodeState,
     current_by_name,
+    haproxy_dir,
+    haproxy_enabled,
     head_start_argv,
     node_gpus,
     node_token_path,
     parse_stop,
+    private_dir_argv,
     ray_process_env,
     stop_argv,
     worker_start_argv,
@@ -88,6 +92,7 @@ class ClusterDeps:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     token_factory: Callable[[], str] = lambda: secrets.token_hex(32)
+    cluster_id_factory: Callable[[], str] = lambda: secrets.token_hex(8)
     progress: Progress = _quiet
 
 
@@ -160,24 +165,35 @@ def install_token(runner: Runner, manifest: Manifest, token: str) -> str:
     return path
 
 
-def remove_token(runner: Runner, manifest: Manifest) -> None:
+def remove_token(runner: Runner, manifest: Manifest, keep: str | None = None) -> None:
     """Delete the node's copy of the token (a stopped cluster leaves no secret behind) and its
-    folder when nothing else is in it."""
+    folder when nothing else is in it. ``keep``: a path never deleted (orch's own state copy,
+    should a ``transport: local`` node's path ever be the same file)."""
     path = _token_path_on(runner, manifest)
+    if keep is not None and path == keep:
+        return
     runner.run(["rm", "-f", "--", path], timeout=30).check(runner.node)
     # Not checked: nodes sharing a home (NFS) race for the same folder, and a folder left
     # behind holds nothing secret.
     runner.run(["rmdir", "--ignore-fail-on-non-empty", "--", path.rsplit("/", 1)[0]], timeout=30)
 
 
-def stop_node(runner: Runner, manifest: Manifest, node: NodeSpec) -> str:
+def stop_node(runner: Runner, manifest: Manifest, node: NodeSpec, cluster_id: str | None) -> str:
     """Kill every process of this cluster on the node (Ray and the vLLM engines it spawned, also
-    orphaned ones; nothing of another cluster or user). Returns a short account."""
-    res = runner.run(stop_argv(manifest, node), timeout=RAY_STOP_TIMEOUT_S).check(node.name)
+    orphaned ones; nothing of another cluster or user). Returns a short account; raises
+    CommandFailedError when a process survived or could not be inspected or killed."""
+    res = runner.run(stop_argv(manifest, node, cluster_id), timeout=RAY_STOP_TIMEOUT_S).check(node.name)
     try:
         report = parse_stop(res.stdout)
     except ValueError as exc:
         raise CommandFailedError(f"{node.name}: stopping Ray: {exc}", node=node.name) from exc
+    if report["denied"]:
+        detail = ", ".join(f"{pid} ({why})" for pid, why in sorted(report["denied"].items()))
+        raise CommandFailedError(
+            f"{node.name}: access denied to processes {detail}; they may belong to this cluster and were not stopped",
+            hint="run `orch down` as the user that ran `orch up` (ssh.user), or stop them by hand",
+            node=node.name,
+        )
     if report["alive"]:
         raise CommandFailedError(
             f"{node.name}: processes {report['alive']} survived SIGKILL for 15 s", node=node.name,
@@ -208,7 +224,7 @@ def _start(
         tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-3:])
         if attempt == 1 and retry():
             progress(f"`ray start` failed on {node.name} (exit {res.exit_code}); stopping it and trying once more")
-            stop_node(runner, manifest, node)
+            stop_node(runner, manifest, node, env.get(CLUSTER_ID_ENV))
             continue
         raise ClusterError(
             f"`ray start` failed {'twice ' if attempt == 2 else ''}on {node.name} (exit {res.exit_code}): {tail}",
@@ -319,6 +335,7 @@ def _carry_out(
 ) -> list[NodeState]:
     head = manifest.head
     token = deps.state.ensure_token(manifest.name, deps.token_factory) if manifest.ray.token_auth else None
+    cluster_id = deps.state.ensure_cluster_id(manifest.name, deps.cluster_id_factory)
 
     head_failed = threading.Event()
 
@@ -328,9 +345,12 @@ def _carry_out(
         node = manifest.node(r.node)
         try:
             if node.name in plan.stop:
-                stop_node(r, manifest, node)
+                stop_node(r, manifest, node, cluster_id)
             path = install_token(r, manifest, token) if token is not None else None
-            env = ray_process_env(manifest, node, facts.get(node.name), path, options.serve_env)
+            env = ray_process_env(manifest, node, facts.get(node.name), path, options.serve_env, cluster_id=cluster_id)
+            if haproxy_enabled(env):  # HAProxy's admin socket goes in here: no other user may reach it
+                folder = haproxy_dir(manifest.ray.temp_dir)
+                r.run(private_dir_argv(manifest, node, folder), timeout=60).check(node.name)
             if node.name == head.name:
                 argv = head_start_argv(manifest, head, facts.get(head.name))
                 _start(r, manifest, node, argv, env, deps.progress)
@@ -365,8 +385,9 @@ def _carry_out(
 def _stop_removed(old: Manifest, removed: tuple[str, ...], deps: ClusterDeps) -> None:
     """Best effort: stop Ray on nodes that left the manifest (reported, never fatal)."""
     deps.progress(f"stopping Ray on removed nodes {', '.join(removed)}")
+    cluster_id = deps.state.read_cluster_id(old.name)
     with deps.open_runners(old) as runners:
-        for o in fan_out([runners[n] for n in removed if n in runners], lambda r: stop_node(r, old, old.node(r.node))):
+        for o in fan_out([runners[n] for n in removed if n in runners], lambda r: stop_node(r, old, old.node(r.node), cluster_id)):
             if not o.ok:
                 deps.progress(f"could not stop Ray on removed node {o.node}: {o.error.message}")
 
@@ -390,27 +411,34 @@ class DownResult:
     cluster: str
     nodes: list[NodeDown]
     seconds: float = 0.0
+    recorded_down: bool = False  # the state now says "down" (only when every node confirmed)
 
     @property
     def ok(self) -> bool:
         return all(n.ok for n in self.nodes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "ok": self.ok, "nodes": [n.to_dict() for n in self.nodes], "seconds": round(self.seconds, 2)}
+        return {"cluster": self.cluster, "ok": self.ok, "recorded_down": self.recorded_down,
+                "nodes": [n.to_dict() for n in self.nodes], "seconds": round(self.seconds, 2)}  # fmt: skip
 
 
 def down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
     """Stop this cluster's Ray and vLLM processes on every node in parallel and remove the node's
     token copy.
-    A node that cannot be reached is reported (``unreachable``), not fatal; the recorded cluster
-    is marked down (the local token is kept: the next `up` reuses it)."""
+    A node that cannot be reached, or where a process survived or was out of reach, is reported,
+    not fatal; the recorded cluster is marked down only when every node confirmed its stop (the
+    local token and cluster id are kept: the next `up` reuses them). Only processes tagged with the
+    cluster's id (from orch's state) or naming its temp dir are stopped."""
     t0 = deps.clock()
     deps.progress(f"stopping Ray and vLLM on {len(manifest.nodes)} nodes")
+    cluster_id = deps.state.read_cluster_id(manifest.name)
+    state_token = str(deps.state.token_path(manifest.name).expanduser().absolute())
 
     def stop_and_forget(r: Runner) -> str:
-        done = stop_node(r, manifest, manifest.node(r.node))
+        node = manifest.node(r.node)
+        done = stop_node(r, manifest, node, cluster_id)
         if manifest.ray.token_auth:
-            remove_token(r, manifest)
+            remove_token(r, manifest, keep=state_token if node.transport == "local" else None)
             done += "; token removed"
         return done
 
@@ -423,9 +451,11 @@ def down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
         else:
             unreachable = isinstance(o.error, NOT_REACHED)
             nodes.append(NodeDown(o.node, False, o.error.message, unreachable=unreachable))
-    if deps.state.get_cluster(manifest.name) is not None:
+    recorded = False
+    if all(n.ok for n in nodes) and deps.state.get_cluster(manifest.name) is not None:
         deps.state.set_cluster_state(manifest.name, "down")
-    return DownResult(manifest.name, nodes, seconds=deps.clock() - t0)
+        recorded = True
+    return DownResult(manifest.name, nodes, seconds=deps.clock() - t0, recorded_down=recorded)
 
 
 # ------------------------------------------------------------------------------ status

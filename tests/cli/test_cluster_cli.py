@@ -90,7 +90,9 @@ def test_down_with_unreachable_node_exits_0_and_warns(cli_env, capsys):
     by = {n["node"]: n for n in out["nodes"]}
     assert by["head"]["ok"] and by["w2"]["unreachable"] and not out["ok"]
     assert "warning: not reached: w2" in captured.err
-    assert StateStore(state_dir).get_cluster("tb").state == "down"
+    # w2 did not confirm its stop: the cluster stays recorded as up, and orch says so
+    assert not out["recorded_down"] and StateStore(state_dir).get_cluster("tb").state == "up"
+    assert "stays recorded as up until every node confirms" in captured.err
 
 
 def test_status_finds_the_recorded_cluster(cli_env, capsys):

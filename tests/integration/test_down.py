@@ -42,7 +42,7 @@ def test_down_with_one_host_unreachable_then_down_leaves_no_ray_process(ray_test
     assert "stopped" in out
     assert {h.name: c.ray_pids(h.name) for h in c.bed.hosts} == {"host0": {}, "host1": {}, "host2": {}}
     assert StateStore(c.state_dir).get_cluster(name).state == "down"
-    assert not Path(f"/root/.orch/clusters/{name}").exists()  # no secret left on the nodes
+    assert not Path(f"/root/.orch/nodes/{name}").exists()  # no secret left on the nodes
 
     # Status of a cluster that is down says so (and does not fail).
     assert main(c.cli("status", c.manifest_path, "--json")) == 0
