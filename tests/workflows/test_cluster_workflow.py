@@ -4,15 +4,28 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import threading
+from pathlib import Path
 
 import pytest
 
 from orchestrator.errors import ClusterError
+from orchestrator.manifest.load import load_manifest
 from orchestrator.preflight.findings import finding
+from orchestrator.remote.local import LocalRunner
 from orchestrator.state import StateStore
-from orchestrator.workflows.cluster import ClusterDeps, PreflightStopped, UpOptions, down, status_nodes, up
+from orchestrator.workflows.cluster import (
+    ClusterDeps,
+    PreflightStopped,
+    UpOptions,
+    down,
+    install_token,
+    remove_token,
+    status_nodes,
+    up,
+)
 from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
 
 
@@ -338,3 +351,21 @@ def test_planning_shape_uses_the_gpus_up_probed_only_for_the_manifest_that_is_up
     changed = load_manifest(text.replace("name: c", "name: c\nenv: {X: '1'}"), tmp_path / "cluster.yaml")
     assert changed.fingerprint() != manifest.fingerprint()
     assert not any("probed" in note for note in planning_shape(changed, state).notes)
+
+
+def test_local_node_token_is_not_the_state_token(tmp_path):
+    """A ``transport: local`` node under the default state dir (~/.orch): its token copy is
+    another file than orch's own, and `orch down` removing the node's copy keeps orch's
+    (before, both were ~/.orch/clusters/NAME/ray-token and down deleted the state's token)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    state = StateStore(home / ".orch")  # the default --state-dir of a user whose HOME is home
+    token = state.ensure_token("tb", lambda: "s3cr3t")
+    manifest = load_manifest("name: tb\naccelerator: cpu\nnodes: [{name: a, host: 127.0.0.1, role: head, transport: local}]\n",
+                             Path("/x/c.yaml"))  # fmt: skip
+    runner = LocalRunner("a", base_env={"HOME": str(home), "PATH": os.environ["PATH"]})
+    node_copy = install_token(runner, manifest, token)
+    assert node_copy != str(state.token_path("tb"))
+    remove_token(runner, manifest, keep=str(state.token_path("tb")))
+    assert not Path(node_copy).exists()
+    assert state.read_token("tb") == "s3cr3t"
