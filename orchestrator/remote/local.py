@@ -12,19 +12,30 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from orchestrator.errors import CommandFailedError, CommandTimeoutError
 from orchestrator.remote.runner import CommandResult
 
+# What a local command inherits from orch's own environment: what a login over SSH would give a
+# node's command, nothing more. orch's environment may hold secrets (ORCH_API_KEY, AWS_*, cloud
+# tokens) that a local `ray start` would otherwise hand to every Ray worker and Serve replica.
+LOCAL_ENV_KEEP = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR"})
+
+
+def local_base_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``environ`` local commands start from (``LOCAL_ENV_KEEP`` and ``LC_*``)."""
+    return {k: v for k, v in environ.items() if k in LOCAL_ENV_KEEP or k.startswith("LC_")}
+
 
 class LocalRunner:
-    """Runs commands on this machine under the node name ``node``."""
+    """Runs commands on this machine under the node name ``node``, with an explicit environment:
+    ``base_env`` (default: ``local_base_env`` of orch's) plus what each command is given."""
 
     def __init__(self, node: str, base_env: dict[str, str] | None = None) -> None:
         self.node = node
-        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.base_env = dict(local_base_env(os.environ) if base_env is None else base_env)
 
     def __repr__(self) -> str:
         return f"LocalRunner({self.node!r})"

@@ -11,23 +11,34 @@ import pytest
 
 from orchestrator.errors import HostKeyChangedError, HostKeyUnknownError
 from orchestrator.remote import known_hosts as kh
-from orchestrator.remote.ssh import remote_command
+from orchestrator.remote.ssh import env_file_text, remote_command
 
 
-def test_remote_command_quotes_once_and_wraps_timeout_and_env():
-    cmd = remote_command(["python3", "-c", "print('a b'); x=$HOME"], 10, {"RAY_AUTH_MODE": "token", "V": "x y"})
+def test_remote_command_quotes_once_and_sources_the_env_file():
+    cmd = remote_command(["python3", "-c", "print('a b'); x=$HOME"], 10, "/home/ops/.orch/env/x.env")
     assert shlex.split(cmd) == [
         "timeout", "--kill-after=5", "12",
-        "env", "RAY_AUTH_MODE=token", "V=x y",
+        "sh", "-c", '. "$1" || exit 125; shift; exec "$@"', "sh", "/home/ops/.orch/env/x.env",
         "python3", "-c", "print('a b'); x=$HOME",
-    ]
-    assert shlex.split(remote_command(["true"], 0.2, None)) == ["timeout", "--kill-after=5", "3", "true"]
+    ]  # fmt: skip
+    assert shlex.split(remote_command(["true"], 0.2)) == ["timeout", "--kill-after=5", "3", "true"]
+
+
+def test_env_file_is_sourced_by_sh_with_values_unexpanded(tmp_path):
+    """No value reaches the command line; the file gives the command exactly the values."""
+    env = {"HF_TOKEN": "hf_s3cr3t", "V": "it's $HOME; `id`\nline2", "EMPTY": ""}
+    f = tmp_path / "e.env"
+    f.write_text(env_file_text(env))
+    cmd = remote_command(["sh", "-c", 'printf "%s|%s|%s" "$HF_TOKEN" "$V" "$EMPTY"'], 10, str(f))
+    assert "hf_s3cr3t" not in cmd
+    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout == "hf_s3cr3t|it's $HOME; `id`\nline2|"
 
 
 @pytest.mark.parametrize("bad", ["", "1X", "A-B", "A B", "X=Y"])
-def test_remote_command_rejects_bad_env_names(bad):
+def test_env_file_rejects_bad_env_names(bad):
     with pytest.raises(ValueError, match="environment variable"):
-        remote_command(["true"], 5, {bad: "v"})
+        env_file_text({bad: "v"})
 
 
 def test_remote_command_rejects_empty_argv():
