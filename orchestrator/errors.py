@@ -122,6 +122,13 @@ class StateError(OrchError):
     exit_code = 1
 
 
+class DiskFullError(StateError):
+    """A local file of orch could not be written because its filesystem is full (or over quota).
+    Exit 5, like other failures of the machinery under a command rather than of its input."""
+
+    exit_code = 5
+
+
 class DiagnosisFailed(OrchError):
     """``orch doctor`` found at least one known failure (listed above the error line)."""
 
