@@ -810,7 +810,7 @@ def test_aliases_within_the_budget_still_work():
 def _raised(fn) -> BaseException | None:
     try:
         fn()
-    except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+    except BaseException as exc:
         return exc
     return None
 
