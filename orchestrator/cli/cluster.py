@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.output import console, print_json
+from orchestrator.cli.params import FiniteFloat
 
 SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "dim"}
 
@@ -100,7 +101,7 @@ def nodes_table(states: list, title: str = "Ray nodes") -> Any:
 @click.option("--dry-run", is_flag=True, help="Print what would change (and the manifest diff) without doing it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the host key of nodes contacted for the first time.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(min=1), default=300.0, show_default=True,
               help="Seconds to wait for every node to be ALIVE after the starts.")  # fmt: skip
 @click.pass_context
 def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dry_run: bool, as_json: bool,
