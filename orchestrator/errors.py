@@ -86,6 +86,12 @@ class HostKeyChangedError(RemoteError):
     """The node presented a host key different from the recorded one: always refused."""
 
 
+class KnownHostsError(RemoteError):
+    """orch's known_hosts file has a line it cannot read (named FILE:LINE). Exit 2: the input is wrong."""
+
+    exit_code = 2
+
+
 class CommandTimeoutError(RemoteError):
     """A command ran past its timeout on the node."""
 
