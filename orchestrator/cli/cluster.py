@@ -128,6 +128,8 @@ def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dr
         except PreflightStopped as exc:
             _print_findings(exc.findings, exc.facts, as_json, out)
             raise
+    for line in result.warnings:  # on stderr: --json output stays one document
+        click.echo(f"warning: {line}", err=True)
     if check_only:
         _print_findings(result.findings, result.facts, as_json, out)
         if not as_json:

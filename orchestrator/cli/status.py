@@ -116,6 +116,8 @@ def render_report(report: Any) -> Any:
     from rich.text import Text
 
     parts: list[Any] = [Text(f"cluster {report.cluster}", style="bold"), render_nodes(report.nodes)]
+    for line in report.extra.get("warnings", ()):
+        parts.append(Text(f"warning: {line}", style="yellow"))
     if report.serving is not None:
         from orchestrator.cli.status_serving import render_serving
 

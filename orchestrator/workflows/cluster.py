@@ -21,10 +21,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.cluster.dashboard import open_dashboard, wait_for_nodes
+from orchestrator.cluster.exposure import exposure_warnings
 from orchestrator.cluster.ray_nodes import (
     CLUSTER_ID_ENV,
     GCS_WAIT_ENV,
@@ -126,6 +127,7 @@ class UpResult:
     nodes: list[NodeState] = field(default_factory=list)
     head_address: str | None = None
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # what the nodes expose that orch cannot close
 
     @property
     def started(self) -> list[str]:
@@ -143,6 +145,7 @@ class UpResult:
             "findings": [f.to_dict() for f in self.findings],
             "nodes": [s.to_dict() for s in sorted(current_by_name(self.nodes).values(), key=lambda s: s.name or "")],
             "seconds": round(self.seconds, 2),
+            "warnings": list(self.warnings),
         }
 
 
@@ -271,7 +274,12 @@ def _read_states(runner: Runner, manifest: Manifest, token: str | None, deps: Cl
 
 def up(manifest: Manifest, deps: ClusterDeps, options: UpOptions = UpOptions()) -> UpResult:
     """Bring the cluster to the manifest (see the module doc). Raises PreflightStopped,
-    ClusterError or RemoteError; returns what it did (or would do, with ``dry_run``)."""
+    ClusterError or RemoteError; returns what it did (or would do, with ``dry_run``), with the
+    warnings of ``exposure_warnings`` (ports Ray opens that orch cannot bind to loopback)."""
+    return replace(_up(manifest, deps, options), warnings=exposure_warnings(manifest))
+
+
+def _up(manifest: Manifest, deps: ClusterDeps, options: UpOptions) -> UpResult:
     t0 = deps.clock()
     name, head = manifest.name, manifest.head
     with deps.open_runners(manifest) as runners:
@@ -496,7 +504,9 @@ def status_nodes(manifest: Manifest, deps: ClusterDeps) -> StatusReport:
     if head.name in reach and isinstance(reach[head.name], str) and "error" not in dash and "states" not in dash:
         dash["error"] = f"the head is unreachable: {reach[head.name]}"
     section = build_nodes_section(manifest, dash.get("states"), reach, dash.get("error"), dash.get("ray_version"))
-    return StatusReport(name, section, recorded=record.to_dict() if record else None)
+    report = StatusReport(name, section, recorded=record.to_dict() if record else None)
+    # what the nodes expose that orch cannot close (Ray has no setting for it): said every time
+    return report.with_section("warnings", exposure_warnings(manifest))
 
 
 def planning_shape(manifest: Manifest, state: StateStore) -> ClusterShape:
