@@ -5,6 +5,7 @@ tests run last (marker ``ends_cluster``)."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,47 @@ from orchestrator.state import StateStore
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.ends_cluster]
 
 
+SLEEP = "import time; time.sleep(600)"
+
+
+def _start_decoys(c, host: str, temp: str, cluster_id: str) -> dict[str, str]:
+    """Processes on ``host`` that look like another cluster's: same name, another id; a temp dir
+    that only starts with ours; another user's process carrying our very tag and temp dir. Each
+    has a unique marker on its command line; returns label -> marker."""
+    other_id = uuid.uuid4().hex[:16]
+    decoys = {
+        "same name, other id": ([], {"ORCH_CLUSTER": c.manifest.name, "ORCH_CLUSTER_ID": other_id}, None),
+        "similar temp dir": ([f"--temp-dir={temp}-overhead-1"], {}, None),
+        "similar session dir": ([f"--session_dir={temp}-overhead-1/session_2026"], {}, None),
+        "another user's, our tag": ([f"--temp-dir={temp}"], {"ORCH_CLUSTER_ID": cluster_id}, "nobody"),
+    }
+    markers = {}
+    for label, (args, env, user) in decoys.items():
+        marker = f"decoy-{uuid.uuid4().hex[:8]}"
+        argv = ["python3", "-c", SLEEP, marker, *args]
+        if user:
+            argv = ["runuser", "-u", user, "--", *argv]
+        env_args = [f"{k}={v}" for k, v in env.items()]
+        c.bed.ns_exec(host, ["setsid", "-f", "env", *env_args, *argv])
+        markers[label] = marker
+    return markers
+
+
+def _alive(c, host: str, marker: str) -> bool:
+    return c.bed.ns_exec(host, ["pgrep", "-f", marker], check=False).returncode == 0
+
+
 def test_down_with_one_host_unreachable_then_down_leaves_no_ray_process(ray_testbed_cluster, capsys):
     c = ray_testbed_cluster
     name = c.manifest.name
     assert all(c.ray_pids(h.name) for h in c.bed.hosts)
+    # decoys of another cluster on host0 (issue 12: substring matching of the temp dir killed
+    # ~20 processes of a cluster whose temp dir began the same; the name tag is shared by any
+    # two clusters of one name; another user's processes are not ours)
+    cluster_id = StateStore(c.state_dir).read_cluster_id(name)
+    assert cluster_id
+    decoys = _start_decoys(c, "host0", str(c.manifest.ray.temp_dir).rstrip("/"), cluster_id)
+    assert all(_alive(c, "host0", m) for m in decoys.values())
 
     # host1's sshd is down: the others are stopped, host1 is reported, the exit code is 0.
     c.bed.stop_sshd("host1")
@@ -35,6 +73,8 @@ def test_down_with_one_host_unreachable_then_down_leaves_no_ray_process(ray_test
     assert "warning: not reached: host1" in captured.err
     assert c.ray_pids("host0") == {} and c.ray_pids("host2") == {}
     assert c.ray_pids("host1")  # untouched: it was not reachable
+    # host1 did not confirm: the cluster is not recorded as down
+    assert result["recorded_down"] is False and StateStore(c.state_dir).get_cluster(name).state == "up"
 
     # Once reachable again, `orch down` stops it too: no Ray process anywhere.
     assert main(c.cli("down", c.manifest_path)) == 0
@@ -42,6 +82,11 @@ def test_down_with_one_host_unreachable_then_down_leaves_no_ray_process(ray_test
     assert "stopped" in out
     assert {h.name: c.ray_pids(h.name) for h in c.bed.hosts} == {"host0": {}, "host1": {}, "host2": {}}
     assert StateStore(c.state_dir).get_cluster(name).state == "down"
+    try:
+        assert {label: _alive(c, "host0", m) for label, m in decoys.items()} == {label: True for label in decoys}
+    finally:
+        for m in decoys.values():
+            c.bed.ns_exec("host0", ["pkill", "-f", m], check=False)
     assert not Path(f"/root/.orch/nodes/{name}").exists()  # no secret left on the nodes
 
     # Status of a cluster that is down says so (and does not fail).
