@@ -154,7 +154,7 @@ EXIT_CODES: dict[int, str] = {
     2: "invalid input: manifest, flags, model spec or plan",
     3: "preflight failed; nothing was started",
     4: "remote execution failed (unreachable node, SSH auth, host key, timeout)",
-    5: "cluster bring-up or state failed",
+    5: "cluster bring-up or state failed (also: the disk under orch's state is full)",
     6: "serving: Serve API error or rollout failed (rolled back when possible)",
     7: "acceptance test failed",
 }
