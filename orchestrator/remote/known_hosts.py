@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import paramiko
+from paramiko.pkey import UnknownKeyType
 
 from orchestrator.errors import HostKeyChangedError, HostKeyUnknownError, KnownHostsError
 
@@ -79,7 +80,7 @@ def parse(text: str, path: Path | str) -> KnownHosts:
             continue  # an SSH-1 RSA line (BITS EXPONENT MODULUS): no SSH-2 client uses it
         try:
             key = paramiko.PKey.from_type_string(key_type, base64.b64decode(blob, validate=True))
-        except paramiko.UnknownKeyType:
+        except UnknownKeyType:
             continue  # a key type paramiko cannot verify (e.g. a security-key type): not usable here
         except (binascii.Error, ValueError, paramiko.SSHException) as exc:
             raise _bad(path, lineno, f"the {key_type} key does not decode ({exc})") from exc
