@@ -33,7 +33,7 @@ def _start_decoys(c, host: str, temp: str, cluster_id: str) -> dict[str, str]:
     markers = {}
     for label, (args, env, user) in decoys.items():
         marker = f"decoy-{uuid.uuid4().hex[:8]}"
-        argv = ["python3", "-c", SLEEP, marker, *args]
+        argv = ["/usr/bin/python3", "-c", SLEEP, marker, *args]  # runnable by nobody too
         if user:
             argv = ["runuser", "-u", user, "--", *argv]
         env_args = [f"{k}={v}" for k, v in env.items()]
