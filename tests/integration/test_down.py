@@ -37,7 +37,8 @@ def _start_decoys(c, host: str, temp: str, cluster_id: str) -> dict[str, str]:
         if user:
             argv = ["runuser", "-u", user, "--", *argv]
         env_args = [f"{k}={v}" for k, v in env.items()]
-        c.bed.ns_exec(host, ["setsid", "-f", "env", *env_args, *argv])
+        # detached, its output away from ns_exec's pipes (which would otherwise wait for it)
+        c.bed.ns_exec(host, ["sh", "-c", 'setsid -f "$@" </dev/null >/dev/null 2>&1', "sh", "env", *env_args, *argv])
         markers[label] = marker
     return markers
 
