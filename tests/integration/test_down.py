@@ -43,6 +43,10 @@ def _start_decoys(c, host: str, temp: str, cluster_id: str) -> dict[str, str]:
     return markers
 
 
+def _gone(c, host: str) -> bool:
+    return c.ray_pids(host) == {}
+
+
 def _alive(c, host: str, marker: str) -> bool:
     return c.bed.ns_exec(host, ["pgrep", "-f", marker], check=False).returncode == 0
 
@@ -72,7 +76,8 @@ def test_down_with_one_host_unreachable_then_down_leaves_no_ray_process(ray_test
     assert by["host1"]["unreachable"] is True and by["host1"]["ok"] is False
     assert by["host0"]["ok"] and by["host2"]["ok"]
     assert "warning: not reached: host1" in captured.err
-    assert c.ray_pids("host0") == {} and c.ray_pids("host2") == {}
+    # a killed process stays a zombie until the host's init reaps it (up to ~1 s later): wait for that
+    assert c.wait_for(lambda: _gone(c, "host0") and _gone(c, "host2"), timeout=30), (c.ray_pids("host0"), c.ray_pids("host2"))
     assert c.ray_pids("host1")  # untouched: it was not reachable
     # host1 did not confirm: the cluster is not recorded as down
     assert result["recorded_down"] is False and StateStore(c.state_dir).get_cluster(name).state == "up"
@@ -81,7 +86,7 @@ def test_down_with_one_host_unreachable_then_down_leaves_no_ray_process(ray_test
     assert main(c.cli("down", c.manifest_path)) == 0
     out = capsys.readouterr().out
     assert "stopped" in out
-    assert {h.name: c.ray_pids(h.name) for h in c.bed.hosts} == {"host0": {}, "host1": {}, "host2": {}}
+    assert c.wait_for(lambda: all(_gone(c, h.name) for h in c.bed.hosts), timeout=30), {h.name: c.ray_pids(h.name) for h in c.bed.hosts}
     assert StateStore(c.state_dir).get_cluster(name).state == "down"
     try:
         assert {label: _alive(c, "host0", m) for label, m in decoys.items()} == {label: True for label in decoys}
