@@ -86,6 +86,12 @@ class HostKeyChangedError(RemoteError):
     """The node presented a host key different from the recorded one: always refused."""
 
 
+class KnownHostsError(RemoteError):
+    """orch's known_hosts file has a line it cannot read (named FILE:LINE). Exit 2: the input is wrong."""
+
+    exit_code = 2
+
+
 class CommandTimeoutError(RemoteError):
     """A command ran past its timeout on the node."""
 
@@ -137,6 +143,13 @@ class StateError(OrchError):
     exit_code = 1
 
 
+class DiskFullError(StateError):
+    """A local file of orch could not be written because its filesystem is full (or over quota).
+    Exit 5, like other failures of the machinery under a command rather than of its input."""
+
+    exit_code = 5
+
+
 class DiagnosisFailed(OrchError):
     """``orch doctor`` found at least one known failure (listed above the error line)."""
 
@@ -156,7 +169,7 @@ EXIT_CODES: dict[int, str] = {
     2: "invalid input: manifest, flags, model spec or plan",
     3: "preflight failed; nothing was started",
     4: "remote execution failed (unreachable node, SSH auth, host key, timeout)",
-    5: "cluster bring-up or state failed",
+    5: "cluster bring-up or state failed (also: the disk under orch's state is full)",
     6: "serving: Serve API error or rollout failed (rolled back when possible)",
     7: "acceptance test failed",
     130: "interrupted (Ctrl-C, SIGTERM); a rollout puts the previous revision back before it exits",

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import StateError
+from orchestrator.local_disk import disk_full, is_disk_full, make_private_dir, write_secret
 
 REVISION_STATUSES = ("pending", "ready", "failed", "rolled_back", "superseded")
 FINISHED_STATUSES = frozenset({"ready", "failed", "rolled_back", "superseded"})
@@ -160,6 +161,22 @@ def redact_secrets(value: Any) -> Any:
     return value
 
 
+def redact_manifest(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a manifest (``model_dump(mode="json")``) whose environment values (cluster
+    ``env`` and every node's ``env``) are all replaced: any of them may be a secret (HF_TOKEN,
+    a cloud key), and nothing read back from the state needs them (`orch up` reads the file)."""
+    out = dict(data)
+
+    def hide(env: Any) -> Any:
+        return {k: REDACTED for k in env} if isinstance(env, dict) else env
+
+    if "env" in out:
+        out["env"] = hide(out["env"])
+    if isinstance(out.get("nodes"), list):
+        out["nodes"] = [{**n, "env": hide(n["env"])} if isinstance(n, dict) and "env" in n else n for n in out["nodes"]]
+    return out
+
+
 def is_secret_key(key: str) -> bool:
     norm = key.lower().replace("-", "_")
     return norm in SECRET_KEYS or norm.endswith(SECRET_SUFFIXES)
@@ -178,10 +195,11 @@ class StateStore:
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            os.chmod(self.state_dir, 0o700)
+            make_private_dir(self.state_dir)
             conn = sqlite3.connect(self.db_path, timeout=30.0, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
+            if is_disk_full(exc, self.db_path):
+                raise disk_full(self.db_path, exc) from exc
             raise StateError(
                 f"cannot open the state database {self.db_path}: {exc}",
                 hint="check that --state-dir (or ORCH_STATE_DIR) is a writable folder",
@@ -195,6 +213,8 @@ class StateStore:
                 self._migrated = True
             yield conn
         except sqlite3.Error as exc:
+            if is_disk_full(exc, self.db_path):
+                raise disk_full(self.db_path, exc) from exc
             raise StateError(f"state database {self.db_path}: {exc}") from exc
         finally:
             conn.close()
@@ -215,7 +235,7 @@ class StateStore:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
     @property
@@ -236,9 +256,12 @@ class StateStore:
         ray_version: str | None = None,
         state: str = "up",
     ) -> ClusterRecord:
-        """Insert or replace the cluster's row; ``created_at`` survives a replace."""
+        """Insert or replace the cluster's row; ``created_at`` survives a replace. The manifest's
+        environment values are stored redacted (``redact_manifest``)."""
         if state not in CLUSTER_STATES:
             raise ValueError(f"cluster state must be one of {CLUSTER_STATES}, not {state!r}")
+        if manifest_json is not None:
+            manifest_json = json.dumps(redact_manifest(json.loads(manifest_json)))
         now = self._clock()
         with self._connect() as conn:
             conn.execute(
@@ -338,7 +361,7 @@ class StateStore:
                 )
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
             out = conn.execute("SELECT * FROM revisions WHERE cluster = ? AND number = ?", (cluster, number)).fetchone()
         return _revision_from_row(out)
@@ -440,6 +463,25 @@ class StateStore:
         except FileNotFoundError:
             return None
 
+    def cluster_id_path(self, name: str) -> Path:
+        """The cluster's random id (``ORCH_CLUSTER_ID`` of its processes; what `orch down` kills by)."""
+        return self.cluster_dir(name) / "cluster-id"
+
+    def read_cluster_id(self, name: str) -> str | None:
+        try:
+            return self.cluster_id_path(name).read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def ensure_cluster_id(self, name: str, generate: Callable[[], str]) -> str:
+        """The cluster's id, made once with ``generate`` and kept (a restart keeps its processes' tag)."""
+        existing = self.read_cluster_id(name)
+        if existing:
+            return existing
+        cid = generate()
+        write_secret(self.cluster_id_path(name), cid)
+        return cid
+
     def ensure_token(self, name: str, generate: Callable[[], str]) -> str:
         """The cluster's token, created once with ``generate`` and written 0600 (never rewritten)."""
         existing = self.read_token(name)
@@ -453,30 +495,28 @@ class StateStore:
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` through a temp file in the same folder (fsynced, then
     renamed): a crash leaves the old file or the new one, never a truncated one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full(path, exc) from exc
+        raise StateError(f"cannot write {path}: {exc.strerror or exc}", hint="check the state folder's permissions") from exc
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def write_secret(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that it is never readable by others, not even briefly."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (text + "\n").encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back if a transaction is still open: SQLite has already rolled back on some errors
+    (SQLITE_FULL among them), and a second ROLLBACK would hide the real error under "cannot
+    rollback - no transaction is active"."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
 
 
 def _ensure_wal(conn: sqlite3.Connection, attempts: int = 100) -> None:

@@ -60,16 +60,31 @@ def resolved_seed(seed: int | None) -> int:
     return seed if seed is not None else random.SystemRandom().randrange(2**31)
 
 
-def multi_scraper(urls: Sequence[str], api_key: str | None = None, timeout_s: float = 10.0) -> Callable[[], Awaitable[str]]:
-    """Scrape every page and join them: the parser sums a histogram over all matching series."""
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL, the port spelled out when it is the scheme's default."""
+    u = httpx.URL(url)
+    port = u.port if u.port is not None else {"http": 80, "https": 443}.get(u.scheme)
+    return (u.scheme, u.host, port)
+
+
+def multi_scraper(
+    urls: Sequence[str], api_key: str | None = None, timeout_s: float = 10.0, key_origin: str | None = None
+) -> Callable[[], Awaitable[str]]:
+    """Scrape every page and join them: the parser sums a histogram over all matching series.
+    The API key goes only to pages of ``key_origin`` (the serving endpoint it belongs to), never
+    to another host or port such as a user's --metrics-url (redirects are not followed)."""
+
+    def headers_for(url: str) -> dict[str, str]:
+        if api_key and key_origin is not None and origin(url) == origin(key_origin):
+            return {"Authorization": f"Bearer {api_key}"}
+        return {}
 
     async def scrape() -> str:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        async with httpx.AsyncClient(timeout=timeout_s) as c:
+        async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=False) as c:
             pages = []
             for url in urls:
                 try:
-                    resp = await c.get(url, headers=headers)
+                    resp = await c.get(url, headers=headers_for(url))
                     resp.raise_for_status()
                     pages.append(resp.text)
                 except httpx.HTTPError:
@@ -140,7 +155,7 @@ def run_bench(
     if count_tokens is None and opts.tokenizer is None and transport is None:
         count_tokens = server_token_counter(spec)
     prompts, source = build_prompts(opts, n_prompts, rng, count_tokens)
-    scrape = multi_scraper(opts.metrics_urls, opts.api_key) if opts.metrics_urls else None
+    scrape = multi_scraper(opts.metrics_urls, opts.api_key, key_origin=opts.base_url) if opts.metrics_urls else None
     started = now().isoformat(timespec="seconds")
     runs = asyncio.run(
         run_levels(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from orchestrator.cli.params import FiniteFloat
 from orchestrator.errors import UsageError
 
 _LEVEL_HELP = "Concurrency levels, e.g. 1,4,16,64 (a sweep: one level after another)."
@@ -151,7 +152,7 @@ def _common(fn):
         click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local model folder: exact prompt lengths."),
         click.option("--chat", is_flag=True, help="Use /v1/chat/completions instead of /v1/completions."),
         click.option("--seed", type=int, default=None, help="Seed of prompts and arrivals [default: a new one per run, printed in the results; a repeated seed resends the same prompts, which vLLM's prefix cache then answers from cache]."),
-        click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True, help="Per-request timeout (s)."),
+        click.option("--timeout", "timeout_s", type=FiniteFloat(min=0, min_open=True), default=300.0, show_default=True, help="Per-request timeout (s)."),
         click.option("--json", "json_mode", is_flag=True, help="Print the results as JSON."),
         click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write results.json, report.md and plots here."),
     ]
@@ -163,7 +164,7 @@ def _common(fn):
 @click.command("bench")
 @_common
 @click.option("--concurrency", default="1,4,16", show_default=True, help=_LEVEL_HELP)
-@click.option("--rate", type=float, help="Requests per second with Poisson arrivals (instead of --concurrency).")
+@click.option("--rate", type=FiniteFloat(), help="Requests per second with Poisson arrivals (instead of --concurrency).")
 @click.option("--requests", type=click.IntRange(min=1), default=32, show_default=True, help="Requests per level.")
 @click.option("--prompt-tokens", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--output-tokens", type=click.IntRange(min=1), default=64, show_default=True)

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.output import console, print_json
+from orchestrator.cli.params import FiniteFloat
 from orchestrator.cli.wiring import cluster_deps, progress_display
 
 SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "dim"}
@@ -62,7 +63,7 @@ def nodes_table(states: list, title: str = "Ray nodes") -> Any:
 @click.option("--dry-run", is_flag=True, help="Print what would change (and the manifest diff) without doing it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the host key of nodes contacted for the first time.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(min=1), default=300.0, show_default=True,
               help="Seconds to wait for every node to be ALIVE after the starts.")  # fmt: skip
 @click.pass_context
 def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dry_run: bool, as_json: bool,
@@ -89,6 +90,8 @@ def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dr
         except PreflightStopped as exc:
             _print_findings(exc.findings, exc.facts, as_json, out)
             raise
+    for line in result.warnings:  # on stderr: --json output stays one document
+        click.echo(f"warning: {line}", err=True)
     if check_only:
         _print_findings(result.findings, result.facts, as_json, out)
         if not as_json:
@@ -128,8 +131,10 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
     """Stop Ray (and leftover vLLM) on every node.
 
     \b
-    Nodes are stopped in parallel. An unreachable node is reported and does not fail the
-    command (exit 0); a node where stopping failed makes it exit 5.
+    Nodes are stopped in parallel; only this cluster's processes (tagged with its id, or naming
+    its Ray temp dir) of the SSH user. An unreachable node is reported and does not fail the
+    command (exit 0); a node where stopping failed makes it exit 5. The cluster is recorded as
+    down only when every node confirmed.
     """
     from rich.table import Table
 
@@ -154,6 +159,8 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
     unreachable = [n.node for n in result.nodes if n.unreachable]
     if unreachable:
         click.echo(f"warning: not reached: {', '.join(unreachable)} (Ray may still run there)", err=True)
+    if not result.ok:
+        click.echo("warning: the cluster stays recorded as up until every node confirms its stop", err=True)
     failed = [n for n in result.nodes if not n.ok and not n.unreachable]
     if failed:
         raise ClusterError(

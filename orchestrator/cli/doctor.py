@@ -5,6 +5,7 @@ Exit 0 when no finding of severity ``fail`` was made (warnings are printed), 1 o
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,10 @@ def parse_duration(text: str) -> float:
     m = _DURATION.match(text)
     if not m:
         raise UsageError(f"--since {text!r}: expected a duration such as 30m, 2h or 90s", hint="units: s, m, h, d")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
+    seconds = float(m.group(1)) * _UNIT_S[m.group(2)]
+    if not math.isfinite(seconds):  # 400 digits make float() infinite
+        raise UsageError(f"--since {text!r}: not a finite duration", hint="e.g. --since 30m")
+    return seconds
 
 
 def _table(report: Any) -> None:

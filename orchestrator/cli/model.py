@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.output import print_json
+from orchestrator.cli.params import FiniteFloat
 from orchestrator.cli.wiring import known_hosts_path
 from orchestrator.errors import ModelSyncError, UsageError
 
@@ -95,7 +96,7 @@ def model() -> None:
 @click.option("--from", "source", default="local", show_default=True, help="Where the model is: local (this machine) or a node name.")
 @click.option("--dry-run", is_flag=True, help="Say per node which files and bytes would be copied; copy nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-@click.option("--max-rate", type=click.FloatRange(min=0.01), default=None, help="Send at most this many MiB/s (leave room for serving traffic).")
+@click.option("--max-rate", type=FiniteFloat(min=0.01), default=None, help="Send at most this many MiB/s (leave room for serving traffic).")
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the host key of nodes contacted for the first time.")
 @click.pass_context
 def sync(ctx: click.Context, cluster_yaml: Path, model_ref: str, source: str, dry_run: bool, as_json: bool,

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.output import console, print_json
+from orchestrator.cli.params import FiniteFloat
 from orchestrator.errors import PlanError, UsageError
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.plan.calibration import calibration_key
@@ -150,14 +151,14 @@ def seed_tables(spec: ModelSpec, plan: ParallelPlan, gpu_bytes: float | None) ->
 @click.option("--model", "model", required=True, help=f"Catalog name ({', '.join(CATALOG)}), a Hugging Face model folder, or a config.json.")
 @click.option("--cluster", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Take the shape from this cluster.yaml (from the GPUs `orch up` probed when it is up).")
 @click.option("--gpu-type", default=None, help=f"GPU type: {', '.join(GPU_TYPES)} or {CPU} [default {DEFAULT_GPU_TYPE}].")
-@click.option("--gpu-memory-gib", type=click.FloatRange(min=0, min_open=True), default=None, help="Memory per GPU in GiB (CUDA's total), instead of the type's.")
+@click.option("--gpu-memory-gib", type=FiniteFloat(min=0, min_open=True), default=None, help="Memory per GPU in GiB (CUDA's total), instead of the type's.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help=f"GPUs per node [default {DEFAULT_GPUS_PER_NODE}].")
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes [default 1].")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Force the tensor-parallel size (then checked).")
 @click.option("--pp", type=click.IntRange(min=1), default=None, help="Force the pipeline-parallel size (then checked).")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Longest sequence (prompt + output) [default: the model's].")
-@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True), default=None, help="vLLM's memory fraction [default: the vLLM version's: 0.92 from 0.21, 0.90 before].")
-@click.option("--kv-cache-gib", type=click.FloatRange(min=0, min_open=True), default=None, help="Fix the KV cache per GPU (vLLM kv_cache_memory_bytes) instead of estimating it.")
+@click.option("--gpu-memory-utilization", type=FiniteFloat(min=0, max=1, min_open=True), default=None, help="vLLM's memory fraction [default: the vLLM version's: 0.92 from 0.21, 0.90 before].")
+@click.option("--kv-cache-gib", type=FiniteFloat(min=0, min_open=True), default=None, help="Fix the KV cache per GPU (vLLM kv_cache_memory_bytes) instead of estimating it.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default=None, help="Weight dtype [default: the checkpoint's].")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
 @click.option("--nvlink/--no-nvlink", default=None, help="Whether GPUs in a node share NVLink [default: the GPU type's usual board].")

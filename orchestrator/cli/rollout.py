@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.output import console, print_json
+from orchestrator.cli.params import FiniteFloat
 from orchestrator.cli.plan import engine_flags, vllm_version_for
 from orchestrator.cli.wiring import progress_display, resolve_manifest, rollout_deps
 
@@ -85,8 +86,8 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Force the tensor-parallel size (checked by the planner).")
 @click.option("--pp", type=click.IntRange(min=1), default=None, help="Force the pipeline-parallel size (checked by the planner).")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Longest sequence [default: the model's].")
-@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True), default=None)
-@click.option("--kv-cache-gib", type=click.FloatRange(min=0, min_open=True), default=None, help="Fix the KV cache per GPU.")
+@click.option("--gpu-memory-utilization", type=FiniteFloat(min=0, max=1, min_open=True), default=None)
+@click.option("--kv-cache-gib", type=FiniteFloat(min=0, min_open=True), default=None, help="Fix the KV cache per GPU.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default=None)
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
 @click.option("--replicas", type=click.IntRange(min=1), default=None, help="Replicas [default: as many as the cluster holds].")
@@ -94,7 +95,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @engine_flags
 @click.option("--dry-run", is_flag=True, help="Print the plan, the decision and the rendered config; change nothing.")
 @click.option("--allow-downtime", is_flag=True, help="Replace the serving revision in place when there is no room for a second copy.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=900.0, show_default=True, help="Seconds for the new revision to be RUNNING.")
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=900.0, show_default=True, help="Seconds for the new revision to be RUNNING.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--sync-model", is_flag=True, help="First copy the model to <model_store>/<name> on every node (`orch model sync`); without it nothing is copied.")
 @click.option("--sync-from", default="local", show_default=True, help="With --sync-model: where the model is, local (this machine, same path) or a node name.")
@@ -162,7 +163,7 @@ def _sync_first(manifest: Any, state_dir: Path, request: Any, source: str, dry_r
 @click.option("--to", "to", type=click.IntRange(min=1), default=None, help="Revision number [default: the one before the current].")
 @click.option("--dry-run", is_flag=True, help="Print what would be deployed; change nothing.")
 @click.option("--allow-downtime", is_flag=True, help="Replace in place when there is no room for a second copy.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=900.0, show_default=True)
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=900.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def rollback(ctx, cluster_yaml, to, dry_run, allow_downtime, timeout_s, as_json) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from orchestrator.cli.output import console, print_json
+from orchestrator.cli.params import FiniteFloat
 from orchestrator.cli.wiring import cluster_deps, resolve_manifest
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ def render_report(report: Any) -> Any:
     from rich.text import Text
 
     parts: list[Any] = [Text(f"cluster {report.cluster}", style="bold"), render_nodes(report.nodes)]
+    for line in report.extra.get("warnings", ()):
+        parts.append(Text(f"warning: {line}", style="yellow"))
     if report.serving is not None:
         from orchestrator.cli.status_serving import render_serving
 
@@ -108,7 +111,7 @@ def render_report(report: Any) -> Any:
 @click.argument("cluster_yaml", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--watch", is_flag=True, help="Refresh until interrupted (Ctrl-C).")
-@click.option("--interval", type=click.FloatRange(min=0.5), default=5.0, show_default=True, help="Seconds between refreshes with --watch.")
+@click.option("--interval", type=FiniteFloat(min=0.5), default=5.0, show_default=True, help="Seconds between refreshes with --watch.")
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the host key of nodes contacted for the first time.")
 @click.pass_context
 def status(ctx: click.Context, cluster_yaml: Path | None, as_json: bool, watch: bool, interval: float,

@@ -12,8 +12,9 @@ Environment of the Ray processes (``ray_process_env``): the serving defaults of
 ``SERVE_ENV_DEFAULTS`` (measured in the stack notes: they more than double Serve LLM
 throughput), then the NIC pinning (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``) and
 ``VLLM_HOST_IP``, then the manifest's cluster env and node env (which win), then token auth
-(``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN_PATH``) and ``ORCH_CLUSTER=<name>``, which nothing
-overrides (the latter tags every process of the cluster so that stopping it kills only those).
+(``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN_PATH``) and ``ORCH_CLUSTER_ID=<cluster id>``, which
+nothing overrides (the latter tags every process of the cluster so that stopping it kills only
+those). With HAProxy on, its files live in a 0700 folder of the cluster's temp dir.
 """
 
 from __future__ import annotations
@@ -58,19 +59,84 @@ def haproxy_ports(http_port: int) -> dict[str, str]:
     return {name: str(http_port + offset) for name, offset in HAPROXY_PORT_OFFSETS.items()}
 
 
+# Ray 2.60 puts HAProxy's files under /tmp/haproxy-serve/<node_id>/ (directories 0755) with an
+# admin socket of `mode 666 level admin` (hard-coded in haproxy_templates.py): any local user
+# could disable servers or redirect traffic, and so capture clients' Bearer keys. orch moves every
+# file Ray lets it move into HAPROXY_SUBDIR of the cluster's temp dir, which orch creates 0700
+# (``private_dir_argv``) before `ray start`: the socket's own mode then no longer matters. Ray
+# appends /<56-hex node id>/<name> to each path, and a unix socket path has at most 107 bytes: with
+# a temp dir of RAY_TEMP_DIR_MAX_BYTES (43), "/hap" and the node id, 2 bytes are left for the
+# socket's name, hence "a" (admin) and "m" (per-request metrics).
+# What Ray offers no setting for: the stats page (`bind *:STATS_PORT`) and the Prometheus
+# frontend (`bind :METRICS_PORT`) always listen on every address (docs/cluster.md; preflight
+# reports HAPROXY_PORTS_PUBLIC and `orch status` warns).
+HAPROXY_SUBDIR = "hap"
+
+
+def haproxy_dir(temp_dir: str) -> str:
+    return f"{temp_dir.rstrip('/')}/{HAPROXY_SUBDIR}"
+
+
+def haproxy_paths(temp_dir: str) -> dict[str, str]:
+    """Ray's HAProxy file settings pointing into the cluster's private ``haproxy_dir``."""
+    d = haproxy_dir(temp_dir)
+    return {
+        "RAY_SERVE_HAPROXY_SOCKET_PATH": f"{d}/a",
+        "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": f"{d}/m",
+        "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": f"{d}/haproxy.cfg",
+        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": d,
+        "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": f"{d}/server-state",
+    }
+
+
+def haproxy_enabled(env: Mapping[str, str]) -> bool:
+    return env.get("RAY_SERVE_ENABLE_HA_PROXY") == "1"
+
+
+# Creates a directory 0700 owned by the invoking user, or accepts an existing one only when it is
+# a real directory (not a symlink) of that user, then makes it 0700: a directory planted by
+# someone else (a shared /tmp) is refused, never used.
+PRIVATE_DIR_SCRIPT = r"""
+import os, stat, sys
+path = sys.argv[1]
+os.makedirs(os.path.dirname(path), exist_ok=True)
+try:
+    os.mkdir(path, 0o700)
+except FileExistsError:
+    pass
+st = os.lstat(path)
+if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+    sys.exit(f"{path} exists and is not a directory of uid {os.getuid()}: refusing to use it")
+os.chmod(path, 0o700)
+"""
+
+
+def private_dir_argv(manifest: Manifest, node: NodeSpec, path: str) -> list[str]:
+    """Make ``path`` a 0700 directory of the SSH user on the node (see ``PRIVATE_DIR_SCRIPT``)."""
+    return [node.python_bin(manifest), "-c", PRIVATE_DIR_SCRIPT, path]
+
+
 # A worker started together with its head waits this long for the head's GCS to listen:
 # Ray's connect loop in ray/_private/node.py (_init_gcs_client) retries once a second,
 # 20 times by default, or RAY_gcs_server_port_wait_time_s times when that is set.
 GCS_WAIT_ENV = "RAY_gcs_server_port_wait_time_s"
 WORKER_GCS_WAIT_S = 60
 
-# Every process of an orch Ray node carries ORCH_CLUSTER=<cluster name> in its environment: it is
-# set on `ray start` and inherited by the raylet, the agents, Ray's workers, Serve replicas and
-# the vLLM engine processes they spawn (also once orphaned). Stopping a node kills exactly
-# those (and processes whose command line names the cluster's Ray temp dir, with their
-# descendants), never another cluster's Ray or someone else's vLLM on the same machine, which
-# `ray stop` (no filter) and `pkill -f vllm` would kill.
-CLUSTER_ENV = "ORCH_CLUSTER"
+# Every process of an orch Ray node carries ORCH_CLUSTER_ID=<the cluster's id> in its environment:
+# a random id made once per cluster by `orch up` and kept in orch's state (``StateStore.
+# ensure_cluster_id``), never the cluster's name, which two clusters (say, from two control
+# machines) may share. It is set on `ray start` and inherited by the raylet, the agents, Ray's
+# workers, Serve replicas and the vLLM engine processes they spawn (also once orphaned; vLLM
+# renames its processes, so their command line no longer says whose they are).
+#
+# The stop script kills, among the invoking user's processes only: those tagged with the id, those
+# whose command line gives a long option a value that is the cluster's Ray temp dir T or a path
+# under ``T/`` (``--temp-dir T``, ``--temp_dir=T``, ``--session_dir=T/session_...``: whole
+# values, never a mere prefix, so /tmp/orch does not match /tmp/orch-other), and their
+# descendants. Never another user's processes, another cluster's Ray (same name or not) or
+# someone else's vLLM, which `ray stop` (no filter) and `pkill -f vllm` would kill. A process it
+# may not inspect or kill is reported (``denied``), and the node then counts as not stopped.
+CLUSTER_ID_ENV = "ORCH_CLUSTER_ID"
 STOP_SCRIPT = r"""
 import importlib.util, json, os, sys, time
 try:
@@ -79,33 +145,55 @@ except ImportError:  # Ray vendors psutil under ray/thirdparty_files
     spec = importlib.util.find_spec("ray")
     sys.path.insert(0, os.path.join(list(spec.submodule_search_locations)[0], "thirdparty_files"))
     import psutil
-cluster, temp = sys.argv[1], sys.argv[2].rstrip("/")
-marks = (temp + "/session_", "--temp-dir=" + temp, "--temp_dir=" + temp)
+cid, temp = sys.argv[1], os.path.normpath(sys.argv[2])
+if len(cid) < 16 or not all(c in "0123456789abcdef" for c in cid):
+    cid = None  # no id recorded (state lost): match the temp dir only
+def under_temp(value):
+    return value == temp or value.startswith(temp + "/")
+def names_temp(cmd):  # a long option's value (--opt=V or --opt V) is T or under T/
+    prev = ""
+    for arg in cmd:
+        if arg.startswith("--") and "=" in arg and under_temp(arg.split("=", 1)[1]):
+            return True
+        if prev.startswith("--") and "=" not in prev and under_temp(arg):
+            return True
+        prev = arg
+    return False
+me = os.getuid()
 spare = {os.getpid()} | {p.pid for p in psutil.Process().parents()}
-roots = []
-for p in psutil.process_iter(["cmdline"]):
+roots, denied = [], {}
+for p in psutil.process_iter(["cmdline", "uids"]):
     if p.pid in spare:
         continue
+    uids = p.info["uids"]
+    if uids is None or me not in (uids.real, uids.effective):
+        continue  # another user's process is never ours to stop
     try:
-        cmd = " ".join(p.info["cmdline"] or ())
-        if any(m in cmd for m in marks) or p.environ().get("ORCH_CLUSTER") == cluster:
+        if names_temp(p.info["cmdline"] or ()) or (cid is not None and p.environ().get("ORCH_CLUSTER_ID") == cid):
             roots.append(p)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+    except psutil.AccessDenied:
+        denied[p.pid] = "cannot read its environment"
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
         pass
 victims = {}
 for p in roots:
     victims[p.pid] = p
     try:
-        victims.update((c.pid, c) for c in p.children(recursive=True) if c.pid not in spare)
-    except psutil.NoSuchProcess:
+        for c in p.children(recursive=True):
+            if c.pid not in spare and me in (c.uids().real, c.uids().effective):
+                victims[c.pid] = c
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
         pass
 names = set()
-for p in victims.values():
+for p in list(victims.values()):
     try:
         names.add(p.name())
         p.kill()
     except psutil.NoSuchProcess:
         pass
+    except psutil.AccessDenied:
+        denied[p.pid] = "not allowed to kill it"
+        del victims[p.pid]
 def dead(p):  # a zombie is dead; its parent (not us) reaps it
     try:
         return p.status() == psutil.STATUS_ZOMBIE
@@ -117,7 +205,8 @@ while alive and time.monotonic() < deadline:
     alive = [p for p in alive if not dead(p)]
     if alive:
         time.sleep(0.1)
-print(json.dumps({"killed": len(victims) - len(alive), "alive": [p.pid for p in alive], "names": sorted(names)}))
+print(json.dumps({"killed": len(victims) - len(alive), "alive": [p.pid for p in alive], "names": sorted(names),
+                  "denied": {str(k): v for k, v in sorted(denied.items())}}))
 """
 
 
@@ -140,8 +229,10 @@ def node_name_from_resources(resources: Mapping[str, float]) -> str | None:
 def node_token_path(cluster: str, home: str) -> str:
     """Where the cluster's Ray token lives on a node: under the SSH user's home (``home`` as the
     node reports it), written 0600 with the runner's ``put_file`` (never through argv or env,
-    which other users of the node could read in `ps`)."""
-    return f"{home.rstrip('/')}/.orch/clusters/{cluster}/ray-token"
+    which other users of the node could read in `ps`). Not under ``.orch/clusters/``, where orch's
+    own state (default ``~/.orch``) keeps the token: on a ``transport: local`` node the two would be
+    one file, and `orch down` would delete the state's copy."""
+    return f"{home.rstrip('/')}/.orch/nodes/{cluster}/ray-token"
 
 
 def node_address(node: NodeSpec, facts: NodeFacts | None) -> str:
@@ -206,11 +297,13 @@ def worker_start_argv(manifest: Manifest, node: NodeSpec, facts: NodeFacts | Non
     )
 
 
-def stop_argv(manifest: Manifest, node: NodeSpec) -> list[str]:
+def stop_argv(manifest: Manifest, node: NodeSpec, cluster_id: str | None) -> list[str]:
     """Kill (SIGKILL) every process of this cluster's Ray node here, vLLM engines included: the
-    processes tagged ``ORCH_CLUSTER`` or naming the cluster's temp dir, and their descendants.
-    Prints JSON ``{"killed": n, "alive": [pids], "names": [...]}`` (see ``parse_stop``)."""
-    return [node.python_bin(manifest), "-c", STOP_SCRIPT, manifest.name, manifest.ray.temp_dir]
+    invoking user's processes tagged ``ORCH_CLUSTER_ID=<cluster_id>`` or naming the cluster's temp
+    dir, and their descendants (see ``STOP_SCRIPT``). Without an id (orch's state lost) only the
+    temp dir is matched. Prints JSON ``{"killed": n, "alive": [pids], "names": [...],
+    "denied": {pid: why}}`` (see ``parse_stop``)."""
+    return [node.python_bin(manifest), "-c", STOP_SCRIPT, cluster_id or "-", manifest.ray.temp_dir]
 
 
 def parse_stop(text: str) -> dict[str, Any]:
@@ -218,7 +311,12 @@ def parse_stop(text: str) -> dict[str, Any]:
     for line in reversed(text.strip().splitlines()):
         if line.strip().startswith("{"):
             data = json.loads(line)
-            return {"killed": int(data.get("killed", 0)), "alive": list(data.get("alive", [])), "names": list(data.get("names", []))}
+            return {
+                "killed": int(data.get("killed", 0)),
+                "alive": list(data.get("alive", [])),
+                "names": list(data.get("names", [])),
+                "denied": {int(k): str(v) for k, v in dict(data.get("denied", {})).items()},
+            }
     raise ValueError("the stop script printed no report")
 
 
@@ -228,11 +326,13 @@ def ray_process_env(
     facts: NodeFacts | None,
     token_path: str | None = None,
     serve_env: Mapping[str, str] | None = None,
+    cluster_id: str | None = None,
 ) -> dict[str, str]:
     """The environment `ray start` runs with on ``node``; see the module doc for the order.
-    ``serve_env`` replaces ``SERVE_ENV_DEFAULTS`` when given."""
+    ``serve_env`` replaces ``SERVE_ENV_DEFAULTS`` when given; ``cluster_id`` (what `orch down`
+    kills by) is set last, so nothing overrides it."""
     env: dict[str, str] = dict(SERVE_ENV_DEFAULTS if serve_env is None else serve_env)
-    if env.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
+    if haproxy_enabled(env):
         env.update(haproxy_ports(manifest.serve.http_port))
     if node.interface:
         env["NCCL_SOCKET_IFNAME"] = node.interface
@@ -240,7 +340,11 @@ def ray_process_env(
     env["VLLM_HOST_IP"] = node_address(node, facts)
     env.update(manifest.env)
     env.update(node.env)
-    env[CLUSTER_ENV] = manifest.name
+    if haproxy_enabled(env):  # HAProxy's files in the cluster's 0700 folder, unless the manifest says where
+        for name, path in haproxy_paths(manifest.ray.temp_dir).items():
+            env.setdefault(name, path)
+    if cluster_id is not None:
+        env[CLUSTER_ID_ENV] = cluster_id
     if manifest.ray.token_auth:
         if not token_path:
             raise ValueError("token auth is on: ray_process_env needs the node's token_path")

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from orchestrator.cluster.ray_nodes import NodeState, node_problems
 from orchestrator.manifest.model import Manifest
-from orchestrator.state import ClusterRecord
+from orchestrator.state import ClusterRecord, redact_manifest
 
 Action = Literal["start", "restart", "heal", "nothing"]
 
@@ -122,7 +122,8 @@ def plan_up(
         return UpPlan("start", f"{why}: starting Ray on every node", start=everyone, stop=everyone)
     if record.fingerprint != manifest.fingerprint():
         old = json.loads(record.manifest_json) if record.manifest_json else None
-        new = manifest.model_dump(mode="json", exclude={"source_path"})
+        # redacted as the recorded one is: the diff compares like with like and prints no secret
+        new = redact_manifest(manifest.model_dump(mode="json", exclude={"source_path"}))
         old_names = [n["name"] for n in (old or {}).get("nodes", [])]
         removed = tuple(n for n in old_names if n not in everyone)
         return UpPlan(

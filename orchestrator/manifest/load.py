@@ -3,6 +3,8 @@ reads a file). Every problem reads ``FILE:LINE: FIELD.PATH: what was wrong``; al
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from orchestrator.errors import ManifestError
@@ -28,9 +30,17 @@ def load_manifest_file(path: Path | str) -> Manifest:
     path = Path(path)
     label = str(path)
     try:
-        if path.is_dir():
-            raise _file_error(label, "is a directory, not a manifest file")
-        with open(path.expanduser(), "rb") as handle:
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; the
+        # type is checked on the open file (no window between a stat and the open).
+        fd = _open_for_reading(path.expanduser())
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            if stat.S_ISDIR(mode):
+                raise _file_error(label, "is a directory, not a manifest file")
+            kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise _file_error(label, f"is {kind}, not a regular file: give the manifest as a file")
+        with os.fdopen(fd, "rb") as handle:
             raw = handle.read(MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
         raise _file_error(label, "no such file") from None
@@ -47,6 +57,10 @@ def load_manifest_file(path: Path | str) -> Manifest:
         problem = f"{label}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); is it a binary file?"
         raise ManifestError(problem, hint=HINT, problems=[problem]) from None
     return load_manifest(text, path)
+
+
+def _open_for_reading(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
 def _file_error(label: str, what: str) -> ManifestError:

@@ -20,6 +20,10 @@ import yaml
 
 PathKey = tuple[str | int, ...]
 MAX_DEPTH = 20  # the deepest manifest field is 4 levels down (nodes[0].env.NAME)
+# Values built in all, aliases counted each time they are used: aliases re-expand their anchor,
+# so 9 anchors of 9 aliases each (~500 bytes) mean 9^9 values (an "alias bomb": 1.2 GB, minutes).
+# A 1,000-node manifest with an env per node is ~20,000 values.
+MAX_VALUES = 100_000
 
 
 @dataclass(frozen=True)
@@ -95,25 +99,42 @@ def parse_yaml(text: str) -> LocatedDocument:
         if root is None:
             return doc
         doc.lines[()] = root.start_mark.line + 1
-        doc.data = _Builder(loader, doc).build(root, (), frozenset())
+        try:
+            doc.data = _Builder(loader, doc).build(root, (), frozenset())
+        except _TooManyValues as exc:
+            raise YamlSyntaxError(
+                exc.line,
+                f"expands to more than {MAX_VALUES:,} values (aliases re-use their anchors each time); "
+                "no cluster manifest is that large",
+            ) from None
         return doc
     finally:
         if loader is not None:
             loader.dispose()
 
 
+class _TooManyValues(Exception):
+    def __init__(self, line: int) -> None:
+        self.line = line
+
+
 class _Builder:
-    """Builds plain Python data from composed YAML nodes, filling ``doc.lines``/``doc.problems``."""
+    """Builds plain Python data from composed YAML nodes, filling ``doc.lines``/``doc.problems``.
+    Stops (``_TooManyValues``) after ``MAX_VALUES`` values."""
 
     def __init__(self, loader: yaml.SafeLoader, doc: LocatedDocument) -> None:
         self.loader = loader
         self.doc = doc
+        self.built = 0
 
     def problem(self, line: int, path: PathKey, message: str) -> None:
         self.doc.problems.append(YamlProblem(line, path, message))
 
     def build(self, node: yaml.Node, path: PathKey, ancestors: frozenset[int]) -> Any:
         line = node.start_mark.line + 1
+        self.built += 1
+        if self.built > MAX_VALUES:
+            raise _TooManyValues(line)
         if len(path) > MAX_DEPTH:
             if len(path) == MAX_DEPTH + 1:
                 self.problem(line, path, f"nested deeper than {MAX_DEPTH} levels; no manifest field is")

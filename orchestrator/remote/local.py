@@ -13,19 +13,30 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from orchestrator.errors import CommandFailedError, CommandTimeoutError
 from orchestrator.remote.runner import CommandResult
 
+# What a local command inherits from orch's own environment: what a login over SSH would give a
+# node's command, nothing more. orch's environment may hold secrets (ORCH_API_KEY, AWS_*, cloud
+# tokens) that a local `ray start` would otherwise hand to every Ray worker and Serve replica.
+LOCAL_ENV_KEEP = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR"})
+
+
+def local_base_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``environ`` local commands start from (``LOCAL_ENV_KEEP`` and ``LC_*``)."""
+    return {k: v for k, v in environ.items() if k in LOCAL_ENV_KEEP or k.startswith("LC_")}
+
 
 class LocalRunner:
-    """Runs commands on this machine under the node name ``node``."""
+    """Runs commands on this machine under the node name ``node``, with an explicit environment:
+    ``base_env`` (default: ``local_base_env`` of orch's) plus what each command is given."""
 
     def __init__(self, node: str, base_env: dict[str, str] | None = None) -> None:
         self.node = node
-        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.base_env = dict(local_base_env(os.environ) if base_env is None else base_env)
 
     def __repr__(self) -> str:
         return f"LocalRunner({self.node!r})"
@@ -88,7 +99,7 @@ class LocalRunner:
                 pass  # never created (the folder itself is the problem)
             raise CommandFailedError(f"{self.node}: could not write {path}: {exc.strerror}", node=self.node) from exc
 
-    def start(self, argv: Sequence[str], timeout: float = 3600.0, env: dict[str, str] | None = None) -> _LocalProcess:
+    def start(self, argv: Sequence[str], timeout: float = 3600.0) -> _LocalProcess:
         """Start argv here and return it running, stdin and stdout open; ``kill()`` ends its
         process group. ``timeout`` bounds it as on a node (killed when it runs past)."""
         argv = list(argv)
@@ -97,7 +108,7 @@ class LocalRunner:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env={**self.base_env, **(env or {})},
+            env=dict(self.base_env),
             start_new_session=True,
         )
         return _LocalProcess(self.node, proc, timeout)

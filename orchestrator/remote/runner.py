@@ -92,7 +92,7 @@ class Starter(Protocol):
 
     node: str
 
-    def start(self, argv: Sequence[str], timeout: float = 3600.0, env: dict[str, str] | None = None) -> Process: ...
+    def start(self, argv: Sequence[str], timeout: float = 3600.0) -> Process: ...
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
 """The SSH adapter of the runner seam (paramiko): ``SshRunner.run(argv, timeout, env)``.
 
 Does I/O: TCP connections, SSH sessions, SFTP, a local TCP listener per port forward, threads.
-The argv is quoted once here with ``shlex.join``; environment variables travel as an
-``env K=V ...`` prefix (sshd refuses most ``setenv`` requests) and the command runs under
-``timeout`` on the node so that a command orch gave up on does not run on forever. Host keys
+The argv is quoted once here with ``shlex.join`` and runs under ``timeout`` on the node so that
+a command orch gave up on does not run on forever. Environment variables never travel on the
+command line (any user of the node sees it in `ps`, and the manifest's env may hold secrets such
+as HF_TOKEN): they are written to a 0600 file in a 0700 folder of the SSH user's home through
+SFTP, sourced by a fixed ``sh -c`` before the command, and deleted when it ends (sshd refuses
+most ``setenv`` requests). Every SFTP write has a deadline. Host keys
 are checked by ``known_hosts.KnownHostsPolicy`` against orch's own known_hosts file. Every
 paramiko/socket failure leaves as a typed ``RemoteError`` naming the node (``raise ... from``).
 One SSH connection per runner, opened on first use and reused by every command.
@@ -47,18 +50,34 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Grace between orch giving up on a command and the node's `timeout` killing it (TERM, then KILL).
 REMOTE_GRACE_S = 2
 REMOTE_KILL_AFTER_S = 5
+# Where a command's environment file lives on the node, relative to the SSH user's home (0700).
+ENV_DIR = ".orch/env"
+# Sources the environment file ($1) and replaces itself with the command: a fixed script, the
+# file and the argv are separate arguments (nothing is glued into shell text).
+SOURCE_AND_EXEC = '. "$1" || exit 125; shift; exec "$@"'
+PUT_TIMEOUT_S = 60.0  # for one SFTP write (a stalled sftp-server must not block `orch up` forever)
 
 
-def remote_command(argv: Sequence[str], timeout: float, env: dict[str, str] | None) -> str:
-    """The one string sent to the node's shell: ``timeout ... env K=V ... argv``, quoted once."""
-    if not argv:
-        raise ValueError("empty argv")
+def _check_env_names(env: dict[str, str] | None) -> None:
     for name in env or {}:
         if not _ENV_NAME.match(name):
             raise ValueError(f"invalid environment variable name {name!r}")
+
+
+def env_file_text(env: dict[str, str]) -> str:
+    """The environment as a POSIX sh file of ``export NAME='value'`` lines (quoted once)."""
+    _check_env_names(env)
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+
+
+def remote_command(argv: Sequence[str], timeout: float, env_file: str | None = None) -> str:
+    """The one string sent to the node's shell: ``timeout ... [sh -c SOURCE_AND_EXEC sh FILE]
+    argv``, quoted once. No variable's value ever appears in it (``env_file`` holds them)."""
+    if not argv:
+        raise ValueError("empty argv")
     full = ["timeout", f"--kill-after={REMOTE_KILL_AFTER_S}", f"{math.ceil(timeout) + REMOTE_GRACE_S}"]
-    if env:
-        full += ["env", *(f"{k}={v}" for k, v in env.items())]
+    if env_file:
+        full += ["sh", "-c", SOURCE_AND_EXEC, "sh", env_file]
     return shlex.join(full + list(argv))
 
 
@@ -93,6 +112,7 @@ class SshRunner:
         self._lock = threading.Lock()
         self._forwards: list[_Forward] = []
         self._closed = False
+        self._home_dir: str | None = None
 
     def __repr__(self) -> str:
         return f"SshRunner({self.node!r}, {self.user}@{self.host}:{self.port})"
@@ -226,8 +246,39 @@ class SshRunner:
 
     # --- commands ----------------------------------------------------------------------
     def run(self, argv: Sequence[str], timeout: float = 60.0, env: dict[str, str] | None = None) -> CommandResult:
+        if not argv:
+            raise ValueError("empty argv")
+        if not env:
+            return self._run(argv, timeout, None)
+        _check_env_names(env)
+        home = self._home()
+        folder = f"{home}/{ENV_DIR}"
+        self._run(["mkdir", "-p", "-m", "700", "--", folder], 30, None).check(self.node)
+        path = f"{folder}/{uuid.uuid4().hex}.env"
+        self.put_file(path, env_file_text(env).encode(), 0o600)
+        try:
+            return self._run(argv, timeout, path)
+        finally:
+            # The command has read it (a daemon it started inherited the values); a file left by
+            # a dropped connection is 0600 in a 0700 folder and replaced by nothing.
+            try:
+                self._run(["rm", "-f", "--", path], 30, None)
+            except RemoteError:
+                pass
+
+    def _home(self) -> str:
+        """The SSH user's home on the node (SFTP's login directory), asked once."""
+        if self._home_dir is None:
+            res = self._run(["printenv", "HOME"], 30, None).check(self.node)
+            home = res.stdout.strip()
+            if not home.startswith("/"):
+                raise CommandFailedError(f"{self.node}: HOME is not an absolute path ({home!r})", node=self.node)
+            self._home_dir = home.rstrip("/")
+        return self._home_dir
+
+    def _run(self, argv: Sequence[str], timeout: float, env_file: str | None) -> CommandResult:
         shown = shlex.join(list(argv))
-        command = remote_command(argv, timeout, env)
+        command = remote_command(argv, timeout, env_file)
         start = time.monotonic()
         try:
             chan = self._open_session()
@@ -281,36 +332,63 @@ class SshRunner:
                     self._client = None
             return self._transport().open_session(timeout=self.connect_timeout)
 
-    def put_file(self, path: str, content: bytes, mode: int = 0o600) -> None:
+    def put_file(self, path: str, content: bytes, mode: int = 0o600, timeout: float = PUT_TIMEOUT_S) -> None:
         """Write ``content`` to ``path`` on the node atomically; the file has ``mode`` before
-        any byte is written (secrets such as the Ray token are never readable by others)."""
+        any byte is written (secrets such as the Ray token are never readable by others).
+        Raises CommandTimeoutError when SFTP does not finish within ``timeout`` seconds."""
         parent = str(PurePosixPath(path).parent)
-        self.run(["mkdir", "-p", parent], timeout=30).check(self.node)
+        self._run(["mkdir", "-p", "--", parent], 30, None).check(self.node)
         tmp = f"{path}.orch-{uuid.uuid4().hex[:8]}"
-        try:
-            sftp = paramiko.SFTPClient.from_transport(self._transport())
-            if sftp is None:
-                raise paramiko.SSHException("sftp subsystem unavailable")
-            with sftp:
-                with sftp.open(tmp, "wb") as f:
-                    sftp.chmod(tmp, mode)
-                    f.write(content)
-                sftp.posix_rename(tmp, path)
-        except (OSError, paramiko.SSHException, EOFError) as exc:
+        channels: list[paramiko.Channel] = []
+        outcome: list[BaseException | None] = []
+
+        def write() -> None:
+            try:
+                chan = self._transport().open_session(timeout=self.connect_timeout)
+                channels.append(chan)
+                chan.settimeout(timeout)
+                chan.invoke_subsystem("sftp")
+                with paramiko.SFTPClient(chan) as sftp:
+                    with sftp.open(tmp, "wb") as f:
+                        sftp.chmod(tmp, mode)
+                        f.write(content)
+                    sftp.posix_rename(tmp, path)
+                outcome.append(None)
+            except BaseException as exc:  # handed to the caller's thread below
+                outcome.append(exc)
+
+        # paramiko waits for a subsystem's answer without a deadline: the write runs in a thread,
+        # and closing its channel on timeout ends the wait.
+        worker = threading.Thread(target=write, daemon=True, name=f"sftp-{self.node}")
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            for chan in channels:
+                chan.close()
+            raise CommandTimeoutError(
+                f"{self.node}: writing {path} over SFTP did not finish within {timeout:g}s on {self.where}",
+                hint="the node's sftp-server is stalled or the link is very slow; check `Subsystem sftp` in its sshd_config",
+                node=self.node,
+            )
+        exc = outcome[0] if outcome else None
+        if isinstance(exc, (OSError, paramiko.SSHException, EOFError)):
             raise CommandFailedError(
                 f"{self.node}: could not write {path} on {self.where}: {exc}",
                 hint="check free space and permissions on the node",
                 node=self.node,
             ) from exc
+        if exc is not None:
+            raise exc
 
     # --- long-running commands with open streams -------------------------------------
-    def start(self, argv: Sequence[str], timeout: float = 3600.0, env: dict[str, str] | None = None) -> _SshProcess:
+    def start(self, argv: Sequence[str], timeout: float = 3600.0) -> _SshProcess:
         """Start argv on the node and return it running, stdin and stdout open (the node's
-        ``timeout`` still bounds it). ``kill()`` closes the channel."""
+        ``timeout`` still bounds it). ``kill()`` closes the channel. No environment travels with
+        it: secrets go through stdin (see ``run`` for the env-file path)."""
         shown = shlex.join(list(argv)[:3])
         try:
             chan = self._open_session()
-            chan.exec_command(remote_command(argv, timeout, env))
+            chan.exec_command(remote_command(argv, timeout))
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise UnreachableError(
                 f"{self.node}: lost the SSH connection to {self.where} before `{shown}` started: {exc}",

@@ -21,20 +21,25 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator import cluster_lock
 from orchestrator.cluster.dashboard import open_dashboard, wait_for_nodes
+from orchestrator.cluster.exposure import exposure_warnings
 from orchestrator.cluster.ray_nodes import (
+    CLUSTER_ID_ENV,
     GCS_WAIT_ENV,
     WORKER_GCS_WAIT_S,
     NodeState,
     current_by_name,
+    haproxy_dir,
+    haproxy_enabled,
     head_start_argv,
     node_gpus,
     node_token_path,
     parse_stop,
+    private_dir_argv,
     ray_process_env,
     stop_argv,
     worker_start_argv,
@@ -90,6 +95,7 @@ class ClusterDeps:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     token_factory: Callable[[], str] = lambda: secrets.token_hex(32)
+    cluster_id_factory: Callable[[], str] = lambda: secrets.token_hex(8)
     progress: Progress = _quiet
 
 
@@ -123,6 +129,7 @@ class UpResult:
     nodes: list[NodeState] = field(default_factory=list)
     head_address: str | None = None
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # what the nodes expose that orch cannot close
 
     @property
     def started(self) -> list[str]:
@@ -140,6 +147,7 @@ class UpResult:
             "findings": [f.to_dict() for f in self.findings],
             "nodes": [s.to_dict() for s in sorted(current_by_name(self.nodes).values(), key=lambda s: s.name or "")],
             "seconds": round(self.seconds, 2),
+            "warnings": list(self.warnings),
         }
 
 
@@ -162,24 +170,35 @@ def install_token(runner: Runner, manifest: Manifest, token: str) -> str:
     return path
 
 
-def remove_token(runner: Runner, manifest: Manifest) -> None:
+def remove_token(runner: Runner, manifest: Manifest, keep: str | None = None) -> None:
     """Delete the node's copy of the token (a stopped cluster leaves no secret behind) and its
-    folder when nothing else is in it."""
+    folder when nothing else is in it. ``keep``: a path never deleted (orch's own state copy,
+    should a ``transport: local`` node's path ever be the same file)."""
     path = _token_path_on(runner, manifest)
+    if keep is not None and path == keep:
+        return
     runner.run(["rm", "-f", "--", path], timeout=30).check(runner.node)
     # Not checked: nodes sharing a home (NFS) race for the same folder, and a folder left
     # behind holds nothing secret.
     runner.run(["rmdir", "--ignore-fail-on-non-empty", "--", path.rsplit("/", 1)[0]], timeout=30)
 
 
-def stop_node(runner: Runner, manifest: Manifest, node: NodeSpec) -> str:
+def stop_node(runner: Runner, manifest: Manifest, node: NodeSpec, cluster_id: str | None) -> str:
     """Kill every process of this cluster on the node (Ray and the vLLM engines it spawned, also
-    orphaned ones; nothing of another cluster or user). Returns a short account."""
-    res = runner.run(stop_argv(manifest, node), timeout=RAY_STOP_TIMEOUT_S).check(node.name)
+    orphaned ones; nothing of another cluster or user). Returns a short account; raises
+    CommandFailedError when a process survived or could not be inspected or killed."""
+    res = runner.run(stop_argv(manifest, node, cluster_id), timeout=RAY_STOP_TIMEOUT_S).check(node.name)
     try:
         report = parse_stop(res.stdout)
     except ValueError as exc:
         raise CommandFailedError(f"{node.name}: stopping Ray: {exc}", node=node.name) from exc
+    if report["denied"]:
+        detail = ", ".join(f"{pid} ({why})" for pid, why in sorted(report["denied"].items()))
+        raise CommandFailedError(
+            f"{node.name}: access denied to processes {detail}; they may belong to this cluster and were not stopped",
+            hint="run `orch down` as the user that ran `orch up` (ssh.user), or stop them by hand",
+            node=node.name,
+        )
     if report["alive"]:
         raise CommandFailedError(
             f"{node.name}: processes {report['alive']} survived SIGKILL for 15 s", node=node.name,
@@ -210,7 +229,7 @@ def _start(
         tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-3:])
         if attempt == 1 and retry():
             progress(f"`ray start` failed on {node.name} (exit {res.exit_code}); stopping it and trying once more")
-            stop_node(runner, manifest, node)
+            stop_node(runner, manifest, node, env.get(CLUSTER_ID_ENV))
             continue
         raise ClusterError(
             f"`ray start` failed {'twice ' if attempt == 2 else ''}on {node.name} (exit {res.exit_code}): {tail}",
@@ -257,12 +276,13 @@ def _read_states(runner: Runner, manifest: Manifest, token: str | None, deps: Cl
 
 def up(manifest: Manifest, deps: ClusterDeps, options: UpOptions = UpOptions()) -> UpResult:
     """Bring the cluster to the manifest (see the module doc). Raises PreflightStopped,
-    ClusterError or RemoteError; returns what it did (or would do, with ``dry_run``). Holds the
+    ClusterError or RemoteError; returns what it did (or would do, with ``dry_run``), with the
+    warnings of ``exposure_warnings`` (ports Ray opens that orch cannot bind to loopback). Holds the
     cluster's lock unless it only looks (``check_only``, ``dry_run``): ClusterBusy when taken."""
     if options.check_only or options.dry_run:
-        return _up(manifest, deps, options)
+        return replace(_up(manifest, deps, options), warnings=exposure_warnings(manifest))
     with cluster_lock.hold(deps.state.cluster_dir(manifest.name), manifest.name, "up"):
-        return _up(manifest, deps, options)
+        return replace(_up(manifest, deps, options), warnings=exposure_warnings(manifest))
 
 
 def _up(manifest: Manifest, deps: ClusterDeps, options: UpOptions) -> UpResult:
@@ -329,6 +349,7 @@ def _carry_out(
 ) -> list[NodeState]:
     head = manifest.head
     token = deps.state.ensure_token(manifest.name, deps.token_factory) if manifest.ray.token_auth else None
+    cluster_id = deps.state.ensure_cluster_id(manifest.name, deps.cluster_id_factory)
 
     head_failed = threading.Event()
 
@@ -338,9 +359,12 @@ def _carry_out(
         node = manifest.node(r.node)
         try:
             if node.name in plan.stop:
-                stop_node(r, manifest, node)
+                stop_node(r, manifest, node, cluster_id)
             path = install_token(r, manifest, token) if token is not None else None
-            env = ray_process_env(manifest, node, facts.get(node.name), path, options.serve_env)
+            env = ray_process_env(manifest, node, facts.get(node.name), path, options.serve_env, cluster_id=cluster_id)
+            if haproxy_enabled(env):  # HAProxy's admin socket goes in here: no other user may reach it
+                folder = haproxy_dir(manifest.ray.temp_dir)
+                r.run(private_dir_argv(manifest, node, folder), timeout=60).check(node.name)
             if node.name == head.name:
                 argv = head_start_argv(manifest, head, facts.get(head.name))
                 _start(r, manifest, node, argv, env, deps.progress)
@@ -375,8 +399,9 @@ def _carry_out(
 def _stop_removed(old: Manifest, removed: tuple[str, ...], deps: ClusterDeps) -> None:
     """Best effort: stop Ray on nodes that left the manifest (reported, never fatal)."""
     deps.progress(f"stopping Ray on removed nodes {', '.join(removed)}")
+    cluster_id = deps.state.read_cluster_id(old.name)
     with deps.open_runners(old) as runners:
-        for o in fan_out([runners[n] for n in removed if n in runners], lambda r: stop_node(r, old, old.node(r.node))):
+        for o in fan_out([runners[n] for n in removed if n in runners], lambda r: stop_node(r, old, old.node(r.node), cluster_id)):
             if not o.ok:
                 deps.progress(f"could not stop Ray on removed node {o.node}: {o.error.message}")
 
@@ -400,20 +425,24 @@ class DownResult:
     cluster: str
     nodes: list[NodeDown]
     seconds: float = 0.0
+    recorded_down: bool = False  # the state now says "down" (only when every node confirmed)
 
     @property
     def ok(self) -> bool:
         return all(n.ok for n in self.nodes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "ok": self.ok, "nodes": [n.to_dict() for n in self.nodes], "seconds": round(self.seconds, 2)}
+        return {"cluster": self.cluster, "ok": self.ok, "recorded_down": self.recorded_down,
+                "nodes": [n.to_dict() for n in self.nodes], "seconds": round(self.seconds, 2)}  # fmt: skip
 
 
 def down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
     """Stop this cluster's Ray and vLLM processes on every node in parallel and remove the node's
     token copy.
-    A node that cannot be reached is reported (``unreachable``), not fatal; the recorded cluster
-    is marked down (the local token is kept: the next `up` reuses it). Holds the cluster's lock."""
+    A node that cannot be reached, or where a process survived or was out of reach, is reported,
+    not fatal; the recorded cluster is marked down only when every node confirmed its stop (the
+    local token and cluster id are kept: the next `up` reuses them). Only processes tagged with the
+    cluster's id (from orch's state) or naming its temp dir are stopped. Holds the cluster's lock."""
     with cluster_lock.hold(deps.state.cluster_dir(manifest.name), manifest.name, "down"):
         return _down(manifest, deps)
 
@@ -421,11 +450,14 @@ def down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
 def _down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
     t0 = deps.clock()
     deps.progress(f"stopping Ray and vLLM on {len(manifest.nodes)} nodes")
+    cluster_id = deps.state.read_cluster_id(manifest.name)
+    state_token = str(deps.state.token_path(manifest.name).expanduser().absolute())
 
     def stop_and_forget(r: Runner) -> str:
-        done = stop_node(r, manifest, manifest.node(r.node))
+        node = manifest.node(r.node)
+        done = stop_node(r, manifest, node, cluster_id)
         if manifest.ray.token_auth:
-            remove_token(r, manifest)
+            remove_token(r, manifest, keep=state_token if node.transport == "local" else None)
             done += "; token removed"
         return done
 
@@ -438,9 +470,11 @@ def _down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
         else:
             unreachable = isinstance(o.error, NOT_REACHED)
             nodes.append(NodeDown(o.node, False, o.error.message, unreachable=unreachable))
-    if deps.state.get_cluster(manifest.name) is not None:
+    recorded = False
+    if all(n.ok for n in nodes) and deps.state.get_cluster(manifest.name) is not None:
         deps.state.set_cluster_state(manifest.name, "down")
-    return DownResult(manifest.name, nodes, seconds=deps.clock() - t0)
+        recorded = True
+    return DownResult(manifest.name, nodes, seconds=deps.clock() - t0, recorded_down=recorded)
 
 
 # ------------------------------------------------------------------------------ status
@@ -481,7 +515,9 @@ def status_nodes(manifest: Manifest, deps: ClusterDeps) -> StatusReport:
     if head.name in reach and isinstance(reach[head.name], str) and "error" not in dash and "states" not in dash:
         dash["error"] = f"the head is unreachable: {reach[head.name]}"
     section = build_nodes_section(manifest, dash.get("states"), reach, dash.get("error"), dash.get("ray_version"))
-    return StatusReport(name, section, recorded=record.to_dict() if record else None)
+    report = StatusReport(name, section, recorded=record.to_dict() if record else None)
+    # what the nodes expose that orch cannot close (Ray has no setting for it): said every time
+    return report.with_section("warnings", exposure_warnings(manifest))
 
 
 def planning_shape(manifest: Manifest, state: StateStore) -> ClusterShape:

@@ -5,6 +5,7 @@ tests run last (marker ``ends_cluster``)."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,52 @@ from orchestrator.state import StateStore
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.ends_cluster]
 
 
+SLEEP = "import time; time.sleep(600)"
+
+
+def _start_decoys(c, host: str, temp: str, cluster_id: str) -> dict[str, str]:
+    """Processes on ``host`` that look like another cluster's: same name, another id; a temp dir
+    that only starts with ours; another user's process carrying our very tag and temp dir. Each
+    has a unique marker on its command line; returns label -> marker."""
+    other_id = uuid.uuid4().hex[:16]
+    decoys = {
+        "same name, other id": ([], {"ORCH_CLUSTER": c.manifest.name, "ORCH_CLUSTER_ID": other_id}, None),
+        "similar temp dir": ([f"--temp-dir={temp}-overhead-1"], {}, None),
+        "similar session dir": ([f"--session_dir={temp}-overhead-1/session_2026"], {}, None),
+        "another user's, our tag": ([f"--temp-dir={temp}"], {"ORCH_CLUSTER_ID": cluster_id}, "nobody"),
+    }
+    markers = {}
+    for label, (args, env, user) in decoys.items():
+        marker = f"decoy-{uuid.uuid4().hex[:8]}"
+        argv = ["/usr/bin/python3", "-c", SLEEP, marker, *args]  # runnable by nobody too
+        if user:
+            argv = ["runuser", "-u", user, "--", *argv]
+        env_args = [f"{k}={v}" for k, v in env.items()]
+        # detached, its output away from ns_exec's pipes (which would otherwise wait for it)
+        c.bed.ns_exec(host, ["sh", "-c", 'setsid -f "$@" </dev/null >/dev/null 2>&1', "sh", "env", *env_args, *argv])
+        markers[label] = marker
+    return markers
+
+
+def _gone(c, host: str) -> bool:
+    return c.ray_pids(host) == {}
+
+
+def _alive(c, host: str, marker: str) -> bool:
+    return c.bed.ns_exec(host, ["pgrep", "-f", marker], check=False).returncode == 0
+
+
 def test_down_with_one_host_unreachable_then_down_leaves_no_ray_process(ray_testbed_cluster, capsys):
     c = ray_testbed_cluster
     name = c.manifest.name
     assert all(c.ray_pids(h.name) for h in c.bed.hosts)
+    # decoys of another cluster on host0 (issue 12: substring matching of the temp dir killed
+    # ~20 processes of a cluster whose temp dir began the same; the name tag is shared by any
+    # two clusters of one name; another user's processes are not ours)
+    cluster_id = StateStore(c.state_dir).read_cluster_id(name)
+    assert cluster_id
+    decoys = _start_decoys(c, "host0", str(c.manifest.ray.temp_dir).rstrip("/"), cluster_id)
+    assert all(_alive(c, "host0", m) for m in decoys.values())
 
     # host1's sshd is down: the others are stopped, host1 is reported, the exit code is 0.
     c.bed.stop_sshd("host1")
@@ -33,16 +76,24 @@ def test_down_with_one_host_unreachable_then_down_leaves_no_ray_process(ray_test
     assert by["host1"]["unreachable"] is True and by["host1"]["ok"] is False
     assert by["host0"]["ok"] and by["host2"]["ok"]
     assert "warning: not reached: host1" in captured.err
-    assert c.ray_pids("host0") == {} and c.ray_pids("host2") == {}
+    # a killed process stays a zombie until the host's init reaps it (up to ~1 s later): wait for that
+    assert c.wait_for(lambda: _gone(c, "host0") and _gone(c, "host2"), timeout=30), (c.ray_pids("host0"), c.ray_pids("host2"))
     assert c.ray_pids("host1")  # untouched: it was not reachable
+    # host1 did not confirm: the cluster is not recorded as down
+    assert result["recorded_down"] is False and StateStore(c.state_dir).get_cluster(name).state == "up"
 
     # Once reachable again, `orch down` stops it too: no Ray process anywhere.
     assert main(c.cli("down", c.manifest_path)) == 0
     out = capsys.readouterr().out
     assert "stopped" in out
-    assert {h.name: c.ray_pids(h.name) for h in c.bed.hosts} == {"host0": {}, "host1": {}, "host2": {}}
+    assert c.wait_for(lambda: all(_gone(c, h.name) for h in c.bed.hosts), timeout=30), {h.name: c.ray_pids(h.name) for h in c.bed.hosts}
     assert StateStore(c.state_dir).get_cluster(name).state == "down"
-    assert not Path(f"/root/.orch/clusters/{name}").exists()  # no secret left on the nodes
+    try:
+        assert {label: _alive(c, "host0", m) for label, m in decoys.items()} == {label: True for label in decoys}
+    finally:
+        for m in decoys.values():
+            c.bed.ns_exec("host0", ["pkill", "-f", m], check=False)
+    assert not Path(f"/root/.orch/nodes/{name}").exists()  # no secret left on the nodes
 
     # Status of a cluster that is down says so (and does not fail).
     assert main(c.cli("status", c.manifest_path, "--json")) == 0

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -64,6 +67,31 @@ def test_command_stdout_stderr_exit_code_and_env(bed):
     assert res.stdout == "it's $HOME; `x`|a b"  # quoted once: nothing expanded by the node's shell
     assert res.stderr == "oops\n"
     assert res.argv[0] == "sh"
+
+
+def test_env_values_never_appear_on_a_command_line(bed):
+    """A secret of the manifest's env (HF_TOKEN) reaches the command but no process's command
+    line on the node (any user reads those in `ps`); its 0600 file is gone afterwards."""
+    secret = f"hf_{uuid.uuid4().hex}"
+    code = "import os, time; print(os.environ['HF_TOKEN'], flush=True); time.sleep(4)"
+    lines: list[str] = []
+    with runner(bed, "cpu") as r:
+        worker = threading.Thread(target=lambda: lines.append(r.run(["python3", "-c", code], env={"HF_TOKEN": secret}).stdout))
+        worker.start()
+        seen_running = False
+        for _ in range(200):  # while it runs: every command line on the host
+            ps = bed.ns_exec("cpu", ["ps", "-eo", "args"]).stdout
+            assert secret not in ps
+            if "print(os.environ['HF_TOKEN']" in ps:
+                seen_running = True
+                break
+            time.sleep(0.05)
+        worker.join(60)
+        home = r.run(["printenv", "HOME"]).stdout.strip()
+        left = r.run(["sh", "-c", 'ls -A "$1" 2>/dev/null', "sh", f"{home}/.orch/env"]).stdout.split()
+        mode = r.run(["stat", "-c", "%a", f"{home}/.orch/env"]).stdout.strip()
+    assert seen_running and lines == [secret + "\n"]
+    assert left == [] and mode == "700"
 
 
 def test_connection_is_reused_by_every_command_of_a_runner(bed):

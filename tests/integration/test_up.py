@@ -63,7 +63,7 @@ def test_up_brings_up_24_gpus_status_shows_them_and_second_up_does_nothing(ray_t
 def test_ray_runs_with_token_auth_and_node_settings(ray_testbed_cluster):
     c = ray_testbed_cluster
     name = c.manifest.name
-    token_path = f"/root/.orch/clusters/{name}/ray-token"
+    token_path = f"/root/.orch/nodes/{name}/ray-token"
     local = StateStore(c.state_dir).token_path(name)
     assert stat.S_IMODE(local.stat().st_mode) == 0o600
     assert stat.S_IMODE(Path(token_path).stat().st_mode) == 0o600  # the hosts share /root
@@ -76,7 +76,7 @@ def test_ray_runs_with_token_auth_and_node_settings(ray_testbed_cluster):
         assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == token_path
         assert env["VLLM_HOST_IP"] == h.address
         assert env["RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING"] == "1"
-        assert env["ORCH_CLUSTER"] == name  # what `orch down` kills by
+        assert env["ORCH_CLUSTER_ID"] == StateStore(c.state_dir).read_cluster_id(name)  # what `orch down` kills by
         args = c.ray_pids(h.name)[pid]
         assert f"orch_node_{h.name},1000" in args and "GPU,8" in args and "CPU,8" in args
         assert f"--node_ip_address={h.address}" in args

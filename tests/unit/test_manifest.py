@@ -6,8 +6,10 @@ case states its expected line next to the text it comes from.
 
 from __future__ import annotations
 
+import os
 import re
 import textwrap
+import threading
 from pathlib import Path
 
 import pydantic
@@ -766,11 +768,70 @@ def test_unreadable_permission(tmp_path, monkeypatch):
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    # root reads any file, so the refusal is simulated at the one open() the loader makes
-    monkeypatch.setattr(manifest_module, "open", denied, raising=False)
+    # root reads any file, so the refusal is simulated at the one open the loader makes
+    monkeypatch.setattr(manifest_module, "_open_for_reading", denied)
     with pytest.raises(ManifestError) as info:
         load_manifest_file(_write(tmp_path / "c.yaml", b"name: x\n"))
     assert info.value.problems == [f"{tmp_path / 'c.yaml'}: permission denied"]
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    """`orch validate FIFO` hung forever waiting for a writer (issue 12)."""
+    fifo = tmp_path / "c.yaml"
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+    worker = threading.Thread(target=lambda: outcome.append(_raised(lambda: load_manifest_file(fifo))), daemon=True)
+    worker.start()
+    worker.join(60)  # one generous deadline: before the fix the open never returned
+    if worker.is_alive():
+        with open(fifo, "wb"):  # release the stuck reader, then fail
+            pass
+        pytest.fail("loading a FIFO waits for a writer")
+    assert isinstance(outcome[0], ManifestError)
+    assert outcome[0].problems == [f"{fifo}: is a FIFO (named pipe), not a regular file: give the manifest as a file"]
+
+
+def test_a_device_is_refused():
+    with pytest.raises(ManifestError) as info:
+        load_manifest_file("/dev/zero")
+    assert info.value.problems == ["/dev/zero: is a device or socket, not a regular file: give the manifest as a file"]
+
+
+def _alias_bomb(levels: int) -> str:
+    """Each anchor is a list of 9 aliases of the previous one: 9**levels values from ~60 bytes a level."""
+    lines = ["name: x", "nodes: [{name: a, host: h, role: head, gpus: 1}]", "a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_is_refused_after_a_bounded_number_of_values():
+    """9**6 = 531,441 values from 437 bytes (issue 12's 364-byte file took 15 s and 1.2 GB; 9 levels
+    never finished): refused once MAX_VALUES are built, at the line where it happened."""
+    text = _alias_bomb(6)
+    assert len(text) < 500
+    with pytest.raises(ManifestError) as info:
+        load_manifest(text, Path("/x/bomb.yaml"))
+    assert len(info.value.problems) == 1
+    assert "expands to more than 100,000 values" in info.value.problems[0]
+    assert info.value.problems[0].startswith("/x/bomb.yaml:")
+
+
+def test_aliases_within_the_budget_still_work():
+    text = "name: x\nshared: &e {A: '1'}\nnodes:\n" + "".join(
+        f"  - {{name: n{i}, host: 10.0.0.{i + 1}, gpus: 1, env: *e{', role: head' if i == 0 else ''}}}\n" for i in range(50)
+    )
+    with pytest.raises(ManifestError, match="unknown key 'shared'"):  # the anchor's holder is no manifest key
+        load_manifest(text, Path("/x/c.yaml"))
+    ok = text.replace("shared: &e {A: '1'}\n", "env: &e {A: '1'}\n")
+    assert all(n.env == {"A": "1"} for n in load_manifest(ok, Path("/x/c.yaml")).nodes)
+
+
+def _raised(fn) -> BaseException | None:
+    try:
+        fn()
+    except BaseException as exc:
+        return exc
+    return None
 
 
 def _write(path: Path, data: bytes) -> Path:

@@ -24,6 +24,19 @@ def test_stdout_stderr_exit_code_and_merged_env():
     assert isinstance(r, Runner)
 
 
+def test_orchs_own_secrets_do_not_reach_local_commands(monkeypatch):
+    """A local `ray start` (and every Ray worker under it) gets an explicit environment, not
+    orch's: ORCH_API_KEY, AWS_* and the like stay in orch (issue 12)."""
+    monkeypatch.setenv("ORCH_API_KEY", "sk-orch-secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    res = LocalRunner("here").run(["env"], env={"HF_TOKEN": "given on purpose"})
+    seen = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+    assert "ORCH_API_KEY" not in seen and "AWS_SECRET_ACCESS_KEY" not in seen
+    assert seen["HF_TOKEN"] == "given on purpose"
+    assert seen["PATH"] == os.environ["PATH"] and seen["LC_ALL"] == "C.UTF-8"
+
+
 def test_argv_is_not_interpreted_by_a_shell():
     res = LocalRunner("here").run(["echo", "$HOME", ";", "`id`"])
     assert res.stdout == "$HOME ; `id`\n"

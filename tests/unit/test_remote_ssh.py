@@ -9,25 +9,36 @@ import subprocess
 import paramiko
 import pytest
 
-from orchestrator.errors import HostKeyChangedError, HostKeyUnknownError
+from orchestrator.errors import HostKeyChangedError, HostKeyUnknownError, KnownHostsError
 from orchestrator.remote import known_hosts as kh
-from orchestrator.remote.ssh import remote_command
+from orchestrator.remote.ssh import env_file_text, remote_command
 
 
-def test_remote_command_quotes_once_and_wraps_timeout_and_env():
-    cmd = remote_command(["python3", "-c", "print('a b'); x=$HOME"], 10, {"RAY_AUTH_MODE": "token", "V": "x y"})
+def test_remote_command_quotes_once_and_sources_the_env_file():
+    cmd = remote_command(["python3", "-c", "print('a b'); x=$HOME"], 10, "/home/ops/.orch/env/x.env")
     assert shlex.split(cmd) == [
         "timeout", "--kill-after=5", "12",
-        "env", "RAY_AUTH_MODE=token", "V=x y",
+        "sh", "-c", '. "$1" || exit 125; shift; exec "$@"', "sh", "/home/ops/.orch/env/x.env",
         "python3", "-c", "print('a b'); x=$HOME",
-    ]
-    assert shlex.split(remote_command(["true"], 0.2, None)) == ["timeout", "--kill-after=5", "3", "true"]
+    ]  # fmt: skip
+    assert shlex.split(remote_command(["true"], 0.2)) == ["timeout", "--kill-after=5", "3", "true"]
+
+
+def test_env_file_is_sourced_by_sh_with_values_unexpanded(tmp_path):
+    """No value reaches the command line; the file gives the command exactly the values."""
+    env = {"HF_TOKEN": "hf_s3cr3t", "V": "it's $HOME; `id`\nline2", "EMPTY": ""}
+    f = tmp_path / "e.env"
+    f.write_text(env_file_text(env))
+    cmd = remote_command(["sh", "-c", 'printf "%s|%s|%s" "$HF_TOKEN" "$V" "$EMPTY"'], 10, str(f))
+    assert "hf_s3cr3t" not in cmd
+    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout == "hf_s3cr3t|it's $HOME; `id`\nline2|"
 
 
 @pytest.mark.parametrize("bad", ["", "1X", "A-B", "A B", "X=Y"])
-def test_remote_command_rejects_bad_env_names(bad):
+def test_env_file_rejects_bad_env_names(bad):
     with pytest.raises(ValueError, match="environment variable"):
-        remote_command(["true"], 5, {bad: "v"})
+        env_file_text({bad: "v"})
 
 
 def test_remote_command_rejects_empty_argv():
@@ -138,3 +149,66 @@ def test_connect_failures_map_to_typed_errors_naming_node_and_address():
     assert isinstance(no_key, AuthenticationError) and "no key" in str(no_key)
     bug = ValueError("a bug")
     assert r._connect_error(bug) is bug  # not a transport failure: surfaces as is
+
+
+# The CA line of the example ssh_known_hosts file in OpenSSH's sshd(8) manual, verbatim.
+SSHD8_CA_LINE = "@cert-authority *.mydomain.org,*.mydomain.com ssh-rsa AAAAB5W..."
+
+
+def _ssh_keygen(tmp_path, name: str) -> tuple[str, paramiko.PKey]:
+    """A host key made by OpenSSH itself: its public line and the key."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / name)], check=True)
+    kind, blob = (tmp_path / f"{name}.pub").read_text().split()[:2]
+    return f"{kind} {blob}", paramiko.Ed25519Key(filename=str(tmp_path / name))
+
+
+def test_known_hosts_with_cert_authority_and_revoked_lines_still_verifies(tmp_path):
+    """Before: one @cert-authority or @revoked line broke every command ("internal error:
+    InvalidHostKey"). Now the CA line is skipped, the trusted key still passes."""
+    good, key = _ssh_keygen(tmp_path, "good")
+    _, other = _ssh_keygen(tmp_path, "other")
+    path = tmp_path / "known_hosts"
+    path.write_text(f"# orch\n{SSHD8_CA_LINE}\n10.0.0.3 {good}\n@revoked 10.9.9.9 {other.get_name()} {other.get_base64()}\n")
+    p = policy(path)
+    p.missing_host_key(None, "10.0.0.3", key)
+    assert p.verified
+    assert kh.recorded_key_types(path, "10.0.0.3", 22) == ["ssh-ed25519"]
+
+
+def test_a_revoked_key_is_refused_even_when_recorded_as_trusted(tmp_path):
+    line, key = _ssh_keygen(tmp_path, "k")
+    path = tmp_path / "known_hosts"
+    path.write_text(f"10.0.0.3 {line}\n10.0.0.4 {line}\n@revoked 10.0.0.3,[10.0.0.5]:2222 {line}\n")
+    with pytest.raises(HostKeyChangedError) as info:
+        policy(path).missing_host_key(None, "10.0.0.3", key)
+    assert f"{path}:3" in str(info.value) and "@revoked" in str(info.value) and info.value.node == "gpu3"
+    ok = kh.KnownHostsPolicy("gpu4", "10.0.0.4", 22, path, False, False)  # not named by the @revoked line
+    ok.missing_host_key(None, "10.0.0.4", key)
+    assert ok.verified
+    wildcard = tmp_path / "wild"
+    wildcard.write_text(f"10.0.0.5 {line}\n@revoked 10.0.0.* {line}\n")
+    with pytest.raises(HostKeyChangedError):
+        kh.KnownHostsPolicy("gpu5", "10.0.0.5", 22, wildcard, False, False).missing_host_key(None, "10.0.0.5", key)
+
+
+def test_a_revoked_hashed_host_is_matched(tmp_path):
+    line, key = _ssh_keygen(tmp_path, "k")
+    path = tmp_path / "known_hosts"
+    path.write_text(f"10.0.0.3 {line}\n@revoked {paramiko.HostKeys.hash_host('10.0.0.3')} {line}\n")
+    with pytest.raises(HostKeyChangedError, match="@revoked"):
+        policy(path).missing_host_key(None, "10.0.0.3", key)
+
+
+@pytest.mark.parametrize("bad,what", [
+    ("10.0.0.7 ssh-ed25519 not*base64", "the ssh-ed25519 key does not decode"),
+    ("10.0.0.7 ssh-ed25519", "expected 'HOSTS KEY-TYPE BASE64-KEY'"),
+    ("@marker-of-a-future-openssh 10.0.0.7 ssh-ed25519 AAAA", "unknown marker '@marker-of-a-future-openssh'"),
+])  # fmt: skip
+def test_an_unreadable_line_is_named_by_file_and_line(tmp_path, bad, what):
+    good, key = _ssh_keygen(tmp_path, "good")
+    path = tmp_path / "known_hosts"
+    path.write_text(f"10.0.0.3 {good}\n\n{bad}\n")
+    with pytest.raises(KnownHostsError) as info:
+        policy(path).missing_host_key(None, "10.0.0.3", key)
+    assert info.value.message.startswith(f"{path}:3: cannot read this known_hosts line: {what}")
+    assert info.value.exit_code == 2 and "line 3" in (info.value.hint or "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import stat
@@ -135,6 +136,20 @@ def test_config_secrets_never_stored(store, tmp_path):
     assert b"sk-verysecret" not in raw and b"hf_abc" not in raw and b"zzz" not in raw
 
 
+def test_manifest_env_values_never_stored(store, tmp_path):
+    """The manifest's env (cluster-wide and per node) may hold secrets: stored redacted."""
+    manifest = {"name": "a", "env": {"HF_TOKEN": "hf_cluster_secret", "NCCL_DEBUG": "WARN"},
+                "nodes": [{"name": "h", "env": {"WANDB_API_KEY": "wandb_node_secret"}}, {"name": "w", "env": {}}]}  # fmt: skip
+    store.record_cluster("a", "fp", "10.0.0.1", 8265, manifest_json=json.dumps(manifest))
+    kept = json.loads(store.get_cluster("a").manifest_json)
+    assert kept["env"] == {"HF_TOKEN": REDACTED, "NCCL_DEBUG": REDACTED}
+    assert kept["nodes"] == [{"name": "h", "env": {"WANDB_API_KEY": REDACTED}}, {"name": "w", "env": {}}]
+    raw = (tmp_path / "state" / "state.db").read_bytes()
+    wal = tmp_path / "state" / "state.db-wal"
+    raw += wal.read_bytes() if wal.exists() else b""
+    assert b"hf_cluster_secret" not in raw and b"wandb_node_secret" not in raw
+
+
 def test_redact_leaves_plain_values_alone():
     assert redact_secrets({"a": [1, {"password": "p"}], "tokenizer": "t"}) == {"a": [1, {"password": REDACTED}], "tokenizer": "t"}
 
@@ -264,10 +279,21 @@ def test_revision_meta_is_replaced_atomically_and_a_lost_file_reads_as_none(stor
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(StateError, match="cannot write .*1.json"):
         store.save_revision_meta("a", 1, {"app_name": "orch-r1", "steps": ["x" * 1000]})
     monkeypatch.setattr(os, "replace", real_replace)
     assert store.revision_meta("a", 1) == {"app_name": "orch-r1"}
     assert [p.name for p in path.parent.iterdir()] == ["1.json"]  # no temp file left behind
     path.write_text("")  # an empty file (the old writer's crash) is not a record
     assert store.revision_meta("a", 1) is None
+def test_state_dir_mode_is_set_only_when_orch_creates_it(tmp_path):
+    """--state-dir pointing at an existing folder (say, a shared project folder) keeps its
+    mode; a folder orch creates is 0700 (issue 12: orch chmod-ed any --state-dir to 0700)."""
+    shared = tmp_path / "project"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    StateStore(shared).list_clusters()
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755
+    created = tmp_path / "new" / "state"
+    StateStore(created).list_clusters()
+    assert stat.S_IMODE(created.stat().st_mode) == 0o700

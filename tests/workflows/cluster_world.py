@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from orchestrator.cluster.dashboard import DashboardUnavailable
-from orchestrator.cluster.ray_nodes import STOP_SCRIPT, NodeState, node_resource
+from orchestrator.cluster.ray_nodes import PRIVATE_DIR_SCRIPT, STOP_SCRIPT, NodeState, node_resource
 from orchestrator.errors import UnreachableError
 from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes.facts import NicAddress, NicInfo, NodeFacts, Versions
@@ -67,6 +67,9 @@ class World:
         self.head_up = threading.Event()  # the head's GCS listens
         self.start_barrier: threading.Barrier | None = None
         self.lock = threading.Lock()  # nodes where Ray processes run that no dashboard lists
+        self.cluster_id: str | None = None  # ORCH_CLUSTER_ID of the processes started
+        self.denied: set[str] = set()  # nodes whose stop script reports a process it may not touch
+        self.private_dirs: list[tuple[str, str]] = []  # (node, path) made 0700 before `ray start`
 
     def _runner(self, name: str) -> FakeRunner:
         world = self
@@ -80,6 +83,9 @@ class World:
                 return world.ray(name, argv[3:], env)
             if argv[:3] == (PY, "-c", STOP_SCRIPT):
                 return world.stop(name, argv[3:])
+            if argv[:3] == (PY, "-c", PRIVATE_DIR_SCRIPT):
+                world.private_dirs.append((name, argv[3]))
+                return result()
             if argv[0] in ("mkdir", "rmdir"):
                 world.dirs.append(argv)
                 return result()
@@ -93,7 +99,12 @@ class World:
         return FakeRunner(name, default=respond)
 
     def stop(self, name, args):
-        assert list(args) == [self.manifest.name, self.manifest.ray.temp_dir]
+        # by the cluster's id (the one its processes were started with), never by its name
+        assert list(args)[1:] == [self.manifest.ray.temp_dir] and len(args[0]) == 16 and int(args[0], 16) >= 0
+        assert self.cluster_id in (None, args[0])
+        self.cluster_id = args[0]
+        if name in self.denied:
+            return result(json.dumps({"killed": 0, "alive": [], "names": [], "denied": {"4242": "cannot read its environment"}}))
         names = []
         if name in self.running or name in self.leftovers:
             names += ["raylet", "gcs_server"] if name == "head" else ["raylet"]
@@ -108,10 +119,14 @@ class World:
 
     def ray(self, name, args, env):
         assert args[0] == "start"
-        assert env["ORCH_CLUSTER"] == self.manifest.name
+        assert "ORCH_CLUSTER" not in env
+        assert len(env["ORCH_CLUSTER_ID"]) == 16 and int(env["ORCH_CLUSTER_ID"], 16) >= 0
+        assert self.cluster_id in (None, env["ORCH_CLUSTER_ID"])  # one id per cluster, kept across starts
+        self.cluster_id = env["ORCH_CLUSTER_ID"]
+        assert env["RAY_SERVE_HAPROXY_SOCKET_PATH"].startswith(self.manifest.ray.temp_dir + "/hap/")
         if self.start_barrier is not None:  # every node's `ray start` must be running at once
             self.start_barrier.wait(timeout=5)
-        assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == "/home/ops/.orch/clusters/tb/ray-token"
+        assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == "/home/ops/.orch/nodes/tb/ray-token"
         if self.start_fails.get(name, 0) > 0:
             self.start_fails[name] -= 1
             return result(exit_code=1, stderr="Exception: The current node timed out during startup.")

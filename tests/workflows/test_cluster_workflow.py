@@ -4,17 +4,30 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import threading
+from pathlib import Path
 
 import pytest
 
 from orchestrator import cluster_lock
 from orchestrator.cluster_lock import ClusterBusy
 from orchestrator.errors import ClusterError
+from orchestrator.manifest.load import load_manifest
 from orchestrator.preflight.findings import finding
+from orchestrator.remote.local import LocalRunner
 from orchestrator.state import StateStore
-from orchestrator.workflows.cluster import ClusterDeps, PreflightStopped, UpOptions, down, status_nodes, up
+from orchestrator.workflows.cluster import (
+    ClusterDeps,
+    PreflightStopped,
+    UpOptions,
+    down,
+    install_token,
+    remove_token,
+    status_nodes,
+    up,
+)
 from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
 
 
@@ -47,9 +60,9 @@ def test_fresh_up_starts_every_node_and_records(env):
     # on every node: the cluster's leftovers stopped (none here), then Ray started
     for name in ("head", "w1", "w2"):
         assert world.verbs(name) == ["stop", "start"]
-        f = world.runners[name].files["/home/ops/.orch/clusters/tb/ray-token"]
+        f = world.runners[name].files["/home/ops/.orch/nodes/tb/ray-token"]
         assert f.content == b"t0k3n\n" and f.mode == 0o600
-    assert ("mkdir", "-p", "-m", "700", "--", "/home/ops/.orch/clusters/tb") in world.dirs
+    assert ("mkdir", "-p", "-m", "700", "--", "/home/ops/.orch/nodes/tb") in world.dirs
     token_file = deps.state.token_path("tb")
     assert token_file.read_text() == "t0k3n\n" and stat.S_IMODE(token_file.stat().st_mode) == 0o600
     rec = deps.state.get_cluster("tb")
@@ -245,14 +258,46 @@ def test_down_reports_unreachable_node_and_stops_the_others(env):
     assert by["head"].detail == "stopped 3 processes (vLLM: VLLM::EngineCore); token removed"
     for name in ("head", "w2"):
         assert world.runners[name].files == {}  # the node's token copy is gone
-        assert ("rmdir", "--ignore-fail-on-non-empty", "--", "/home/ops/.orch/clusters/tb") in [
+        assert ("rmdir", "--ignore-fail-on-non-empty", "--", "/home/ops/.orch/nodes/tb") in [
             c.argv for c in world.runners[name].calls
         ]
-    assert "/home/ops/.orch/clusters/tb/ray-token" in world.runners["w1"].files
-    assert deps.state.get_cluster("tb").state == "down"
-    # after down, up starts everything again
+    assert "/home/ops/.orch/nodes/tb/ray-token" in world.runners["w1"].files
+    # w1 did not confirm: the cluster is not recorded as down (its Ray may still run there)
+    assert not res.recorded_down and deps.state.get_cluster("tb").state == "up"
     world.unreachable.clear()
+    again = down(manifest, deps)
+    assert again.ok and again.recorded_down and deps.state.get_cluster("tb").state == "down"
+    assert set(world.running) == set()
+    # after down, up starts everything again, with the same cluster id
     assert up(manifest, deps).action == "start"
+
+
+def test_down_with_a_process_out_of_reach_is_not_recorded_as_down(env):
+    """The stop script reports a process it may not inspect (AccessDenied): the node failed,
+    the state still says up."""
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    world.denied.add("w2")
+    res = down(manifest, deps)
+    by = {n.node: n for n in res.nodes}
+    assert by["head"].ok and by["w1"].ok and not by["w2"].ok and not by["w2"].unreachable
+    assert "access denied to processes 4242 (cannot read its environment)" in by["w2"].detail
+    assert not res.recorded_down and deps.state.get_cluster("tb").state == "up"
+
+
+def test_up_tags_processes_with_a_random_cluster_id_kept_in_state(env, tmp_path):
+    """Two clusters of the same name (two control machines: two state dirs) get different ids;
+    each keeps its own across `up`s; HAProxy's folder is made private on every node first."""
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    first = deps.state.read_cluster_id("tb")
+    assert first == world.cluster_id
+    assert sorted(world.private_dirs) == [(n, manifest.ray.temp_dir + "/hap") for n in ("head", "w1", "w2")]
+    down(manifest, deps)
+    up(manifest, deps)
+    assert world.cluster_id == first == deps.state.read_cluster_id("tb")
+    other = StateStore(tmp_path / "other-control-machine")
+    assert other.ensure_cluster_id("tb", ClusterDeps(state=other, open_runners=world.open_runners).cluster_id_factory) != first
 
 
 def test_status_shows_dead_and_unreachable_nodes(env):
@@ -321,3 +366,19 @@ def test_up_and_down_are_refused_while_another_command_holds_the_cluster(env):
         assert up(manifest, deps, UpOptions(check_only=True)).action == "checked"  # looking needs no lock
     assert world.running == {} and deps.state.get_cluster(manifest.name) is None
     assert up(manifest, deps).action == "start"  # the lock went with its holder
+def test_local_node_token_is_not_the_state_token(tmp_path):
+    """A ``transport: local`` node under the default state dir (~/.orch): its token copy is
+    another file than orch's own, and `orch down` removing the node's copy keeps orch's
+    (before, both were ~/.orch/clusters/NAME/ray-token and down deleted the state's token)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    state = StateStore(home / ".orch")  # the default --state-dir of a user whose HOME is home
+    token = state.ensure_token("tb", lambda: "s3cr3t")
+    manifest = load_manifest("name: tb\naccelerator: cpu\nnodes: [{name: a, host: 127.0.0.1, role: head, transport: local}]\n",
+                             Path("/x/c.yaml"))  # fmt: skip
+    runner = LocalRunner("a", base_env={"HOME": str(home), "PATH": os.environ["PATH"]})
+    node_copy = install_token(runner, manifest, token)
+    assert node_copy != str(state.token_path("tb"))
+    remove_token(runner, manifest, keep=str(state.token_path("tb")))
+    assert not Path(node_copy).exists()
+    assert state.read_token("tb") == "s3cr3t"
