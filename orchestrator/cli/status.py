@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.output import console, print_json
+from orchestrator.collective.verdict import recorded_summary
 
 STATE_STYLE = {"ALIVE": "green", "DEAD": "bold red", "MISSING": "red", "UNKNOWN": "yellow"}
 
@@ -115,6 +116,9 @@ def render_report(report: Any) -> Any:
     from rich.text import Text
 
     parts: list[Any] = [Text(f"cluster {report.cluster}", style="bold"), render_nodes(report.nodes)]
+    collective = report.extra.get("collective")
+    if collective:
+        parts.append(Text(recorded_summary(collective)))
     if report.serving is not None:
         from orchestrator.cli.status_serving import render_serving
 

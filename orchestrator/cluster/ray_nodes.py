@@ -222,6 +222,22 @@ def parse_stop(text: str) -> dict[str, Any]:
     raise ValueError("the stop script printed no report")
 
 
+def network_env(manifest: Manifest, node: NodeSpec, facts: NodeFacts | None) -> dict[str, str]:
+    """What every collective on ``node`` runs with: the NIC pinning (``NCCL_SOCKET_IFNAME``,
+    ``GLOO_SOCKET_IFNAME``), ``VLLM_HOST_IP``, then the manifest's cluster env and node env (which
+    win), and ``ORCH_CLUSTER``. Part of ``ray_process_env``; the collective check of `orch up`
+    runs its job with exactly this, so it proves the network the vLLM workers will use."""
+    env: dict[str, str] = {}
+    if node.interface:
+        env["NCCL_SOCKET_IFNAME"] = node.interface
+        env["GLOO_SOCKET_IFNAME"] = node.interface
+    env["VLLM_HOST_IP"] = node_address(node, facts)
+    env.update(manifest.env)
+    env.update(node.env)
+    env[CLUSTER_ENV] = manifest.name
+    return env
+
+
 def ray_process_env(
     manifest: Manifest,
     node: NodeSpec,
@@ -234,13 +250,7 @@ def ray_process_env(
     env: dict[str, str] = dict(SERVE_ENV_DEFAULTS if serve_env is None else serve_env)
     if env.get("RAY_SERVE_ENABLE_HA_PROXY") == "1":
         env.update(haproxy_ports(manifest.serve.http_port))
-    if node.interface:
-        env["NCCL_SOCKET_IFNAME"] = node.interface
-        env["GLOO_SOCKET_IFNAME"] = node.interface
-    env["VLLM_HOST_IP"] = node_address(node, facts)
-    env.update(manifest.env)
-    env.update(node.env)
-    env[CLUSTER_ENV] = manifest.name
+    env.update(network_env(manifest, node, facts))
     if manifest.ray.token_auth:
         if not token_path:
             raise ValueError("token auth is on: ray_process_env needs the node's token_path")
