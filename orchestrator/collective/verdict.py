@@ -110,6 +110,7 @@ class CollectiveReport:
     findings: tuple[Finding, ...] = ()
     seconds: float = 0.0
     interfaces: Mapping[str, str | None] = field(default_factory=dict)
+    port: int = 0  # the hub's rendezvous port (free again once the check is over)
 
     @property
     def ok(self) -> bool:
@@ -118,7 +119,7 @@ class CollectiveReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "backend": self.backend, "ranks": list(self.ranks), "hub": self.ranks[0], "ok": self.ok,
-            "interfaces": dict(self.interfaces), "seconds": round(self.seconds, 2),
+            "interfaces": dict(self.interfaces), "seconds": round(self.seconds, 2), "port": self.port,
             "pairs": [p.to_dict() for p in self.pairs], "all": self.all.to_dict() if self.all else None,
             "transports": dict(self.transports), "findings": [f.to_dict() for f in self.findings],
         }  # fmt: skip
@@ -253,11 +254,11 @@ def judge(plan: CollectivePlan, runs: Mapping[str, NodeRun], facts: Mapping[str,
             ))  # fmt: skip
 
     group = _all_group(plan, reports, nccl, links, where, found, early)
-    found.extend(_slow(plan, pairs, group))
+    found.extend(slow_findings([*pairs, group]))
     transports = {n: v.to_dict() for n, v in nccl.items() if v is not None}
     found.extend(_fallback(plan, nccl, facts))
     return CollectiveReport(plan.backend, plan.ranks, tuple(pairs), group, transports, tuple(found), seconds,
-                            dict(plan.interfaces))  # fmt: skip
+                            dict(plan.interfaces), port)  # fmt: skip
 
 
 def _all_group(plan: CollectivePlan, reports: Mapping[str, dict[str, Any] | None], nccl: Mapping[str, Any],
@@ -273,7 +274,7 @@ def _all_group(plan: CollectivePlan, reports: Mapping[str, dict[str, Any] | None
         return GroupFigures(name, plan.ranks, True, _sizes(hub.get("results"), len(plan.ranks)), link[0], link[1])
     lines = {n: error_line(v.get("error"), nccl[n]) for n, v in alls.items() if v and v.get("error")}
     by_addr = {a: n for n, a in plan.addresses.items()}
-    named = sorted({by_addr[a] for line in lines.values() for a in _addresses(line) if a in by_addr},
+    named = sorted({by_addr[a] for line in lines.values() for a in addresses(line) if a in by_addr},
                    key=plan.ranks.index)  # fmt: skip
     detail = "; ".join(f"{n}: {line}" for n, line in lines.items())
     for node in named or [None]:
@@ -289,13 +290,16 @@ def _all_group(plan: CollectivePlan, reports: Mapping[str, dict[str, Any] | None
     return GroupFigures(name, plan.ranks, False, error=_best(list(lines.values())) if lines else None)
 
 
-def _addresses(line: str) -> list[str]:
+def addresses(line: str) -> list[str]:
+    """Peer addresses an error line names (Gloo's ``remote=[A]:P``, NCCL's ``Connect to A<P>``,
+    torch's store ``connect to (A, P)``)."""
     return [next(g for g in m.groups() if g) for m in _REMOTE.finditer(line)]
 
 
-def _slow(plan: CollectivePlan, pairs: list[GroupFigures], group: GroupFigures) -> list[Finding]:
+def slow_findings(groups: list[GroupFigures]) -> list[Finding]:
+    """COLLECTIVE_SLOW for each group that ran and whose link is known (see SLOW_FRACTION)."""
     out = []
-    for g in [*pairs, group]:
+    for g in groups:
         if not g.ok or g.busbw is None or g.link_gbps is None or g.link_kind is None:
             continue
         fraction = SLOW_FRACTION[g.link_kind]
