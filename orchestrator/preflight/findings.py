@@ -65,6 +65,8 @@ PROBE_FAILED = "PROBE_FAILED"
 COLLECTIVE_INIT_FAILED = "COLLECTIVE_INIT_FAILED"
 COLLECTIVE_SLOW = "COLLECTIVE_SLOW"
 COLLECTIVE_SOCKET_FALLBACK = "COLLECTIVE_SOCKET_FALLBACK"
+# Judged by the collective check (orchestrator.collective.verdict), not by run_checks' static checks.
+COLLECTIVE_CODES = frozenset({COLLECTIVE_INIT_FAILED, COLLECTIVE_SLOW, COLLECTIVE_SOCKET_FALLBACK})
 
 CODES: dict[str, str] = {
     NODE_UNREACHABLE: "a node could not be probed over SSH",
