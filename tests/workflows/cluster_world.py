@@ -15,10 +15,10 @@ from pathlib import Path
 
 from orchestrator.cluster.dashboard import DashboardUnavailable
 from orchestrator.cluster.ray_nodes import STOP_SCRIPT, NodeState, node_resource
+from orchestrator.collective.plan import FREE_PORT_SCRIPT, JOB_MARK
 from orchestrator.errors import UnreachableError
 from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes.facts import NicAddress, NicInfo, NodeFacts, Versions
-from orchestrator.collective.plan import FREE_PORT_SCRIPT, JOB_MARK
 from orchestrator.remote.fake import FakeRunner, result
 
 PY = "/opt/venv/bin/python"

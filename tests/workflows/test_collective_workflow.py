@@ -43,7 +43,7 @@ def test_check_runs_on_every_node_with_the_env_ray_gets_and_is_recorded(env):
     assert sorted(jobs) == ["head", "w1", "w2"]
     assert [jobs[n][0]["rank"] for n in ("head", "w1", "w2")] == [0, 1, 2]
     assert {jobs[n][0]["store_host"] for n in jobs} == {"192.168.7.1"} and {jobs[n][0]["store_port"] for n in jobs} == {41234}
-    for name, (spec, e) in jobs.items():  # a GPU cluster: NCCL, pinned to the manifest's interface
+    for spec, e in jobs.values():  # a GPU cluster: NCCL, pinned to the manifest's interface
         assert spec["backend"] == "nccl" and e["NCCL_SOCKET_IFNAME"] == e["GLOO_SOCKET_IFNAME"] == "eth1"
         assert e["NCCL_DEBUG"] == "INFO" and e["ORCH_CLUSTER"] == "tb" and e["VLLM_HOST_IP"].startswith("192.168.7.")
     assert res.collective is not None and res.collective.ok and world.ray_calls() == []
