@@ -157,6 +157,7 @@ class Job:
         pairs = {str(w): {"ok": False, "error": f"TimeoutError: did not reach the rendezvous within {timeout_s} s"}
                  for w in range(1, world) if w not in joined}
         self.report["stage"] = "pairs"
+        self.report["pairs"] = pairs  # filled in as the pairs finish: the watchdog reports those done
         bench_lock = threading.Lock()
 
         def pair(w):
@@ -167,7 +168,6 @@ class Job:
             th.start()
         for th in threads:
             th.join()
-        self.report["pairs"] = pairs
         go = all(p["ok"] for p in pairs.values())
         self.store.set("all/go", "1" if go else "0")
         return go, joined

@@ -237,9 +237,10 @@ def judge(plan: CollectivePlan, runs: Mapping[str, NodeRun], facts: Mapping[str,
         theirs = (hub.get("pairs") or {}).get(str(rank)) or {}
         ok = bool(mine.get("ok")) and bool(theirs.get("ok"))
         errors = [error_line(m.get("error"), nccl[n]) for m, n in ((mine, w), (theirs, plan.hub)) if m.get("error")]
-        late = (reports.get(w) or {}).get("error")
-        if late and not ok:
-            errors.append(error_line(late.get("message"), nccl[w]))
+        for n in (w, plan.hub):  # a job that stopped mid-way (its watchdog) says where
+            late = (reports.get(n) or {}).get("error")
+            if late and not ok and (n == w or not theirs):
+                errors.append(error_line(late.get("message"), nccl[n]))
         err = _best(errors) if errors else None
         source = theirs.get("results") if theirs.get("ok") else mine.get("results")
         link = _slowest([links[plan.hub], links[w]])

