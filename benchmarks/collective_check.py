@@ -61,7 +61,8 @@ def main() -> int:
     try:
         bed = factory.make([HostSpec("none", name=f"b{i}") for i in range(3)], name="bench-collective")
         with tempfile.TemporaryDirectory(prefix="orch-bench-coll-") as tmp:
-            manifest = load_manifest(testbed_manifest(bed, accelerator="cpu"), bed.dir / "cluster.yaml")
+            eth0 = {h.name: {"interface": "eth0"} for h in bed.hosts}  # Gloo needs the interface named
+            manifest = load_manifest(testbed_manifest(bed, accelerator="cpu", node_overrides=eth0), bed.dir / "cluster.yaml")
             deps = ClusterDeps(state=StateStore(Path(tmp)), open_runners=lambda m: open_runners(m, bed.known_hosts))
             for i in range(args.repeat):
                 for check in ((True, False) if i % 2 == 0 else (False, True)):

@@ -254,7 +254,7 @@ def judge(plan: CollectivePlan, runs: Mapping[str, NodeRun], facts: Mapping[str,
                 f"between them on every port (not only Ray's), as runbooks/COLLECTIVE_CONNECT_FAILED.md explains",
             ))  # fmt: skip
 
-    group = _all_group(plan, reports, nccl, links, where, found, early)
+    group = _all_group(plan, reports, nccl, links, where, found, early | ({"-"} if not all(p.ok for p in pairs) else set()))
     found.extend(slow_findings([*pairs, group]))
     transports = {n: v.to_dict() for n, v in nccl.items() if v is not None}
     found.extend(_fallback(plan, nccl, facts))
@@ -266,14 +266,18 @@ def _all_group(plan: CollectivePlan, reports: Mapping[str, dict[str, Any] | None
                links: Mapping[str, tuple[float | None, str | None]], where: str, found: list[Finding],
                early: set[str]) -> GroupFigures:  # fmt: skip
     name = f"all {len(plan.ranks)} nodes"
-    alls = {n: (reports.get(n) or {}).get("all") for n in plan.ranks}
-    if any(v is None for v in alls.values()):
+    if early:  # a pair with the hub failed (or a job did not start): the hub did not start this group
         return GroupFigures(name, plan.ranks, False, skipped=True, error="not run: a pair with the hub failed")
-    if all(v.get("ok") for v in alls.values() if v):
+    alls = {n: (reports.get(n) or {}).get("all") for n in plan.ranks}
+    if all(v is not None and v.get("ok") for v in alls.values()):
         hub = alls[plan.hub] or {}
         link = _slowest([links[n] for n in plan.ranks])
         return GroupFigures(name, plan.ranks, True, _sizes(hub.get("results"), len(plan.ranks)), link[0], link[1])
     lines = {n: error_line(v.get("error"), nccl[n]) for n, v in alls.items() if v and v.get("error")}
+    for n, v in alls.items():  # no result: the job stopped in this group (its watchdog) and says so
+        err = (reports.get(n) or {}).get("error")
+        if v is None and err:
+            lines[n] = error_line(err.get("message"), nccl[n])
     by_addr = {a: n for n, a in plan.addresses.items()}
     named = sorted({by_addr[a] for line in lines.values() for a in addresses(line) if a in by_addr},
                    key=plan.ranks.index)  # fmt: skip

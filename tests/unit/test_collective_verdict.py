@@ -123,3 +123,20 @@ def test_no_fallback_finding_without_active_rdma_ports():
     facts = {n: facts_with_port(n, "mlx5_0", False, 400) for n in RANKS}
     report = judge(plan("nccl", "eth0"), nccl_runs(logs), facts, 1)
     assert not [f for f in report.findings if f.code == "COLLECTIVE_SOCKET_FALLBACK"]
+
+
+def test_all_nodes_group_that_never_finishes_is_a_failure_not_a_skip():
+    # Every pair worked; c's job was stopped by its watchdog inside the all-nodes group (seen on
+    # the test bed when two workers cannot reach each other): the captured passing output with
+    # b's "all" result replaced by the watchdog's report.
+    r = runs("pass")
+    report_b, _ = split_output(r["b"].stdout)
+    del report_b["all"]
+    report_b["error"] = {"stage": "all", "message": "TimeoutError: no progress in all within the check's deadline (55 s)"}
+    r["b"] = NodeRun("b", 6, "ORCH-COLLECTIVE-REPORT " + json.dumps(report_b) + "\n", "")
+    report = judge(plan(), r, {}, 1)
+    fails = [f for f in report.findings if f.severity == "fail"]
+    assert [(f.code, f.node) for f in fails] == [("COLLECTIVE_INIT_FAILED", None)]
+    assert fails[0].message.startswith("every node paired with h, but the nodes could not form one group (gloo over lo): ")
+    assert "b: TimeoutError: no progress in all" in fails[0].message
+    assert report.all is not None and not report.all.ok and not report.all.skipped
