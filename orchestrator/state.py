@@ -452,6 +452,25 @@ class StateStore:
         nodes = data.get("nodes") if isinstance(data, dict) else None
         return nodes if isinstance(nodes, dict) else None
 
+    def collective_path(self, name: str) -> Path:
+        """The figures of the last collective check of the cluster (JSON)."""
+        return self.cluster_dir(name) / "collective.json"
+
+    def save_collective(self, name: str, report: Mapping[str, Any]) -> None:
+        """Keep the last collective check (``CollectiveReport.to_dict()``) for `orch status`."""
+        path = self.collective_path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"checked_at": self._clock(), **dict(report)}, default=str))
+        tmp.replace(path)
+
+    def load_collective(self, name: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.collective_path(name).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
     def token_path(self, name: str) -> Path:
         """Where the cluster's Ray auth token lives locally (mode 0600)."""
         return self.cluster_dir(name) / "ray-token"

@@ -15,6 +15,8 @@ import click
 from orchestrator.cli.output import console, print_json
 from orchestrator.cli.params import FiniteFloat
 from orchestrator.cli.wiring import cluster_deps, progress_display
+from orchestrator.collective.verdict import summary_line
+from orchestrator.preflight.findings import report_json
 
 SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "dim"}
 
@@ -65,12 +67,16 @@ def nodes_table(states: list, title: str = "Ray nodes") -> Any:
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the host key of nodes contacted for the first time.")
 @click.option("--timeout", type=FiniteFloat(min=1), default=300.0, show_default=True,
               help="Seconds to wait for every node to be ALIVE after the starts.")  # fmt: skip
+@click.option("--skip-collective-check", is_flag=True,
+              help="Do not run the all-reduce between the nodes (NCCL/Gloo) before Ray starts.")  # fmt: skip
 @click.pass_context
 def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dry_run: bool, as_json: bool,
-       accept_new_host_keys: bool, timeout: float) -> None:  # fmt: skip
+       accept_new_host_keys: bool, timeout: float, skip_collective_check: bool) -> None:  # fmt: skip
     """Preflight every node over SSH, then start Ray and wait for all nodes.
 
     \b
+    After the static checks, a short all-reduce between the nodes over their interfaces (NCCL on
+    GPU clusters, Gloo on CPU ones) proves the collective network and records its figures.
     Idempotent: on a healthy cluster with an unchanged manifest it does nothing and says so;
     dead or missing workers are restarted alone; a changed manifest restarts Ray everywhere
     (--dry-run shows the diff first). Exit 3 when preflight stops it (nothing was started).
@@ -84,16 +90,17 @@ def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dr
     out = console()
     with progress_display() as progress:
         deps = cluster_deps(manifest, state_dir, accept_new_host_keys, progress)
-        options = UpOptions(check_only=check_only, force=force, dry_run=dry_run, timeout=timeout)
+        options = UpOptions(check_only=check_only, force=force, dry_run=dry_run, timeout=timeout,
+                            collective_check=not skip_collective_check)  # fmt: skip
         try:
             result = up_workflow(manifest, deps, options)
         except PreflightStopped as exc:
-            _print_findings(exc.findings, exc.facts, as_json, out)
+            _print_findings(exc.findings, exc.facts, as_json, out, exc.collective)
             raise
     for line in result.warnings:  # on stderr: --json output stays one document
         click.echo(f"warning: {line}", err=True)
     if check_only:
-        _print_findings(result.findings, result.facts, as_json, out)
+        _print_findings(result.findings, result.facts, as_json, out, result.collective)
         if not as_json:
             out.print(result.message)
         return
@@ -106,20 +113,23 @@ def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dr
         out.print("manifest changes since the last `orch up`:")
         for line in result.plan.diff:
             out.print(f"  {line}", markup=False)
+    if result.collective is not None:
+        out.print(summary_line(result.collective), markup=False)
     if result.nodes and not result.dry_run:
         out.print(nodes_table(result.nodes))
     out.print(result.message, markup=False)
 
 
-def _print_findings(findings: list, facts: dict, as_json: bool, out: Any) -> None:
+def _print_findings(findings: list, facts: dict, as_json: bool, out: Any, collective: Any = None) -> None:
     if as_json:
-        from orchestrator.preflight.findings import report_json
-
-        click.echo(report_json(findings, facts))
-    elif findings:
+        click.echo(report_json(findings, facts, collective.to_dict() if collective is not None else None))
+        return
+    if findings:
         out.print(findings_table(findings))
     else:
         out.print("preflight: no findings")
+    if collective is not None:
+        out.print(summary_line(collective), markup=False)
 
 
 @click.command("down")

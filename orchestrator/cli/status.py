@@ -20,6 +20,7 @@ from orchestrator.cli.wiring import cluster_deps, resolve_manifest
 
 if TYPE_CHECKING:
     from orchestrator.manifest.model import Manifest
+from orchestrator.collective.verdict import recorded_summary
 
 STATE_STYLE = {"ALIVE": "green", "DEAD": "bold red", "MISSING": "red", "UNKNOWN": "yellow"}
 
@@ -100,6 +101,9 @@ def render_report(report: Any) -> Any:
     parts: list[Any] = [Text(f"cluster {report.cluster}", style="bold"), render_nodes(report.nodes)]
     for line in report.extra.get("warnings", ()):
         parts.append(Text(f"warning: {line}", style="yellow"))
+    collective = report.extra.get("collective")
+    if collective:
+        parts.append(Text(recorded_summary(collective)))
     if report.serving is not None:
         from orchestrator.cli.status_serving import render_serving
 

@@ -320,6 +320,21 @@ def parse_stop(text: str) -> dict[str, Any]:
     raise ValueError("the stop script printed no report")
 
 
+def network_env(manifest: Manifest, node: NodeSpec, facts: NodeFacts | None) -> dict[str, str]:
+    """What every collective on ``node`` runs with: the NIC pinning (``NCCL_SOCKET_IFNAME``,
+    ``GLOO_SOCKET_IFNAME``), ``VLLM_HOST_IP``, then the manifest's cluster env and node env (which
+    win). Part of ``ray_process_env``; the collective check of `orch up`
+    runs its job with exactly this, so it proves the network the vLLM workers will use."""
+    env: dict[str, str] = {}
+    if node.interface:
+        env["NCCL_SOCKET_IFNAME"] = node.interface
+        env["GLOO_SOCKET_IFNAME"] = node.interface
+    env["VLLM_HOST_IP"] = node_address(node, facts)
+    env.update(manifest.env)
+    env.update(node.env)
+    return env
+
+
 def ray_process_env(
     manifest: Manifest,
     node: NodeSpec,
@@ -334,12 +349,7 @@ def ray_process_env(
     env: dict[str, str] = dict(SERVE_ENV_DEFAULTS if serve_env is None else serve_env)
     if haproxy_enabled(env):
         env.update(haproxy_ports(manifest.serve.http_port))
-    if node.interface:
-        env["NCCL_SOCKET_IFNAME"] = node.interface
-        env["GLOO_SOCKET_IFNAME"] = node.interface
-    env["VLLM_HOST_IP"] = node_address(node, facts)
-    env.update(manifest.env)
-    env.update(node.env)
+    env.update(network_env(manifest, node, facts))
     if haproxy_enabled(env):  # HAProxy's files in the cluster's 0700 folder, unless the manifest says where
         for name, path in haproxy_paths(manifest.ray.temp_dir).items():
             env.setdefault(name, path)

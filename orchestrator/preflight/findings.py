@@ -62,6 +62,11 @@ MODEL_PATH_DIFFERS = "MODEL_PATH_DIFFERS"
 DISK_LOW = "DISK_LOW"
 CLOCK_SKEW = "CLOCK_SKEW"
 PROBE_FAILED = "PROBE_FAILED"
+COLLECTIVE_INIT_FAILED = "COLLECTIVE_INIT_FAILED"
+COLLECTIVE_SLOW = "COLLECTIVE_SLOW"
+COLLECTIVE_SOCKET_FALLBACK = "COLLECTIVE_SOCKET_FALLBACK"
+# Judged by the collective check (orchestrator.collective.verdict), not by run_checks' static checks.
+COLLECTIVE_CODES = frozenset({COLLECTIVE_INIT_FAILED, COLLECTIVE_SLOW, COLLECTIVE_SOCKET_FALLBACK})
 
 CODES: dict[str, str] = {
     NODE_UNREACHABLE: "a node could not be probed over SSH",
@@ -89,6 +94,9 @@ CODES: dict[str, str] = {
     DISK_LOW: "little free disk at the model store / Ray temp dir",
     CLOCK_SKEW: "a node's clock is off from the head's",
     PROBE_FAILED: "a probe could not run or its output could not be read",
+    COLLECTIVE_INIT_FAILED: "the collective check's job could not start, rendezvous or connect between two nodes",
+    COLLECTIVE_SLOW: "all-reduce bus bandwidth far below the link speed",
+    COLLECTIVE_SOCKET_FALLBACK: "NCCL used TCP sockets although InfiniBand/RoCE ports are active",
 }
 
 
@@ -135,8 +143,9 @@ def by_node(findings: list[Finding]) -> dict[str | None, list[Finding]]:
     return out
 
 
-def report_json(findings: list[Finding], facts: dict[str, Any]) -> str:
-    """``orch up --check-only --json``: facts per node and the findings."""
+def report_json(findings: list[Finding], facts: dict[str, Any], collective: dict[str, Any] | None = None) -> str:
+    """``orch up --check-only --json``: facts per node, the findings and the collective check's
+    figures (None when it did not run)."""
     nodes = {}
     for name, value in facts.items():
         if hasattr(value, "to_dict"):
@@ -148,6 +157,7 @@ def report_json(findings: list[Finding], facts: dict[str, Any]) -> str:
             "ok": not failures(findings),
             "findings": [f.to_dict() for f in findings],
             "nodes": nodes,
+            "collective": collective,
         },
         indent=2,
     )

@@ -45,6 +45,7 @@ from orchestrator.cluster.ray_nodes import (
     worker_start_argv,
 )
 from orchestrator.cluster.up_plan import UpPlan, plan_up
+from orchestrator.collective.verdict import CollectiveReport
 from orchestrator.errors import (
     AuthenticationError,
     ClusterError,
@@ -67,6 +68,7 @@ from orchestrator.remote.runner import Runner, fan_out
 from orchestrator.runbooks import runbook
 from orchestrator.state import StateStore
 from orchestrator.status.nodes import StatusReport, build_nodes_section
+from orchestrator.workflows.collective import CollectiveCheck, collective_stage, run_collective_check
 
 Progress = Callable[[str], None]
 RunnerOpener = Callable[[Manifest], AbstractContextManager[Mapping[str, Runner]]]
@@ -97,6 +99,7 @@ class ClusterDeps:
     token_factory: Callable[[], str] = lambda: secrets.token_hex(32)
     cluster_id_factory: Callable[[], str] = lambda: secrets.token_hex(8)
     progress: Progress = _quiet
+    collective: CollectiveCheck = run_collective_check
 
 
 @dataclass(frozen=True)
@@ -106,15 +109,18 @@ class UpOptions:
     dry_run: bool = False
     timeout: float = 300.0  # for every node to be ALIVE after the starts
     serve_env: Mapping[str, str] | None = None  # replaces ray_cluster.SERVE_ENV_DEFAULTS
+    collective_check: bool = True  # the all-reduce between the nodes before Ray starts
 
 
 class PreflightStopped(PreflightFailed):
     """Preflight blocked `orch up`; nothing was started. Carries every finding and the facts."""
 
-    def __init__(self, message: str, hint: str | None, findings: list[Finding], facts: dict[str, Any]) -> None:
+    def __init__(self, message: str, hint: str | None, findings: list[Finding], facts: dict[str, Any],
+                 collective: CollectiveReport | None = None) -> None:  # fmt: skip
         super().__init__(message, hint)
         self.findings = findings
         self.facts = facts
+        self.collective = collective
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,7 @@ class UpResult:
     head_address: str | None = None
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)  # what the nodes expose that orch cannot close
+    collective: CollectiveReport | None = None
 
     @property
     def started(self) -> list[str]:
@@ -148,6 +155,7 @@ class UpResult:
             "nodes": [s.to_dict() for s in sorted(current_by_name(self.nodes).values(), key=lambda s: s.name or "")],
             "seconds": round(self.seconds, 2),
             "warnings": list(self.warnings),
+            "collective": self.collective.to_dict() if self.collective else None,
         }
 
 
@@ -251,7 +259,13 @@ def _preflight(manifest: Manifest, runners: Mapping[str, Runner], deps: ClusterD
     deps.progress(f"probing {len(manifest.nodes)} nodes")
     facts = deps.gather(runners, manifest)
     findings = deps.check(manifest, facts)
-    blocking = preflight.blocking(findings, options.force)
+    _stop_if_blocked(findings, facts, options.force)
+    return facts, findings
+
+
+def _stop_if_blocked(findings: list[Finding], facts: dict[str, Any], force: bool,
+                     collective: CollectiveReport | None = None) -> None:  # fmt: skip
+    blocking = preflight.blocking(findings, force)
     if blocking:
         fails = preflight.failures(findings)
         nodes = sorted({f.node or "cluster" for f in (fails or blocking)})
@@ -265,8 +279,15 @@ def _preflight(manifest: Manifest, runners: Mapping[str, Runner], deps: ClusterD
                 sorted({f"{f.code}@{f.node or 'cluster'}" for f in blocking})
             )
             hint = "nothing was started; fix them, or accept them with `orch up --force`"
-        raise PreflightStopped(msg, hint, findings, facts)
-    return facts, findings
+        raise PreflightStopped(msg, hint, findings, facts, collective)
+
+
+def _collective(manifest: Manifest, runners: Mapping[str, Runner], facts: dict[str, Any], findings: list[Finding],
+                deps: ClusterDeps, options: UpOptions) -> tuple[CollectiveReport | None, list[Finding]]:  # fmt: skip
+    report, findings = collective_stage(manifest, runners, facts, findings, deps.collective, deps.state,
+                                        options.collective_check, deps.progress)  # fmt: skip
+    _stop_if_blocked(findings, facts, options.force, report)
+    return report, findings
 
 
 def _read_states(runner: Runner, manifest: Manifest, token: str | None, deps: ClusterDeps) -> list[NodeState]:
@@ -293,8 +314,9 @@ def _up(manifest: Manifest, deps: ClusterDeps, options: UpOptions) -> UpResult:
         good = {n: f for n, f in facts.items() if isinstance(f, NodeFacts)}
         head_address = inventory.head_address(manifest, good.get(head.name))
         if options.check_only:
-            return UpResult(name, "checked", "preflight passed; nothing was started (--check-only)",
-                            findings=findings, facts=facts, head_address=head_address, seconds=deps.clock() - t0)  # fmt: skip
+            report, findings = _collective(manifest, runners, facts, findings, deps, options)
+            return UpResult(name, "checked", "preflight passed; nothing was started (--check-only)", findings=findings,
+                            facts=facts, head_address=head_address, seconds=deps.clock() - t0, collective=report)  # fmt: skip
         expected = {n.name: node_gpus(manifest, n, good.get(n.name)) for n in manifest.nodes}
 
         record = deps.state.get_cluster(name)
@@ -317,6 +339,8 @@ def _up(manifest: Manifest, deps: ClusterDeps, options: UpOptions) -> UpResult:
             return UpResult(name, plan.action, f"would {plan.action}: {plan.reason}", dry_run=True,
                             nodes=states or [], seconds=deps.clock() - t0, **common)  # fmt: skip
 
+        report, findings = _collective(manifest, runners, facts, findings, deps, options)
+        common.update(findings=findings, collective=report)
         deps.progress(plan.reason)
         if plan.removed and record is not None and record.manifest_json:
             _stop_removed(Manifest.model_validate_json(record.manifest_json), plan.removed, deps)
@@ -517,7 +541,8 @@ def status_nodes(manifest: Manifest, deps: ClusterDeps) -> StatusReport:
     section = build_nodes_section(manifest, dash.get("states"), reach, dash.get("error"), dash.get("ray_version"))
     report = StatusReport(name, section, recorded=record.to_dict() if record else None)
     # what the nodes expose that orch cannot close (Ray has no setting for it): said every time
-    return report.with_section("warnings", exposure_warnings(manifest))
+    report = report.with_section("warnings", exposure_warnings(manifest))
+    return report.with_section("collective", deps.state.load_collective(name))
 
 
 def planning_shape(manifest: Manifest, state: StateStore) -> ClusterShape:

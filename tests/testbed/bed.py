@@ -281,6 +281,14 @@ class Testbed:
         """Drop the host's outgoing TCP packets to dst_addr:port (a connect then times out)."""
         network.block_port(self._h(host).netns, dst_addr, port)
 
+    def block_all_but(self, host: TestHost | str, dst_addr: str, port: int) -> None:
+        """Drop the host's outgoing TCP to dst_addr except to ``port`` (see network.block_all_but)."""
+        network.block_all_but(self._h(host).netns, dst_addr, port)
+
+    def add_unroutable_nic(self, host: TestHost | str, name: str, cidr: str) -> None:
+        """An interface that passes preflight but that no peer can reach (network.add_unroutable_nic)."""
+        network.add_unroutable_nic(self._h(host).netns, name, cidr)
+
     def drop_all(self, host: TestHost | str) -> None:
         """Drop every packet to and from the host on eth0/ib0: it is as if unplugged."""
         network.drop_all(self._h(host).netns)

@@ -190,6 +190,31 @@ def block_port(ns: str, dst_addr: str, port: int) -> None:
     _nft(ns, "add", "rule", "inet", _TABLE, "out", "ip", "daddr", dst_addr, "tcp", "dport", str(port), "drop")
 
 
+def block_all_but(ns: str, dst_addr: str, port: int) -> None:
+    """Drop the host's outgoing TCP to ``dst_addr`` on every port but ``port`` (a firewall that
+    opens only Ray's port): connects elsewhere time out, and so do the host's answers to
+    connections from ``dst_addr``."""
+    _ensure_table(ns)
+    _nft(ns, "add", "rule", "inet", _TABLE, "out", "ip", "daddr", dst_addr, "tcp", "dport", "!=", str(port), "drop")
+
+
+def add_unroutable_nic(ns: str, name: str, cidr: str) -> None:
+    """Give the host an interface ``name`` (up, with ``cidr`` on it, so preflight's interface
+    checks pass) whose address no peer can reach: a veth pair inside the host, the address
+    without a prefix route, ARP answered only for addresses on the interface asked
+    (arp_ignore=1), and no packet from or to that address crossing the host's other interfaces
+    (as for an address that exists only inside the host, e.g. a container's)."""
+    peer = f"{name}p"
+    addr = cidr.split("/")[0]
+    for argv in (["ip", "link", "add", name, "type", "veth", "peer", "name", peer], ["ip", "link", "set", name, "up"],
+                 ["ip", "link", "set", peer, "up"], ["ip", "addr", "add", cidr, "dev", name, "noprefixroute"],
+                 ["sysctl", "-q", "-w", "net.ipv4.conf.all.arp_ignore=1"]):  # fmt: skip
+        sh(["ip", "netns", "exec", ns, *argv])
+    _ensure_table(ns)
+    _nft(ns, "add", "rule", "inet", _TABLE, "out", "oifname", "!=", name, "ip", "saddr", addr, "drop")
+    _nft(ns, "add", "rule", "inet", _TABLE, "in", "iifname", "!=", name, "ip", "daddr", addr, "drop")
+
+
 def drop_all(ns: str) -> None:
     """Drop every packet into and out of the host's eth0/ib0 (loopback keeps working): the host
     is as if unplugged; a connect to it times out."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from orchestrator.cluster.dashboard import DashboardUnavailable
 from orchestrator.cluster.ray_nodes import PRIVATE_DIR_SCRIPT, STOP_SCRIPT, NodeState, node_resource
+from orchestrator.collective.plan import FREE_PORT_SCRIPT, JOB_MARK
 from orchestrator.errors import UnreachableError
 from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes.facts import NicAddress, NicInfo, NodeFacts, Versions
@@ -70,6 +71,8 @@ class World:
         self.cluster_id: str | None = None  # ORCH_CLUSTER_ID of the processes started
         self.denied: set[str] = set()  # nodes whose stop script reports a process it may not touch
         self.private_dirs: list[tuple[str, str]] = []  # (node, path) made 0700 before `ray start`
+        self.collective_jobs: list[tuple[str, dict, dict]] = []  # (node, spec, env) of each collective job run
+        self.collective_broken: dict[str, str] = {}  # node -> the error its job reports at the rendezvous
 
     def _runner(self, name: str) -> FakeRunner:
         world = self
@@ -92,11 +95,38 @@ class World:
             if argv[:3] == ("rm", "-f", "--"):
                 world.runners[name].files.pop(argv[3], None)
                 return result()
+            if argv[:3] == (PY, "-c", FREE_PORT_SCRIPT):
+                return result("41234\n")
+            if argv[:2] == (PY, "-c") and len(argv) > 3 and argv[3] == JOB_MARK:
+                return world.collective_job(name, json.loads(argv[4]), env)
             if argv[:2] == (PY, "-c"):  # the versions probe
                 return result(json.dumps({"python": "3.11.2", "ray": "2.60.0", "vllm": "0.32.0", "torch": "2.13.0"}))
             raise AssertionError(f"unexpected {argv}")
 
         return FakeRunner(name, default=respond)
+
+    def collective_job(self, name, spec, env):
+        """What the collective job prints (the report format of orchestrator/collective/node_job.py):
+        every group works at ~1 GB/s, except that a node in ``collective_broken`` cannot join."""
+        with self.lock:
+            self.collective_jobs.append((name, spec, dict(env or {})))
+        rank, world = spec["rank"], spec["world"]
+        report = {"rank": rank, "world": world, "backend": spec["backend"], "links": {"eth1": 10000}, "stage": "done"}
+        if name in self.collective_broken:
+            report["error"] = {"stage": "rendezvous", "message": self.collective_broken[name]}
+            return result("ORCH-COLLECTIVE-REPORT " + json.dumps(report) + "\n", exit_code=4)
+        timed = {"ok": True, "results": [{"bytes": b, "iters": i, "seconds": b / 1e9 + 1e-5}
+                                         for b, i in zip(spec["sizes"], spec["iters"])]}  # fmt: skip
+        names = [n.name for n in self.manifest.nodes]
+        broken = {names.index(n) for n in self.collective_broken if n in names}
+        if rank == 0:
+            report["pairs"] = {str(w): ({"ok": False, "error": "TimeoutError: did not reach the rendezvous within 20 s"}
+                                        if w in broken else timed) for w in range(1, world)}  # fmt: skip
+        else:
+            report["pair"] = timed
+        if not broken:
+            report["all"] = timed
+        return result("ORCH-COLLECTIVE-REPORT " + json.dumps(report) + "\n")
 
     def stop(self, name, args):
         # by the cluster's id (the one its processes were started with), never by its name

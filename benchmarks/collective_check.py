@@ -1,0 +1,86 @@
+"""What the collective check adds to `orch up` on the 3-host test bed (Gloo, CPU manifest). Prints JSON.
+
+    .venv/bin/python benchmarks/collective_check.py [--repeat 3] [--full]
+
+One bed of 3 hosts. Each round runs the `orch up` workflow with --check-only twice, with and
+without the collective check (alternating, so the machine's load hits both alike), over real
+SSH: the check is the only difference, and it runs once, before Ray starts, in a full `up` as
+well. With --full each round also times a full `up` (Ray started) with the check, then `down`.
+One JSON row per run (``seconds``, the check's own ``check_s``, its all-reduce figures); the last
+row gives the medians and the added seconds against the issue's budget (15 s). ``load1`` is the
+machine's load average (other users included): every host shares this machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from orchestrator.manifest.load import load_manifest
+from orchestrator.remote import open_runners
+from orchestrator.state import StateStore
+from orchestrator.workflows.cluster import ClusterDeps, UpOptions, down, up
+from tests.fixtures.cluster import testbed_manifest
+from tests.testbed import HostSpec, TestbedFactory, check_capabilities
+
+BUDGET_S = 15.0
+
+
+def timed(manifest, deps, options) -> tuple[float, dict]:
+    t0 = time.monotonic()
+    result = up(manifest, deps, options)
+    seconds = time.monotonic() - t0
+    coll = result.collective.to_dict() if result.collective else None
+    row = {"seconds": round(seconds, 2), "action": result.action, "load1": round(os.getloadavg()[0], 1)}
+    if coll:
+        row.update(check_s=coll["seconds"], ok=coll["ok"], all_busbw_gbps=coll["all"]["busbw_gbps"],
+                   all_latency_us=coll["all"]["latency_us"], pairs_busbw_gbps=[p["busbw_gbps"] for p in coll["pairs"]])  # fmt: skip
+    return seconds, row
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--full", action="store_true", help="also time a full `up` (Ray started) with the check")
+    args = p.parse_args()
+    reason = check_capabilities()
+    if reason:
+        print(json.dumps({"error": reason}))
+        return 1
+    factory = TestbedFactory()
+    with_check: list[float] = []
+    without: list[float] = []
+    try:
+        bed = factory.make([HostSpec("none", name=f"b{i}") for i in range(3)], name="bench-collective")
+        with tempfile.TemporaryDirectory(prefix="orch-bench-coll-") as tmp:
+            eth0 = {h.name: {"interface": "eth0"} for h in bed.hosts}  # Gloo needs the interface named
+            manifest = load_manifest(testbed_manifest(bed, accelerator="cpu", node_overrides=eth0), bed.dir / "cluster.yaml")
+            deps = ClusterDeps(state=StateStore(Path(tmp)), open_runners=lambda m: open_runners(m, bed.known_hosts))
+            for i in range(args.repeat):
+                for check in ((True, False) if i % 2 == 0 else (False, True)):
+                    s, row = timed(manifest, deps, UpOptions(check_only=True, collective_check=check))
+                    (with_check if check else without).append(s)
+                    print(json.dumps({"run": "check-only", "collective_check": check, **row}), flush=True)
+                if args.full:
+                    s, row = timed(manifest, deps, UpOptions(timeout=300))
+                    print(json.dumps({"run": "full up", "collective_check": True, **row}), flush=True)
+                    down(manifest, deps)
+    finally:
+        factory.close_all()
+    added = statistics.median(with_check) - statistics.median(without)
+    print(json.dumps({"median_with_s": round(statistics.median(with_check), 2), "median_without_s":
+                      round(statistics.median(without), 2), "added_s": round(added, 2), "budget_s": BUDGET_S,
+                      "met": added <= BUDGET_S, "runs": len(with_check)}))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
