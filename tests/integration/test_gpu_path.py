@@ -14,6 +14,7 @@ docs/remote-and-testbed.md has the figures.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from pathlib import Path
@@ -21,17 +22,21 @@ from pathlib import Path
 import httpx
 import pytest
 
+from orchestrator.cli import main
+from orchestrator.cluster.ray_nodes import current_by_name, node_token_path
 from orchestrator.doctor.diagnose import diagnose
 from orchestrator.errors import RolloutFailed
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.remote import open_runners
+from orchestrator.serve.validate import validate_app
 from orchestrator.state import StateStore
 from orchestrator.workflows.cluster import UpOptions, down, up
 from orchestrator.workflows.rollout import RolloutOptions
-from orchestrator.workflows.rollout_setup import open_cluster_apis
+from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model, open_cluster_apis
 from tests.fixtures.cluster import RayTestbedCluster
 from tests.fixtures.cluster import testbed_manifest as manifest_text
 from tests.fixtures.serving import ServedTiny
+from tests.integration.test_rollout import BackgroundClient
 from tests.testbed import HostSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
@@ -87,6 +92,7 @@ def gpu_bed(testbed_factory, tiny_model_dir, tmp_path_factory):
     path = state_dir.parent / f"{bed.name}.yaml"
     path.write_text(manifest_text(bed, model_store=Path(tiny_model_dir).parent))
     cluster = RayTestbedCluster(bed=bed, manifest_path=path, state_dir=state_dir)
+    cluster.up_log = []  # type: ignore[attr-defined]  # what every `orch up` of the module said
     yield cluster
     down(cluster.manifest, cluster.deps())
     bed.close()
@@ -101,13 +107,40 @@ def _served(cluster: RayTestbedCluster, path: Path, model_path: Path, api_key: s
 def spanning(gpu_bed, tiny_model_dir):
     """`orch up` (the bed's manifest) then `orch rollout --tp 2`: the module's one healthy app."""
     cluster = gpu_bed
-    up_log: list[str] = []
+    up_log: list[str] = cluster.up_log
     cluster.ups.append(up(cluster.manifest, cluster.deps(up_log.append), UpOptions(timeout=240)))
     served = _served(cluster, cluster.manifest_path, Path(tiny_model_dir))
     t0 = time.monotonic()
     served.first = served.rollout(tp=2)
     served.log.append(f"spanning rollout took {time.monotonic() - t0:.0f} s")
     return Spanning(served, up_log)
+
+
+def test_one_host_with_two_gpus_runs_tp2_on_the_same_path(testbed_factory, tiny_model_dir, tmp_path):
+    """One test host describing 2 H100s: the automatic plan would use TP 1; --tp 2 stays inside the
+    node (STRICT_PACK, no warning) and both workers run on that host. Its own small bed, made and
+    torn down before the module's 2-host bed exists (2 cores, memory)."""
+    bed = testbed_factory.make([HostSpec("2xH100-80GB", vllm_gpu=True)])
+    cluster = None
+    try:
+        path = tmp_path / "one-host.yaml"
+        path.write_text(manifest_text(bed, model_store=Path(tiny_model_dir).parent))
+        cluster = RayTestbedCluster(bed=bed, manifest_path=path, state_dir=tmp_path / "state")
+        cluster.ensure_up()
+        served = _served(cluster, path, Path(tiny_model_dir))
+        first = served.rollout(tp=2)
+        llm = first.config["args"]["llm_configs"][0]
+        assert llm["placement_group_config"] == {"strategy": "STRICT_PACK", "bundles": [{"GPU": 1}, {"GPU": 1}]}
+        assert not any(str(r).startswith("warning:") for r in first.plan["reasons"] + first.plan["notes"])
+        resp = _complete(served.endpoint, served.api_key)
+        assert resp.status_code == 200, resp.text[:500]
+        assert "-tp2-" in resp.json().get("system_fingerprint", "")
+        ps = bed.ns_exec(bed.hosts[0], ["ps", "-ww", "-eo", "pid=,args="]).stdout
+        assert sum(WORKER_MARK in line for line in ps.splitlines()) == 2
+    finally:
+        if cluster is not None:
+            down(cluster.manifest, cluster.deps())
+        bed.close()
 
 
 def test_wrong_interface_fails_in_time_and_leaves_nothing_half_deployed(gpu_bed, tiny_model_dir):
@@ -122,7 +155,7 @@ def test_wrong_interface_fails_in_time_and_leaves_nothing_half_deployed(gpu_bed,
     bad_path.write_text(manifest_text(cluster.bed, model_store=Path(tiny_model_dir).parent,
                                          node_overrides={h.name: nic for h in cluster.bed.hosts}))  # fmt: skip
     bad_manifest = load_manifest_file(bad_path)
-    up(bad_manifest, cluster.deps(), UpOptions(timeout=240))
+    up(bad_manifest, cluster.deps(cluster.up_log.append), UpOptions(timeout=240))
     bad = _served(cluster, bad_path, Path(tiny_model_dir))
     timeout_s = 420.0
     t0 = time.monotonic()
@@ -143,6 +176,58 @@ def test_wrong_interface_fails_in_time_and_leaves_nothing_half_deployed(gpu_bed,
     found = [f for f in report.findings if f.code == "COLLECTIVE_PEER_LOOPBACK"]
     assert found, [f.to_dict() for f in report.findings]
     assert any("remote=[127.0.0.1]" in f.evidence for f in found), [f.evidence for f in found]
+
+
+# Runs on the head with the cluster's environment: create the placement group Serve LLM would
+# create for the rendered config, read it back through Ray's state API, remove it.
+PG_STATE_DRIVER = r"""
+import json, sys, ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.state import get_placement_group
+spec = json.loads(sys.argv[1])
+ray.init(address=spec["address"], logging_level="ERROR", log_to_driver=False)
+pg = placement_group(spec["bundles"], strategy=spec["strategy"])
+ok = pg.wait(timeout_seconds=120)
+state = get_placement_group(pg.id.hex(), detail=True, address=spec["address"]) if ok else None
+remove_placement_group(pg)
+bundles = [{"index": b["bundle_id"] if "bundle_id" in b else i, "node_id": b.get("node_id")}
+           for i, b in enumerate((state or {}).get("bundles") or [])] if state else []
+print(json.dumps({"ready": ok, "state": (state or {}).get("state"), "bundles": bundles}))
+"""
+
+
+def test_pp2_placement_lands_on_the_pinned_nodes(gpu_bed, tiny_model_dir):
+    """PP=2 x TP=1 across the two hosts, placement only: vLLM 0.32's CPU backend cannot run
+    pipeline parallelism through Ray (docs/rollout.md). The rendered config passes LLMConfig; the
+    placement group Serve LLM would create for it lands, as Ray's state API reports it, with
+    stage i's bundle on the node the plan pinned stage i to."""
+    from ray.llm._internal.serve.core.server.llm_server import LLMServer
+    from ray.serve.llm import LLMConfig
+
+    cluster = gpu_bed
+    # The module's own manifest again (the wrong-interface test changed the env): restarts Ray.
+    cluster.ups.append(up(cluster.manifest, cluster.deps(cluster.up_log.append), UpOptions(timeout=240)))
+    manifest = cluster.manifest
+    with cluster.dashboard() as dash:
+        nodes = dash.nodes_with_usage()
+    request = RolloutRequest(model=str(tiny_model_dir), served_name="tiny", tp=1, pp=2, replicas=1, max_model_len=2048)
+    desired = desired_for_model(manifest, request)(nodes, None)
+    stages = desired.rendered.stage_nodes
+    assert stages is not None and sorted(stages) == ["host0", "host1"]
+    validate_app(desired.rendered.app)
+    options = LLMServer.get_deployment_options(LLMConfig.model_validate(desired.rendered.llm_config))
+    ids = {name: s.node_id for name, s in current_by_name(nodes).items()}
+    with open_runners(manifest, cluster.bed.known_hosts, nodes=[manifest.head.name]) as runners:
+        head = runners[manifest.head.name]
+        home = head.run(["printenv", "HOME"], timeout=10).stdout.strip() or "/root"
+        spec = {"address": f"{cluster.head_address}:{manifest.ray.port}", "bundles": options["placement_group_bundles"],
+                "strategy": options["placement_group_strategy"]}  # fmt: skip
+        env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": node_token_path(manifest.name, home)}
+        res = head.run([manifest.head.python_bin(manifest), "-c", PG_STATE_DRIVER, json.dumps(spec)], timeout=240, env=env)
+    assert res.ok, res.stderr[-2000:]
+    placed = json.loads(res.stdout.strip().splitlines()[-1])
+    assert placed["ready"] is True and placed["state"] == "CREATED", placed
+    assert [b["node_id"] for b in placed["bundles"]] == [ids[stages[0]], ids[stages[1]]], (placed, ids, stages)
 
 
 def _complete(endpoint: str, key: str | None) -> httpx.Response:
@@ -189,3 +274,71 @@ def test_tensor_parallel_traffic_uses_the_chosen_interface(spanning):
     # ib0 really is cut: something tried it and was dropped, or nothing used it at all; the
     # serving path works either way because it never needs it.
     assert _complete(spanning.served.endpoint, spanning.served.api_key).status_code == 200
+
+
+def test_status_shows_each_worker_and_its_node(spanning, monkeypatch, capsys):
+    served = spanning.served
+    monkeypatch.setenv("ORCH_API_KEY", served.api_key)
+    capsys.readouterr()
+    assert main(spanning.cluster.cli("status", served.manifest_path, "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    replicas = [r for d in report["serving"]["deployments"] for r in d["replicas"]]
+    workers = [w for r in replicas for w in r["workers"]]
+    assert sorted(w["rank"] for w in workers) == ["TP0", "TP1"], workers
+    assert sorted(w["node"] for w in workers) == ["host0", "host1"] and {w["state"] for w in workers} == {"ALIVE"}
+    pids = spanning.workers()
+    assert {w["node"]: [w["pid"]] for w in workers} == pids
+    assert main(spanning.cluster.cli("status", served.manifest_path)) == 0
+    text = capsys.readouterr().out
+    assert "engine workers" in text and "TP1" in text
+
+
+DEAD_WITHIN_S = 30.0
+
+
+def test_node_loss_while_serving_shows_dead_then_up_and_serve_restore_it(spanning, monkeypatch, capsys):
+    """The raylet of the host carrying the second TP worker is killed while requests flow. It
+    disrupts only this module's application, so it runs last in this file (not among the
+    session's ``disrupts_serving`` tests, which would rebuild this module's bed later)."""
+    served, cluster = spanning.served, spanning.cluster
+    monkeypatch.setenv("ORCH_API_KEY", served.api_key)
+    workers = spanning.workers()
+    victim = next(name for name, pids in workers.items() if pids and name != served.manifest.head.name)
+    with BackgroundClient(served) as client:
+        killed_at = time.monotonic()
+        cluster.bed.ns_exec(victim, ["kill", "-KILL", str(cluster.raylet_pid(victim))])
+
+        def seen_dead():
+            capsys.readouterr()
+            main(cluster.cli("status", served.manifest_path, "--json"))
+            report = json.loads(capsys.readouterr().out)
+            node = {n["name"]: n["ray_state"] for n in report["nodes"]}[victim]
+            problems = [p for p in report["serving"]["problems"] if p["severity"] == "fail"]
+            return report if node == "DEAD" and problems else None
+
+        report = cluster.wait_for(seen_dead, timeout=DEAD_WITHIN_S, interval=1.0)
+        dead_after = time.monotonic() - killed_at
+        assert report is not None, f"{victim} not DEAD with a serving problem within {DEAD_WITHIN_S:g} s"
+        assert dead_after <= DEAD_WITHIN_S + 10
+        codes = {p["code"] for p in report["serving"]["problems"]}
+        assert codes & {"REPLICA_UNHEALTHY", "NODE_HEARTBEAT_LOST"}, report["serving"]["problems"]
+
+        healed = up(served.manifest, cluster.deps(), UpOptions(timeout=240))
+        assert healed.action == "heal" and healed.started == [victim]
+
+        def answers():
+            try:
+                return _complete(served.endpoint, served.api_key).status_code == 200 or None
+            except httpx.HTTPError:
+                return None
+
+        restored_by = "serve"
+        if not cluster.wait_for(answers, timeout=420, interval=5.0):
+            restored_by = "orch rollout"
+            served.rollout(tp=2)
+        recovered_after = time.monotonic() - killed_at
+    print(f"node loss: DEAD in status after {dead_after:.0f} s; answering again after {recovered_after:.0f} s "
+          f"(restored by {restored_by}); background requests ok={client.ok} failed={client.fail}")
+    assert _complete(served.endpoint, served.api_key).status_code == 200
+    after = spanning.workers()
+    assert sorted(len(p) for p in after.values()) == [1, 1], after
