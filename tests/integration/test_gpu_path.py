@@ -178,22 +178,32 @@ def test_wrong_interface_fails_in_time_and_leaves_nothing_half_deployed(gpu_bed,
     assert any("remote=[127.0.0.1]" in f.evidence for f in found), [f.evidence for f in found]
 
 
-# Runs on the head with the cluster's environment: create the placement group Serve LLM would
-# create for the rendered config, read it back through Ray's state API, remove it.
-PG_STATE_DRIVER = r"""
+# Runs on the head with the cluster's environment: create (``create``) the placement group Serve
+# LLM would create for the rendered config, detached and named so that it outlives the driver, or
+# remove it (``remove``). The test reads it in between through Ray's state API.
+PG_DRIVER = r"""
 import json, sys, ray
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.state import get_placement_group
+from ray.util.placement_group import get_placement_group, placement_group, remove_placement_group
 spec = json.loads(sys.argv[1])
 ray.init(address=spec["address"], logging_level="ERROR", log_to_driver=False)
-pg = placement_group(spec["bundles"], strategy=spec["strategy"])
-ok = pg.wait(timeout_seconds=120)
-state = get_placement_group(pg.id.hex(), detail=True, address=spec["address"]) if ok else None
-remove_placement_group(pg)
-bundles = [{"index": b["bundle_id"] if "bundle_id" in b else i, "node_id": b.get("node_id")}
-           for i, b in enumerate((state or {}).get("bundles") or [])] if state else []
-print(json.dumps({"ready": ok, "state": (state or {}).get("state"), "bundles": bundles}))
+if spec["op"] == "create":
+    pg = placement_group(spec["bundles"], strategy=spec["strategy"], name=spec["name"], lifetime="detached")
+    print(json.dumps({"ready": pg.wait(timeout_seconds=120), "id": pg.id.hex()}))
+else:
+    remove_placement_group(get_placement_group(spec["name"]))
+    print(json.dumps({"removed": spec["name"]}))
 """
+PG_NAME = "orch-test-pp2-placement"
+
+
+def _bundle_nodes(payload: dict, pg_id: str) -> list[str | None]:
+    """Node id of each bundle (in bundle index order) of one placement group, from
+    ``GET /api/v0/placement_groups?detail=true``."""
+    rows = payload["data"]["result"]["result"]
+    row = next(r for r in rows if r["placement_group_id"] == pg_id)
+    bundles = row["bundles"]
+    ordered = sorted(enumerate(bundles), key=lambda ib: int((ib[1].get("bundle_id") or {}).get("bundle_index", ib[0])))
+    return [b.get("node_id") for _, b in ordered]
 
 
 def test_pp2_placement_lands_on_the_pinned_nodes(gpu_bed, tiny_model_dir):
@@ -220,14 +230,24 @@ def test_pp2_placement_lands_on_the_pinned_nodes(gpu_bed, tiny_model_dir):
     with open_runners(manifest, cluster.bed.known_hosts, nodes=[manifest.head.name]) as runners:
         head = runners[manifest.head.name]
         home = head.run(["printenv", "HOME"], timeout=10).stdout.strip() or "/root"
-        spec = {"address": f"{cluster.head_address}:{manifest.ray.port}", "bundles": options["placement_group_bundles"],
-                "strategy": options["placement_group_strategy"]}  # fmt: skip
         env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": node_token_path(manifest.name, home)}
-        res = head.run([manifest.head.python_bin(manifest), "-c", PG_STATE_DRIVER, json.dumps(spec)], timeout=240, env=env)
-    assert res.ok, res.stderr[-2000:]
-    placed = json.loads(res.stdout.strip().splitlines()[-1])
-    assert placed["ready"] is True and placed["state"] == "CREATED", placed
-    assert [b["node_id"] for b in placed["bundles"]] == [ids[stages[0]], ids[stages[1]]], (placed, ids, stages)
+        spec = {"address": f"{cluster.head_address}:{manifest.ray.port}", "bundles": options["placement_group_bundles"],
+                "strategy": options["placement_group_strategy"], "name": PG_NAME}  # fmt: skip
+
+        def driver(op: str) -> dict:
+            argv = [manifest.head.python_bin(manifest), "-c", PG_DRIVER, json.dumps({**spec, "op": op})]
+            res = head.run(argv, timeout=240, env=env)
+            assert res.ok, res.stderr[-2000:]
+            return json.loads(res.stdout.strip().splitlines()[-1])
+
+        created = driver("create")
+        try:
+            assert created["ready"] is True, created
+            with cluster.dashboard() as dash:
+                placed = _bundle_nodes(dash.get_json("/api/v0/placement_groups", {"detail": "true", "limit": "10000"}), created["id"])
+        finally:
+            driver("remove")
+    assert placed == [ids[stages[0]], ids[stages[1]]], (placed, ids, stages)
 
 
 def _complete(endpoint: str, key: str | None) -> httpx.Response:
