@@ -185,7 +185,8 @@ PG_DRIVER = r"""
 import json, sys, ray
 from ray.util.placement_group import get_placement_group, placement_group, remove_placement_group
 spec = json.loads(sys.argv[1])
-ray.init(address=spec["address"], logging_level="ERROR", log_to_driver=False)
+# A named placement group lives in its driver's Ray namespace: both drivers use the same one.
+ray.init(address=spec["address"], namespace="orch-test", logging_level="ERROR", log_to_driver=False)
 if spec["op"] == "create":
     pg = placement_group(spec["bundles"], strategy=spec["strategy"], name=spec["name"], lifetime="detached")
     print(json.dumps({"ready": pg.wait(timeout_seconds=120), "id": pg.id.hex()}))
