@@ -344,7 +344,9 @@ def _deployment_view(
         replicas.append(view)
         lost = [w for w in view.workers if w.state != "ALIVE" or (w.node_id and by_id.get(w.node_id) and by_id[w.node_id].ray_state == "DEAD")]
         if lost and not (ref is not None and ref.ray_state == "DEAD"):
-            where = ", ".join(f"{w.rank or '?'} on {w.node or '?'} ({w.state})" for w in lost)
+            where = ", ".join(
+                f"{w.rank or '?'} on {w.node or '?'} ({'node DEAD' if w.state == 'ALIVE' else w.state})" for w in lost
+            )
             problems.append(_problem("fail", REPLICA_UNHEALTHY, r.replica_id,
                                      f"replica {r.replica_id} of {d.name} lost engine workers: {where}",
                                      "Serve restarts the replica on the nodes left; `orch up` heals a dead node"))  # fmt: skip
