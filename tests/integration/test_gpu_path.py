@@ -8,8 +8,9 @@ and orch renders and applies its GPU layout unchanged (``distributed_executor_ba
 `orch rollout --tp 2` (explicit: TP across nodes, with the planner's warning) deploys ONE
 application for the whole module; the tests read it.
 
-The test bed and the served application are made once per module (~3-4 minutes on 2 cores);
-docs/remote-and-testbed.md has the figures.
+The 2-host bed and the served application are made once per module; the one-host TP=2 test
+makes its own 1-host bed first and removes it. The whole module takes about 7-8 minutes on a
+quiet 2-core machine (docs/rollout.md has the figures).
 """
 
 from __future__ import annotations
