@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install test test-unit demo demo-down clean lint bench mutation
+.PHONY: install test test-unit demo demo-down demo-cluster clean lint bench mutation
 
 install: $(STAMP)
 
@@ -38,6 +38,11 @@ test-unit: install
 
 demo: install
 	bash scripts/demo.sh
+
+# The GPU serving path on two test hosts of this machine (root needed): one TP=2 replica spanning
+# both through vLLM's Ray executor (test-bed stand-in for the GPUs); see docs/rollout.md.
+demo-cluster: install
+	bash scripts/demo_cluster.sh
 
 demo-down: install
 	$(BIN)/orch down cluster-templates/local.yaml

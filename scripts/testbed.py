@@ -44,6 +44,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             name=f"node{i}",
             nics=("ib0",) if args.ib0 else (),
             shm_size=args.shm,
+            vllm_gpu=args.vllm_gpu,
         )
         for i in range(args.hosts)
     ]
@@ -101,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--gpus", action="append", help="GPU profile per host, in order (last one repeats)")
     up.add_argument("--ib0", action="store_true", help="give every host an ib0 NIC on a second network")
     up.add_argument("--shm", help="size of each host's /dev/shm, e.g. 1g")
+    up.add_argument("--vllm-gpu", action="store_true",
+                    help="every host's Python carries the vLLM device-key stand-in (vLLM's Ray executor runs on CPU)")
     up.add_argument("--name")
     up.add_argument("--accelerator", choices=["gpu", "cpu"], default="gpu")
     up.add_argument("--json", action="store_true")

@@ -56,6 +56,11 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
     d = result.decision
     for note in getattr(result, "repaired", []):
         out.print(f"repaired: {note}", markup=False)
+    if not dry_run:
+        # The plan's warnings (e.g. an explicit TP that spans nodes) are said on every rollout.
+        for line in [*result.plan.get("reasons", []), *result.plan.get("notes", [])]:
+            if str(line).startswith("warning:"):
+                console(stderr=True).print(line, markup=False, style="yellow")
     if result.action == "noop":
         out.print(f"nothing to do: {d['reason']}")
         return

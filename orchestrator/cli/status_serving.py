@@ -130,6 +130,14 @@ def render_serving(serving: Any) -> Any:
                 table.add_row(d.name if i == 0 else "", status + target if i == 0 else "", r.replica_id,
                               _styled(r.state, REPLICA_STYLE), node, _num(r.pid))  # fmt: skip
         parts.append(table)
+        spanned = [(r, w) for d in serving.deployments for r in d.replicas for w in r.workers]
+        if spanned:
+            workers = Table(title="engine workers (vLLM's Ray executor, one per GPU)", title_justify="left")
+            for col in ("replica", "rank", "node", "pid", "state"):
+                workers.add_column(col, overflow="fold")
+            for r, w in spanned:
+                workers.add_row(r.replica_id, w.rank or "-", w.node or "-", _num(w.pid), _styled(w.state, REPLICA_STYLE))
+            parts.append(workers)
 
     for m in serving.models:
         parts.extend(_model_lines(m))

@@ -247,6 +247,49 @@ def node_address(node: NodeSpec, facts: NodeFacts | None) -> str:
     return node.host
 
 
+@dataclass(frozen=True)
+class CollectiveInterface:
+    """The NIC that NCCL and Gloo use on a node (``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME``),
+    and where the choice came from: ``manifest`` (its ``interface``) or ``derived`` (the probed
+    NIC carrying the node's address). ``name`` None: neither (``reason`` says why)."""
+
+    name: str | None
+    source: str  # "manifest" | "derived" | "none"
+    address: str | None = None
+    reason: str = ""
+
+    def describe(self, node: str) -> str:
+        if self.source == "manifest":
+            return f"{node}: NCCL/Gloo interface {self.name} (the manifest's interface)"
+        if self.source == "derived":
+            return f"{node}: NCCL/Gloo interface {self.name} (carries the node's address {self.address}; the manifest names none)"
+        return f"{node}: NCCL/Gloo interface left unset ({self.reason}); set `interface:` on the node"
+
+
+def collective_interface(manifest: Manifest, node: NodeSpec, facts: NodeFacts | None) -> CollectiveInterface:
+    """Which NIC the node's collectives use. Pure.
+
+    The manifest's ``interface`` when set. Otherwise, on a multi-node cluster, the probed NIC
+    (``ip -j addr``) that carries the node's address: left unset, Gloo and NCCL pick an address
+    from the host name, which often resolves to loopback, and a tensor-parallel group across
+    nodes dies with ``Gloo connectFullMesh failed ... remote=[127.0.0.1]`` (reproduced on the
+    test bed, docs/rollout.md); on CPU clusters `orch up`'s Gloo check meets the same. A single
+    node needs no choice (``source`` none)."""
+    if node.interface:
+        return CollectiveInterface(node.interface, "manifest", node_address(node, facts))
+    if len(manifest.nodes) < 2:
+        return CollectiveInterface(None, "none", reason="single node")
+    if facts is None or not facts.nics:
+        return CollectiveInterface(None, "none", reason="no interfaces were probed on the node")
+    address = node.host.strip("[]")
+    for nic in facts.nics:
+        if nic.name == "lo":
+            continue
+        if any(a.address == address for a in nic.addresses):
+            return CollectiveInterface(nic.name, "derived", address)
+    return CollectiveInterface(None, "none", reason=f"no interface carries the node's address {node.host}")
+
+
 def node_gpus(manifest: Manifest, node: NodeSpec, facts: NodeFacts | None) -> int:
     """GPUs Ray is told about: as probed when nvidia-smi answered, else the manifest's count."""
     if manifest.accelerator == "cpu":
@@ -326,9 +369,10 @@ def network_env(manifest: Manifest, node: NodeSpec, facts: NodeFacts | None) -> 
     win). Part of ``ray_process_env``; the collective check of `orch up`
     runs its job with exactly this, so it proves the network the vLLM workers will use."""
     env: dict[str, str] = {}
-    if node.interface:
-        env["NCCL_SOCKET_IFNAME"] = node.interface
-        env["GLOO_SOCKET_IFNAME"] = node.interface
+    nic = collective_interface(manifest, node, facts).name
+    if nic:
+        env["NCCL_SOCKET_IFNAME"] = nic
+        env["GLOO_SOCKET_IFNAME"] = nic
     env["VLLM_HOST_IP"] = node_address(node, facts)
     env.update(manifest.env)
     env.update(node.env)

@@ -124,6 +124,12 @@ _CODE_INFO: dict[str, tuple[str, str]] = {
         "ranks reached the wrong address or a firewall dropped the connection: pin "
         "NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME to the cluster NIC and open TCP between nodes",
     ),
+    "COLLECTIVE_PEER_LOOPBACK": (
+        "A NCCL/Gloo rank was told to reach its peer at a loopback address",
+        "the peer advertised 127.0.0.1/::1: its NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME is unset (the host "
+        "name resolves to loopback) or names `lo`; orch up sets both to the NIC carrying the node's address "
+        "(or the manifest's `interface`): check the node env in cluster.yaml, then `orch up` and roll out again",
+    ),
     "NODE_IP_MISMATCH": (
         "Node address seen by vLLM/Ray does not match the Ray node address",
         "start every node with `ray start --node-ip-address=<address on the cluster NIC>` and set "
@@ -231,7 +237,20 @@ SIGNATURES: tuple[Signature, ...] = (
         "nccl",
     ),
     # --- NCCL / Gloo: ranks cannot reach each other
-    _sig("COLLECTIVE_CONNECT_FAILED", r"Gloo connectFullMesh failed", ("connectFullMesh",), "nccl"),
+    # A peer at a loopback address: the classic multi-node failure of an unset (or `lo`) socket
+    # interface, reproduced on the test bed (tests/data/logs/COLLECTIVE_PEER_LOOPBACK.log).
+    _sig(
+        "COLLECTIVE_PEER_LOOPBACK",
+        r"(?:Gloo connectFullMesh failed|ERROR failed to connect, willRetry=0).*remote=\[(?:127\.\d+\.\d+\.\d+|::1)\]",
+        ("connectFullMesh", "willRetry=0"),
+        "nccl",
+    ),
+    _sig(
+        "COLLECTIVE_CONNECT_FAILED",
+        r"Gloo connectFullMesh failed(?!.*remote=\[(?:127\.\d+\.\d+\.\d+|::1)\])",
+        ("connectFullMesh",),
+        "nccl",
+    ),
     _sig(
         "COLLECTIVE_CONNECT_FAILED",
         r"WARN socketStartConnect: Connect to \S+ failed",

@@ -196,11 +196,6 @@ def _check_forced(spec: ModelSpec, shape: ClusterShape, tp: int | None, pp: int 
         problem = tp_problem(spec, tp)
         if problem:
             raise PlanError(problem, hint="choose a TP size that divides the attention heads, or leave --tp out")
-        if not shape.is_cpu and tp > shape.gpus_per_node:
-            raise PlanError(
-                f"TP={tp} exceeds the {shape.gpus_per_node} GPUs per node; tensor parallelism stays inside a node",
-                hint=f"use --tp {shape.gpus_per_node} with --pp to span nodes",
-            )
     if pp is not None and pp > spec.layers:
         raise PlanError(f"PP={pp} exceeds the model's {spec.layers} layers")
     total = shape.total_gpus
@@ -412,6 +407,13 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
 
 def _forced(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reasons: list[str]) -> Candidate:
     ev = lambda tp, pp: evaluate(spec, shape, options, tp, pp)  # noqa: E731
+    if options.tp is not None and options.tp > shape.gpus_per_node:
+        # Asked for explicitly (the automatic choice never does this): allowed, with a warning.
+        reasons.append(
+            f"warning: forced TP={options.tp} exceeds the {shape.gpus_per_node} GPU(s) per node, so one tensor-parallel "
+            f"group spans {math.ceil(options.tp / shape.gpus_per_node)} nodes and every layer's all-reduce crosses the "
+            f"network; --tp {shape.gpus_per_node} with --pp keeps TP inside a node"
+        )
     if options.tp is not None and options.pp is not None:
         cand = ev(options.tp, options.pp)
         reasons.append(f"forced TP={options.tp} PP={options.pp}: {cand.summary()}")

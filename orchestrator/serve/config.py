@@ -69,10 +69,16 @@ class ServingPlan:
     max_concurrency: float | None = None
     kv_cache_gib: float | None = None
     reasons: tuple[str, ...] = ()
+    gpus_per_node: int | None = None  # of the planned cluster shape; None: unknown
 
     @property
     def workers(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def tp_spans_nodes(self) -> bool:
+        """A tensor-parallel group larger than a node (only when asked for explicitly)."""
+        return bool(self.gpus_per_node) and self.tp > int(self.gpus_per_node or 0)
 
     @classmethod
     def from_parallel_plan(cls, plan: Any, **overrides: Any) -> ServingPlan:
@@ -94,6 +100,7 @@ class ServingPlan:
             "max_concurrency": get("max_concurrency"),
             "kv_cache_gib": get("kv_cache_gib_per_gpu", get("kv_cache_gib")),
             "reasons": tuple(str(r) for r in (get("reasons") or ())),
+            "gpus_per_node": int(get("gpus_per_node", 0) or 0) or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -262,7 +269,9 @@ def placement(
         # Serve LLM forces vLLM's mp executor on CPU: the whole replica lives on one node.
         return [{"CPU": cpus_per_cpu_worker} for _ in range(plan.workers)], "STRICT_PACK"
     if plan.pp <= 1:
-        return [{"GPU": 1} for _ in range(plan.tp)], "STRICT_PACK"
+        # TP inside a node: STRICT_PACK. An explicit TP larger than a node (planner warning):
+        # PACK fills a node before it spills onto the next, so the group spans as few as it can.
+        return [{"GPU": 1} for _ in range(plan.tp)], "PACK" if plan.tp_spans_nodes else "STRICT_PACK"
     if not stage_nodes:
         # Replicas > 1: no per-replica pins exist; PACK fills one node before the next.
         return [{"GPU": 1} for _ in range(plan.workers)], "PACK"
@@ -278,6 +287,10 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
     """runtime_env env_vars: the cluster env, NCCL/Gloo interfaces when uniform, CPU KV space."""
     env: dict[str, str] = dict(DIRECT_STREAMING_ENV)
     nodes = list(getattr(manifest, "nodes", []) or [])
+    if getattr(manifest, "accelerator", "gpu") != "cpu":
+        ray_address = cluster_ray_address(manifest)
+        if ray_address:
+            env["RAY_ADDRESS"] = ray_address
     interfaces = {getattr(n, "interface", None) for n in nodes}
     # Per-node values (different NIC names, VLLM_HOST_IP) live in each node's Ray process env
     # (orch up); a runtime_env value would override them on every node alike.
@@ -304,6 +317,25 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
             env["OMP_NUM_THREADS"] = str(max(1, int(node_cores) - 1))
     env.update({str(k): str(v) for k, v in (getattr(manifest, "env", None) or {}).items()})
     return env
+
+
+def cluster_ray_address(manifest: Any) -> str | None:
+    """The head's GCS address (``host:port``) for the GPU layout's runtime env.
+
+    vLLM's Ray executor runs in the EngineCore process that the replica spawns, and that
+    process calls ``ray.init()`` itself. Without ``RAY_ADDRESS`` Ray looks for the cluster under
+    its default temp dir; orch starts Ray with the manifest's ``ray.temp_dir``, so it finds none
+    and starts a second, private Ray that never gets the placement group (measured on the test
+    bed, docs/rollout.md)."""
+    head = getattr(manifest, "head", None)
+    ray = getattr(manifest, "ray", None)
+    host = getattr(head, "host", None)
+    port = getattr(ray, "port", None)
+    if not host or not port:
+        return None
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
 
 
 def max_ongoing(plan: ServingPlan, defaults: ServeDefaults) -> int:
@@ -394,6 +426,11 @@ def render_app(
     except yaml.YAMLError as exc:  # every value goes through tojson: this is a bug, said as one
         raise ServeConfigError(f"the rendered Serve config is not valid YAML: {exc}", hint="report it with --debug output") from exc
     notes = []
+    if accelerator != "cpu" and plan.tp_spans_nodes:
+        notes.append(
+            f"warning: tensor parallel {plan.tp} spans nodes of {plan.gpus_per_node} GPU(s): every layer's all-reduce "
+            "crosses the network between them (placement PACK); the automatic plan keeps TP inside a node"
+        )
     if stage_nodes:
         notes.append("pipeline stages pinned to nodes: " + ", ".join(f"stage {i}: {n}" for i, n in enumerate(stage_nodes)))
     elif accelerator != "cpu" and plan.pp > 1:

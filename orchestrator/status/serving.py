@@ -74,6 +74,20 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class WorkerView:
+    """One engine worker of a replica (``status.workers.EngineWorker``) with its manifest node."""
+
+    rank: str | None
+    node: str | None  # manifest node name (else the Ray node id)
+    node_id: str | None
+    pid: int | None
+    state: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
 class ReplicaView:
     replica_id: str
     deployment: str
@@ -85,9 +99,11 @@ class ReplicaView:
     worker_id: str | None = None
     capacity: KvCapacity | None = None
     log_error: str | None = None  # why its engine log could not be read
+    workers: tuple[WorkerView, ...] = ()  # the engine's Ray worker actors (GPU layout), rank order
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "workers": [w.to_dict() for w in self.workers],
             "replica_id": self.replica_id,
             "deployment": self.deployment,
             "state": self.state,
@@ -277,10 +293,23 @@ def _app_problems(app: Any) -> list[Problem]:
                      f"application {app.name} is {app.status}{_with(app.message)}", advice)]  # fmt: skip
 
 
+def _worker_views(workers: Sequence[Any], by_id: Mapping[str, NodeRef]) -> tuple[WorkerView, ...]:
+    out = []
+    for w in workers:
+        ref = by_id.get(w.node_id) if w.node_id else None
+        out.append(WorkerView(w.rank, ref.name if ref else w.node_id, w.node_id, w.pid, w.state))
+    return tuple(out)
+
+
 def _deployment_view(
-    d: Any, by_id: Mapping[str, NodeRef], engine_logs: Mapping[str, Sequence[str]], log_errors: Mapping[str, str]
+    d: Any,
+    by_id: Mapping[str, NodeRef],
+    engine_logs: Mapping[str, Sequence[str]],
+    log_errors: Mapping[str, str],
+    workers: Mapping[str, Sequence[Any]] | None = None,
 ) -> tuple[DeploymentView, list[Problem]]:
-    """A deployment with its replicas (node names, capacity from their logs) and its problems."""
+    """A deployment with its replicas (node names, capacity from their logs, engine workers and
+    their nodes) and its problems."""
     replicas, problems = [], []
     for r in d.replicas:
         ref = by_id.get(r.node_id)
@@ -289,8 +318,17 @@ def _deployment_view(
             replica_id=r.replica_id, deployment=d.name, state=r.state, node=ref.name if ref else r.node_ip,
             node_id=r.node_id, node_state=ref.ray_state if ref else None, pid=r.pid, worker_id=r.worker_id,
             capacity=parse_kv_capacity(lines) if lines is not None else None, log_error=log_errors.get(r.replica_id),
+            workers=_worker_views((workers or {}).get(r.replica_id, ()), by_id),
         )  # fmt: skip
         replicas.append(view)
+        lost = [w for w in view.workers if w.state != "ALIVE" or (w.node_id and by_id.get(w.node_id) and by_id[w.node_id].ray_state == "DEAD")]
+        if lost and not (ref is not None and ref.ray_state == "DEAD"):
+            where = ", ".join(
+                f"{w.rank or '?'} on {w.node or '?'} ({'node DEAD' if w.state == 'ALIVE' else w.state})" for w in lost
+            )
+            problems.append(_problem("fail", REPLICA_UNHEALTHY, r.replica_id,
+                                     f"replica {r.replica_id} of {d.name} lost engine workers: {where}",
+                                     "Serve restarts the replica on the nodes left; `orch up` heals a dead node"))  # fmt: skip
         if ref is not None and ref.ray_state == "DEAD":
             problems.append(_problem("fail", NODE_HEARTBEAT_LOST, r.replica_id,
                                      f"replica {r.replica_id} of {d.name} sits on node {ref.name}, which is DEAD",
@@ -343,12 +381,14 @@ def build_serving_status(
     metrics_error: str | None = None,
     pending: Sequence[tuple[int, str | None]] = (),
     rollout_holder: str | None = None,
+    engine_workers: Mapping[str, Sequence[Any]] | None = None,
 ) -> ServingStatus:
     """Join the inputs (see the module doc). ``serve``: a ``serve_client.ServeStatus`` (None when
     the dashboard could not be read; ``serve_error`` = (message, hint) then). ``engine_logs``:
     replica id -> the engine lines read from its worker log; ``log_errors``: replica id -> why not.
     ``pending``: (number, step reached) of revisions recorded as pending; ``rollout_holder``: who
-    holds the cluster's lock (a rollout in flight), None when nobody does."""
+    holds the cluster's lock (a rollout in flight), None when nobody does.
+    ``engine_workers``: replica id -> its engine's Ray worker actors (``status.workers``)."""
     engine_logs = engine_logs or {}
     log_errors = log_errors or {}
     problems: list[Problem] = _node_problems(nodes)
@@ -376,7 +416,7 @@ def build_serving_status(
     if app is not None:
         problems.extend(_app_problems(app))
         for d in app.deployments:
-            view, found = _deployment_view(d, by_id, engine_logs, log_errors)
+            view, found = _deployment_view(d, by_id, engine_logs, log_errors, engine_workers)
             deployments.append(view)
             problems.extend(found)
     if not model_ids:

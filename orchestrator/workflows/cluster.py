@@ -32,6 +32,7 @@ from orchestrator.cluster.ray_nodes import (
     GCS_WAIT_ENV,
     WORKER_GCS_WAIT_S,
     NodeState,
+    collective_interface,
     current_by_name,
     haproxy_dir,
     haproxy_enabled,
@@ -408,6 +409,10 @@ def _carry_out(
     with deps.open_dashboard(runners[head.name], manifest.ray.dashboard_port, token) as dash:
         where = f" (head {head.name} at {head_address}:{manifest.ray.port})" if head.name in plan.start else ""
         deps.progress(f"starting Ray on {', '.join(plan.start)}{where}")
+        for name in plan.start:
+            nic = collective_interface(manifest, manifest.node(name), facts.get(name))
+            if nic.source == "derived" or (nic.source == "none" and manifest.accelerator != "cpu" and len(manifest.nodes) > 1):
+                deps.progress(nic.describe(name))
         outcomes = fan_out([runners[n] for n in plan.start], bring_up)
         _raise_outcome_errors(outcomes, "bringing Ray up")
         failed = {o.node: o.value for o in outcomes if o.value is not None}

@@ -33,6 +33,7 @@ from typing import Any
 from orchestrator import cluster_lock
 from orchestrator.bench import prometheus as prom
 from orchestrator.bench.target import parse_discovery
+from orchestrator.cluster.ray_nodes import DashboardFormatError
 from orchestrator.doctor.diagnose import node_temp_dirs
 from orchestrator.doctor.logscan import ScanLimits, ScanParseError, parse_scan, scan_argv
 from orchestrator.errors import OrchError, RemoteError
@@ -51,6 +52,14 @@ from orchestrator.status.serving import (
     model_of_deployment,
     pick_app,
     revision_app,
+)
+from orchestrator.status.workers import (
+    ACTORS_PARAMS,
+    ACTORS_PATH,
+    ActorRecord,
+    EngineWorker,
+    engine_workers,
+    parse_actors,
 )
 from orchestrator.workflows.calibration import save_calibration
 
@@ -145,6 +154,8 @@ def gather_serving(
     metrics_now = metrics_before = None
     window = None
     metrics_error = None
+    actors: list[ActorRecord] = []
+    workers: dict[str, list[EngineWorker]] = {}
     with deps.open_runners(manifest) as runners:
         head = runners.get(manifest.head.name)
         try:
@@ -152,10 +163,12 @@ def gather_serving(
                 raise OrchError(f"no runner for the head {manifest.head.name}")
             with deps.open_serve(head, manifest.ray.dashboard_port, token) as client:
                 serve = client.status()
+                actors = _actors(client, manifest)
         except (OrchError, RemoteError) as exc:
             serve_error = (f"cannot read Serve's status from the head's dashboard: {exc.message}", exc.hint)
         app = pick_app(serve, app_name) if serve is not None else None
         engines = _engine_replicas(app, model_ids) if app is not None else []
+        workers = {r.replica_id: engine_workers(r.actor_name, actors) for r in engines}
         by_id = {n.node_id: n for n in nodes if n.node_id}
         for rep in engines:
             lines, err = _engine_log(manifest, runners, by_id.get(rep.node_id), rep, deps)
@@ -182,7 +195,7 @@ def gather_serving(
         serve, revision=revision, probe=probe, engine_logs=engine_logs, log_errors=log_errors,
         metrics_now=metrics_now, metrics_before=metrics_before, window_s=window, nodes=nodes,
         endpoint=endpoint, serve_error=serve_error, metrics_error=metrics_error,
-        pending=pending, rollout_holder=holder.describe() if holder else None,
+        pending=pending, rollout_holder=holder.describe() if holder else None, engine_workers=workers,
     )  # fmt: skip
     return replace(report, calibration=_calibrate(deps.state, name, revision, engine_logs))
 
@@ -201,6 +214,17 @@ def _calibrate(state: StateStore, cluster: str, revision: Any, engine_logs: Mapp
     record["revision"] = revision.number
     save_calibration(state, cluster, record)
     return record
+
+
+def _actors(client: Any, manifest: Manifest) -> list[ActorRecord]:
+    """Ray's actor list (where each engine worker runs) on GPU clusters; the CPU layout's mp
+    executor has no worker actors. A failure leaves the workers out, never the rest."""
+    if manifest.accelerator == "cpu":
+        return []
+    try:
+        return parse_actors(client.get_json(ACTORS_PATH, ACTORS_PARAMS))
+    except (OrchError, DashboardFormatError):
+        return []
 
 
 def _engine_replicas(app: Any, model_ids: list[str]) -> list[Any]:

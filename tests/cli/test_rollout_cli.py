@@ -99,3 +99,12 @@ def test_an_engine_arg_may_not_override_what_the_plan_sized(capsys):
     rc = main(["rollout", "--model", "llama3-405b", "--model-path", "/m", str(M405), "--dry-run", "--engine-arg", "max_num_seqs=4096"])
     err = capsys.readouterr().err
     assert rc == 2 and "--engine-arg max_num_seqs sizes the engine's memory" in err and "--max-num-seqs" in err
+def test_explicit_tp_across_nodes_is_planned_with_a_warning(capsys):
+    """Two nodes of 8 GPUs, --tp 16: one tensor-parallel group over both nodes, allowed on request."""
+    rc = main(["rollout", "--model", "llama3-70b", "--model-path", "/m", "--tp", "16", "--max-model-len", "8192", str(M405), "--dry-run"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    text = " ".join(out.out.split())  # rich wraps long lines
+    assert "warning: forced TP=16 exceeds the 8 GPU(s) per node, so one tensor-parallel group spans 2 nodes" in text
+    assert "warning: tensor parallel 16 spans nodes of 8 GPU(s)" in text
+    assert "strategy: PACK" in text and "TP=16 PP=1" in text

@@ -30,6 +30,7 @@ from tests.testbed import gpus, network, sshd
 from tests.testbed.runs import BASE_DIR, kill_host, proc_start_time, remove_network
 
 HOSTINIT = Path(__file__).with_name("hostinit.py")
+VLLM_GPU_STANDIN = Path(__file__).with_name("vllm_gpu_standin")
 HOST_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 
@@ -42,7 +43,10 @@ class HostSpec:
     ``versions``: distribution -> version really installed for this host (``pip install
     --no-deps --target``, cached under ~/.cache/orch/testbed) and put first on its PYTHONPATH:
     ``import ray`` and ``importlib.metadata`` both give that version there.
-    ``expected_gpus``: the node's ``gpus`` in ``manifest_yaml`` (default: what it has, min 1)."""
+    ``expected_gpus``: the node's ``gpus`` in ``manifest_yaml`` (default: what it has, min 1).
+    ``vllm_gpu``: every Python process of the host carries the vLLM device-key stand-in
+    (``tests/testbed/vllm_gpu_standin/sitecustomize.py``): vLLM's CPU build then runs the Ray
+    executor, the GPU layout of `orch rollout`, over the host's described (logical) GPUs."""
 
     gpus: str = "8xH100-80GB"
     name: str | None = None
@@ -52,6 +56,7 @@ class HostSpec:
     versions: Mapping[str, str] = field(default_factory=dict)
     ssh_port: int = 22
     expected_gpus: int | None = None
+    vllm_gpu: bool = False
 
 
 @dataclass
@@ -201,7 +206,8 @@ class Testbed:
         gpus.install(h.profile, h.bin_dir, f"{self.run_id}/{h.name}")
         installed = [str(real_install(dist, version)) for dist, version in h.spec.versions.items()]
         sshd.keygen(h.host_key, f"orchtb-{self.run_id}-{h.name}")
-        pythonpath = list(h.spec.pythonpath) + installed
+        standin = [str(VLLM_GPU_STANDIN)] if h.spec.vllm_gpu else []
+        pythonpath = standin + list(h.spec.pythonpath) + installed
         h.sshd_config.write_text(
             sshd.render_config(
                 host_dir=h.dir,
@@ -292,6 +298,13 @@ class Testbed:
     def drop_all(self, host: TestHost | str) -> None:
         """Drop every packet to and from the host on eth0/ib0: it is as if unplugged."""
         network.drop_all(self._h(host).netns)
+
+    def drop_interface(self, host: TestHost | str, ifname: str) -> None:
+        """Drop every packet on one interface of the host (``ib0``); the others keep working."""
+        network.drop_interface(self._h(host).netns, ifname)
+
+    def dropped_packets(self, host: TestHost | str, ifname: str) -> int:
+        return network.dropped_packets(self._h(host).netns, ifname)
 
     def clear_faults(self, host: TestHost | str) -> None:
         network.clear_faults(self._h(host).netns)

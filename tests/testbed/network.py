@@ -223,5 +223,28 @@ def drop_all(ns: str) -> None:
         _nft(ns, "add", "rule", "inet", _TABLE, chain, direction, "!=", "lo", "drop")
 
 
+def drop_interface(ns: str, ifname: str) -> None:
+    """Drop every packet into and out of one of the host's interfaces (``ib0``): that network is
+    as if cut while the others keep working."""
+    _ensure_table(ns)
+    for chain, direction in (("in", "iifname"), ("out", "oifname")):
+        _nft(ns, "add", "rule", "inet", _TABLE, chain, direction, ifname, "counter", "drop")
+
+
+def dropped_packets(ns: str, ifname: str) -> int:
+    """Packets the ``drop_interface`` rules of ``ifname`` dropped so far (in + out)."""
+    out = sh(["ip", "netns", "exec", ns, "nft", "-j", "list", "table", "inet", _TABLE], check=False).stdout or "{}"
+    total = 0
+    for item in json.loads(out).get("nftables", []):
+        rule = item.get("rule")
+        if not rule:
+            continue
+        exprs = rule.get("expr", [])
+        names = [e["match"]["right"] for e in exprs if "match" in e and isinstance(e["match"].get("right"), str)]
+        if ifname in names:
+            total += sum(e["counter"]["packets"] for e in exprs if "counter" in e)
+    return total
+
+
 def clear_faults(ns: str) -> None:
     sh(["ip", "netns", "exec", ns, "nft", "delete", "table", "inet", _TABLE], check=False)

@@ -288,7 +288,7 @@ def test_replicas_count_whole_groups():
     ("opts", "needle"),
     [
         (dict(tp=3), "does not divide the 64 attention heads"),
-        (dict(tp=16), "exceeds the 8 GPUs per node"),
+        (dict(tp=16), "the cluster has 8"),
         (dict(tp=8, pp=2), "cluster has 8"),
         (dict(tp=1, pp=1), "does not fit"),
         (dict(max_model_len=200_000), "exceeds the model's 131,072 positions"),
@@ -369,3 +369,14 @@ def test_the_plan_says_which_interconnect_it_assumed():
     assert make_shape(gpu_type_name="H100-80GB", gpus_per_node=8, nodes=1, nvlink=False).interconnect_assumption() is None
     plan = plan_model(CATALOG["llama3-70b"], unknown, PlanOptions(max_model_len=8192))
     assert any("interconnect of 80GiB-GPU is unknown" in r for r in plan.reasons)
+def test_explicit_tp_beyond_a_node_is_allowed_with_a_warning():
+    """The automatic choice keeps TP inside a node; a user (or test) who asks for more gets it."""
+    two = shape(nodes=2, gpn=1)
+    plan = plan_model(CATALOG["llama3-8b"], two, PlanOptions(tp=2, max_model_len=4096))
+    assert (plan.tp, plan.pp, plan.replicas, plan.fits) == (2, 1, 1, True)
+    warning = next(r for r in plan.reasons if r.startswith("warning:"))
+    assert "exceeds the 1 GPU(s) per node" in warning and "spans 2 nodes" in warning
+    auto = plan_model(CATALOG["llama3-8b"], two, PlanOptions(max_model_len=4096))
+    assert auto.tp == 1 and not any(r.startswith("warning:") for r in auto.reasons)
+    inside = plan_model(CATALOG["llama3-70b"], shape(nodes=2), PlanOptions(tp=8))
+    assert not any(r.startswith("warning:") for r in inside.reasons)

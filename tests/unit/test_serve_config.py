@@ -226,3 +226,51 @@ def test_the_renderer_refuses_a_quoted_reserved_key_and_renders_values_verbatim(
         render_app(local_manifest, sp, _target(), node_resource=node_resource, extra_engine_kwargs={"dtype": "float16"})
     kw = render_app(local_manifest, sp, _target(), node_resource=node_resource, extra_engine_kwargs=extra).app["args"]["llm_configs"][0]["engine_kwargs"]
     assert kw["tensor_parallel_size"] == 1 and {k: kw[k] for k in extra} == extra
+# --- the GPU path across nodes (issue 18: what ran on the test bed) ---------------------------
+
+TWO_BY_ONE = """
+name: span
+python: /opt/venv/bin/python
+nodes:
+  - {name: n0, host: 10.144.250.10, role: head, gpus: 1, gpu_type: H100-80GB}
+  - {name: n1, host: 10.144.250.11, gpus: 1, gpu_type: H100-80GB}
+ray: {port: 6379}
+"""
+
+
+@pytest.fixture(scope="module")
+def two_by_one():
+    from orchestrator.manifest.load import load_manifest
+
+    return load_manifest(TWO_BY_ONE, Path("/x/span.yaml"))
+
+
+def test_explicit_tp_across_nodes_packs_one_gpu_bundle_per_worker_with_a_warning(two_by_one):
+    plan = plan_model(resolve_model("llama3-8b"), shape_from_manifest(two_by_one), PlanOptions(tp=2, max_model_len=4096))
+    sp = ServingPlan.from_parallel_plan(plan)
+    assert (sp.tp, sp.pp, sp.gpus_per_node, sp.tp_spans_nodes) == (2, 1, 1, True)
+    rendered = render_app(two_by_one, sp, _target(), node_resource=node_resource)
+    llm = rendered.llm_config
+    # STRICT_PACK would never place: no node has 2 GPUs. PACK spreads the group over the two.
+    assert llm["placement_group_config"] == {"strategy": "PACK", "bundles": [{"GPU": 1}, {"GPU": 1}]}
+    assert llm["engine_kwargs"]["distributed_executor_backend"] == "ray"
+    assert rendered.notes and rendered.notes[0].startswith("warning: tensor parallel 2 spans nodes of 1 GPU(s)")
+    validate_app(rendered.app)
+
+
+def test_tp_inside_a_node_stays_strict_pack_without_warning(manifest_405b):
+    plan = plan_model(resolve_model("llama3-70b"), shape_from_manifest(manifest_405b), PlanOptions(tp=8, max_model_len=4096))
+    sp = ServingPlan.from_parallel_plan(plan)
+    assert sp.gpus_per_node == 8 and not sp.tp_spans_nodes
+    rendered = render_app(manifest_405b, sp, _target(), node_resource=node_resource)
+    assert rendered.llm_config["placement_group_config"]["strategy"] == "STRICT_PACK"
+    assert not any(n.startswith("warning") for n in rendered.notes)
+
+
+def test_gpu_layout_tells_the_engine_process_where_the_cluster_is(two_by_one, local_manifest):
+    """vLLM's EngineCore calls ray.init() itself; with orch's own temp dir it would start a
+    private Ray without RAY_ADDRESS (measured on the test bed)."""
+    sp = ServingPlan(tp=2, pp=1, max_model_len=4096, gpus_per_node=1)
+    env = render_app(two_by_one, sp, _target(), node_resource=node_resource).app["runtime_env"]["env_vars"]
+    assert env["RAY_ADDRESS"] == "10.144.250.10:6379"
+    assert "RAY_ADDRESS" not in _cpu_app(local_manifest).app["runtime_env"]["env_vars"]  # mp executor: no Ray inside

@@ -1,0 +1,106 @@
+"""TP=2 across two hosts vs TP=1 on one host: the shape of the multi-node figure (needs root).
+
+    .venv/bin/python benchmarks/multinode.py [--requests 32] [--concurrency 8] [--output-tokens 32]
+
+Makes a 2-host test bed (network namespaces, one described H100 per host, the vLLM device-key
+stand-in of tests/testbed so vLLM's CPU build runs its Ray executor), brings it up with orch's
+`up` workflow, then in one run:
+  1. `orch rollout --tp 1 --replicas 1` of the tiny model: one engine on one host;
+  2. the load below against it;
+  3. `orch rollout --tp 2 --allow-downtime` (no room for a second copy on 2 GPUs): ONE replica
+     whose two tensor-parallel workers run on the two hosts (vLLM's Ray executor, Gloo over eth0);
+  4. the same load against it.
+Load: orch's own load generator (``orchestrator.bench.loadgen``), streamed completions of
+``--output-tokens`` tokens, ``--concurrency`` in flight. Prints one JSON object with output tok/s
+and TTFT p50/p95 of both layouts and the ratio.
+
+There is nothing to meet on CPU: both "GPUs" are the same two shared cores, and TP=2 adds an
+all-reduce over a veth pair per layer. It is the shape of the figure a GPU cluster will show
+(where TP splits the weights' memory bandwidth across GPUs). Everything is torn down at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import secrets
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from orchestrator.bench.latency import percentile  # noqa: E402
+from orchestrator.bench.loadgen import ClientPool, Prompt, RequestSpec, run_concurrency  # noqa: E402
+from orchestrator.plan.tinymodel import build_tiny_model  # noqa: E402
+from orchestrator.workflows.cluster import UpOptions, down, up  # noqa: E402
+from orchestrator.workflows.rollout import RolloutOptions  # noqa: E402
+from tests.fixtures.cluster import RayTestbedCluster, testbed_manifest  # noqa: E402
+from tests.fixtures.serving import ServedTiny  # noqa: E402
+from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: E402
+
+
+def measure(base_url: str, key: str, args: argparse.Namespace) -> dict:
+    spec = RequestSpec(base_url=base_url, model="tiny", output_tokens=args.output_tokens, api_key=key, timeout_s=300, token_ids=False)
+    prompts = [Prompt(f"Request {i}: the quick brown fox jumps over the lazy dog.") for i in range(args.requests)]
+
+    async def run():
+        async with ClientPool(spec) as pool:
+            return await run_concurrency(pool, spec, prompts, args.concurrency, args.requests, time.monotonic)
+
+    records, seconds = asyncio.run(run())
+    ok = [r for r in records if r.ok]
+    ttfts = [r.ttft for r in ok if r.ttft is not None]
+    return {
+        "ok": len(ok),
+        "failed": len(records) - len(ok),
+        "seconds": round(seconds, 3),
+        "output_tok_s": round(sum(r.output_tokens for r in ok) / seconds, 1) if seconds else 0.0,
+        "ttft_p50_s": round(percentile(ttfts, 50), 4) if ttfts else None,
+        "ttft_p95_s": round(percentile(ttfts, 95), 4) if ttfts else None,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--requests", type=int, default=32)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--output-tokens", type=int, default=32)
+    args = p.parse_args()
+    reason = check_capabilities()
+    if reason:
+        print(f"error: {reason}", file=sys.stderr)
+        return 1
+    factory = TestbedFactory()
+    work = Path(tempfile.mkdtemp(prefix="orch-multinode-"))
+    model = build_tiny_model(work / "models" / "tiny")
+    out: dict = {"load": vars(args)}
+    cluster = None
+    try:
+        bed = factory.make([HostSpec("1xH100-80GB", vllm_gpu=True) for _ in range(2)])
+        path = work / "cluster.yaml"
+        path.write_text(testbed_manifest(bed, model_store=model.parent))
+        cluster = RayTestbedCluster(bed=bed, manifest_path=path, state_dir=work / "state")
+        up(cluster.manifest, cluster.deps(), UpOptions(timeout=300))
+        served = ServedTiny(cluster=cluster, manifest_path=path, api_key="orch-bench-" + secrets.token_hex(16), model_path=model)
+        for label, tp, options in (("tp1_one_host", 1, None), ("tp2_two_hosts", 2, RolloutOptions(timeout_s=900, allow_downtime=True))):
+            t0 = time.monotonic()
+            result = served.rollout(options, tp=tp, replicas=1, max_model_len=2048)
+            ready_s = time.monotonic() - t0
+            measure(served.endpoint, served.api_key, argparse.Namespace(requests=4, concurrency=2, output_tokens=8))  # warm-up
+            out[label] = {"rollout_s": round(ready_s, 1), "action": result.action, **measure(served.endpoint, served.api_key, args)}
+        a, b = out["tp1_one_host"], out["tp2_two_hosts"]
+        out["tp2_over_tp1_tok_s"] = round(b["output_tok_s"] / a["output_tok_s"], 3) if a["output_tok_s"] else None
+    finally:
+        if cluster is not None:
+            down(cluster.manifest, cluster.deps())
+        factory.close_all()
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
