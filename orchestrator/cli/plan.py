@@ -12,139 +12,25 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.output import console, print_json
-from orchestrator.cli.params import FiniteFloat
+from orchestrator.cli.params import FiniteFloat, engine_flags
 from orchestrator.errors import PlanError, UsageError
 from orchestrator.manifest.load import load_manifest_file
-from orchestrator.plan.calibration import calibration_key
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import CATALOG, DTYPE_BYTES, ModelSpec, resolve_model
-from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM, parse_vllm_version, probed_vllm_version
-from orchestrator.plan.memory import GIB, KIB, b_max, count_params, kv_bytes_per_token, kv_dtype_bytes, weight_bytes
+from orchestrator.plan.memory import KIB
 from orchestrator.plan.planner import ParallelPlan, plan_model
-from orchestrator.plan.shape import CPU, GPU_TYPES, ClusterShape, make_shape, shape_from_manifest
+from orchestrator.plan.seed import seed_tables
+from orchestrator.plan.shape import (
+    CPU,
+    DEFAULT_GPU_TYPE,
+    DEFAULT_GPUS_PER_NODE,
+    GPU_TYPES,
+    ClusterShape,
+    shape_from_flags,
+    shape_from_manifest,
+)
 from orchestrator.state import StateStore
-from orchestrator.workflows.calibration import load_calibrations
-from orchestrator.workflows.cluster import planning_shape
-
-SEED_LENGTHS = ((8192, 1), (8192, 16), (32768, 16))
-DEFAULT_GPU_TYPE = "H100-80GB"
-DEFAULT_GPUS_PER_NODE = 8
-
-
-def _shape(cluster: Path | None, gpu_type: str | None, gpu_memory_gib: float | None, gpus_per_node: int | None, nodes: int | None, nvlink: bool | None, state_dir: Path | None = None) -> ClusterShape:
-    notes: tuple[str, ...] = ()
-    if cluster is not None:
-        manifest = load_manifest_file(cluster)
-        # when this manifest is up, the GPUs `orch up` probed; else what it declares
-        base = planning_shape(manifest, StateStore(state_dir)) if state_dir is not None else shape_from_manifest(manifest)
-        if not any(v is not None for v in (gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink)):
-            return base
-        gpu_type = gpu_type or base.gpu_type
-        gpus_per_node = gpus_per_node or base.gpus_per_node
-        nodes = nodes or base.nodes
-        if gpu_memory_gib is None and gpu_type == base.gpu_type and base.gpu_memory_gib is not None:
-            gpu_memory_gib = base.gpu_memory_gib
-        nvlink = base.nvlink if nvlink is None else nvlink
-        notes = base.notes + ("flags override parts of the manifest's shape",)
-    elif gpu_type is None:
-        # --gpu-memory-gib alone changes only the memory: the type (and its NVLink) stays the default
-        gpu_type = DEFAULT_GPU_TYPE
-        memory = f" with {gpu_memory_gib:g} GiB each (--gpu-memory-gib)" if gpu_memory_gib is not None else ""
-        notes = (f"no --cluster or --gpu-type: assumed {nodes or 1} node(s) of {gpus_per_node or DEFAULT_GPUS_PER_NODE} x {DEFAULT_GPU_TYPE}{memory}",)
-    return make_shape(
-        gpu_type_name=gpu_type,
-        gpus_per_node=gpus_per_node or (1 if (gpu_type or "").lower() == CPU else DEFAULT_GPUS_PER_NODE),
-        nodes=nodes or 1,
-        gpu_memory_gib=gpu_memory_gib,
-        nvlink=nvlink,
-        notes=notes,
-    )
-
-
-def probed_facts(manifest, state: StateStore) -> dict:
-    """What `orch up` probed on the nodes, when this manifest is the one up (else empty)."""
-    record = state.get_cluster(manifest.name)
-    if record is None or record.state != "up" or record.fingerprint != manifest.fingerprint():
-        return {}
-    return state.load_facts(manifest.name) or {}
-
-
-def vllm_version_for(flag: str | None, manifest, state_dir: Path | None) -> tuple[str, str]:
-    """(vLLM version to size for, where it comes from): --vllm-version, else the version `orch up`
-    probed on the manifest's nodes, else the version the gpu extra pins."""
-    if flag:
-        parse_vllm_version(flag)
-        return flag, "--vllm-version"
-    if manifest is not None and state_dir is not None:
-        probed = probed_vllm_version(probed_facts(manifest, StateStore(state_dir)))
-        if probed:
-            return probed, f"the vLLM that `orch up` probed on the nodes of {manifest.name}"
-    return GPU_EXTRA_VLLM, "the version the gpu extra pins (ray[llm]==2.60.0 requires vllm 0.29.0)"
-
-
-def _calibrated(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, result: ParallelPlan, manifest, state: StateStore) -> ParallelPlan:
-    """The plan again with the reserve the engine measured on this cluster, when a rollout of the same
-    model, GPU type, vLLM version, layout and flags was recorded (`orch status` records it)."""
-    if not probed_facts(manifest, state):
-        return result
-    key = calibration_key(spec, result.gpu_type, result.vllm_version, result.tp, result.pp, result.engine_kwargs())
-    record = load_calibrations(state, manifest.name).get(key)
-    if record is None or record.get("measured_reserve_gib") is None:
-        return result
-    measured = replace(options, reserve_gib=float(record["measured_reserve_gib"]), tp=result.tp, pp=result.pp)
-    note = f"calibrated: revision {record.get('revision', '?')} of this configuration measured {record['measured_reserve_gib']:.2f} GiB of reserve per GPU"
-    return plan_model(spec, replace(shape, notes=(*shape.notes, note)), measured)
-
-
-def engine_flags(command):
-    """The flags that size vLLM's memory, shared by `orch plan` and `orch rollout` (the rollout
-    passes the planned values into engine_kwargs; see PLANNED_ENGINE_ARGS)."""
-    options = [
-        click.option("--vllm-version", default=None, metavar="X.Y[.Z]", help=(
-            "Size for this vLLM version's engine defaults and memory profile [default: the version `orch up` probed "
-            f"with --cluster, else {GPU_EXTRA_VLLM}, the version the gpu extra pins]."
-        )),  # fmt: skip
-        click.option("--max-num-seqs", type=click.IntRange(min=1, max=10_000_000), default=None,
-                     help="vLLM max_num_seqs: sequences per step; sizes the sampler warm-up [default: the version's for the GPU]."),
-        click.option("--max-num-batched-tokens", type=click.IntRange(min=1, max=10_000_000), default=None,
-                     help="vLLM max_num_batched_tokens: tokens per step; sizes the profiled activations [default: the version's for the GPU]."),
-        click.option("--enforce-eager", is_flag=True, default=False, help="vLLM enforce_eager: no CUDA graphs (and no CUDA graph memory estimate)."),
-        click.option("--block-size", type=click.Choice(["8", "16", "32", "64", "128"]), default=None,
-                     help="vLLM block_size: KV tokens per block; the KV cache holds whole blocks [default: vLLM's, 16]."),
-    ]  # fmt: skip
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def seed_tables(spec: ModelSpec, plan: ParallelPlan, gpu_bytes: float | None) -> dict:
-    """Seed 000's figures for this model: weights at each dtype, KV at several (L, B), B_max."""
-    params = count_params(spec).total
-    s_kv = kv_dtype_bytes(plan.dtype, plan.kv_cache_dtype)
-    per_token = kv_bytes_per_token(spec, s=s_kv)
-    lengths = list(SEED_LENGTHS) + ([(plan.max_model_len, 1)] if plan.max_model_len not in (8192, 32768) else [])
-    out: dict = {
-        "params": params,
-        "weights_gib": {d: round(weight_bytes(params, d) / GIB, 2) for d in ("bf16", "fp8", "int8", "int4")},
-        "kv_bytes_per_token": per_token,
-        "kv_cache_gib": [
-            {"seq_len": L, "batch": B, "gib": round(per_token * L * B / GIB, 3), "gib_per_gpu": round(plan.kv_bytes_per_token_per_gpu * L * B / GIB, 3)}
-            for L, B in lengths
-        ],
-    }
-    if gpu_bytes:
-        w = weight_bytes(params, plan.dtype)
-        gpus = plan.tp * plan.pp
-        out["b_max"] = [
-            {
-                "seq_len": L,
-                "b_max_one_gpu": b_max(gpu_bytes, w, per_token * L),
-                "gpus": gpus,
-                "b_max_replica": b_max(gpu_bytes * gpus, w, per_token * L),
-            }
-            for L in sorted({8192, plan.max_model_len})
-        ]
-    return out
+from orchestrator.workflows.plan import calibrated, planning_shape, vllm_version_for
 
 
 @click.command("plan")
@@ -179,8 +65,12 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
         raise UsageError("--tp/--pp do not apply to --gpu-type cpu (one replica per node)")
     spec = resolve_model(model)
     state_dir = ctx.obj.get("state_dir") if isinstance(ctx.obj, dict) else None
-    shape = _shape(cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink, state_dir)
-    version, version_source = vllm_version_for(vllm_version, load_manifest_file(cluster) if cluster is not None else None, state_dir)
+    manifest = load_manifest_file(cluster) if cluster is not None else None
+    base = None
+    if manifest is not None:  # when this manifest is up, the GPUs `orch up` probed; else what it declares
+        base = planning_shape(manifest, StateStore(state_dir)) if state_dir is not None else shape_from_manifest(manifest)
+    shape = shape_from_flags(base, gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink)
+    version, version_source = vllm_version_for(vllm_version, manifest, state_dir)
     options = PlanOptions(
         tp=tp,
         pp=pp,
@@ -197,8 +87,8 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
     )
     shape = replace(shape, notes=(*shape.notes, f"vLLM {version}: {version_source}"))
     result = plan_model(spec, shape, options)
-    if cluster is not None and state_dir is not None and result.fits:
-        result = _calibrated(spec, shape, options, result, load_manifest_file(cluster), StateStore(state_dir))
+    if manifest is not None and state_dir is not None and result.fits:
+        result = calibrated(spec, shape, options, result, manifest, StateStore(state_dir))
     seed = seed_tables(spec, result, shape.gpu_memory_bytes)
     if as_json:
         print_json({**result.to_json(), "shape": shape.describe(), "seed": seed})

@@ -19,8 +19,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.output import console, print_json
-from orchestrator.cli.params import FiniteFloat
-from orchestrator.cli.plan import engine_flags, vllm_version_for
+from orchestrator.cli.params import FiniteFloat, engine_flags
 from orchestrator.cli.wiring import progress_display, resolve_manifest, rollout_deps
 
 
@@ -117,7 +116,7 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
       orch rollout --model /models/my-llama --served-name my-llama --max-model-len 8192
     """
     from orchestrator.state import StateStore
-    from orchestrator.workflows.cluster import planning_shape
+    from orchestrator.workflows.plan import planning_shape, vllm_version_for
     from orchestrator.workflows.rollout import RolloutOptions, execute
     from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model
 

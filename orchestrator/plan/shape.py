@@ -238,3 +238,37 @@ def recorded_facts(nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, Recorded
         topo = d.get("topology")
         out[name] = RecordedFacts(gpus, _RecordedTopology(topo.get("nvlink")) if isinstance(topo, Mapping) else None)
     return out
+
+
+DEFAULT_GPU_TYPE = "H100-80GB"
+DEFAULT_GPUS_PER_NODE = 8
+
+
+def shape_from_flags(base: ClusterShape | None, gpu_type: str | None, gpu_memory_gib: float | None, gpus_per_node: int | None,
+                     nodes: int | None, nvlink: bool | None) -> ClusterShape:  # fmt: skip
+    """`orch plan`'s shape: ``base`` (the cluster's, when --cluster is given) with the flags laid
+    over it, else the flags alone on the default GPU type. --gpu-memory-gib alone changes only
+    the memory: the type (and its interconnect) stays the default's."""
+    notes: tuple[str, ...] = ()
+    if base is not None:
+        if not any(v is not None for v in (gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink)):
+            return base
+        gpu_type = gpu_type or base.gpu_type
+        gpus_per_node = gpus_per_node or base.gpus_per_node
+        nodes = nodes or base.nodes
+        if gpu_memory_gib is None and gpu_type == base.gpu_type and base.gpu_memory_gib is not None:
+            gpu_memory_gib = base.gpu_memory_gib
+        nvlink = base.nvlink if nvlink is None else nvlink
+        notes = base.notes + ("flags override parts of the manifest's shape",)
+    elif gpu_type is None:
+        gpu_type = DEFAULT_GPU_TYPE
+        memory = f" with {gpu_memory_gib:g} GiB each (--gpu-memory-gib)" if gpu_memory_gib is not None else ""
+        notes = (f"no --cluster or --gpu-type: assumed {nodes or 1} node(s) of {gpus_per_node or DEFAULT_GPUS_PER_NODE} x {DEFAULT_GPU_TYPE}{memory}",)
+    return make_shape(
+        gpu_type_name=gpu_type,
+        gpus_per_node=gpus_per_node or (1 if (gpu_type or "").lower() == CPU else DEFAULT_GPUS_PER_NODE),
+        nodes=nodes or 1,
+        gpu_memory_gib=gpu_memory_gib,
+        nvlink=nvlink,
+        notes=notes,
+    )

@@ -61,7 +61,6 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.manifest.sections import NodeSpec
 from orchestrator.nodes import inventory, probes
 from orchestrator.nodes.facts import NodeFacts, Versions
-from orchestrator.plan.shape import ClusterShape, recorded_facts, shape_from_facts, shape_from_manifest
 from orchestrator.preflight import findings as preflight
 from orchestrator.preflight.findings import Finding
 from orchestrator.preflight.run import run_checks
@@ -548,19 +547,3 @@ def status_nodes(manifest: Manifest, deps: ClusterDeps) -> StatusReport:
     # what the nodes expose that orch cannot close (Ray has no setting for it): said every time
     report = report.with_section("warnings", exposure_warnings(manifest))
     return report.with_section("collective", deps.state.load_collective(name))
-
-
-def planning_shape(manifest: Manifest, state: StateStore) -> ClusterShape:
-    """The shape to plan on: the GPUs `orch up` probed when this manifest is the one up, else
-    what the manifest declares (preflight has already held the nodes to it)."""
-    from dataclasses import replace
-
-
-    record = state.get_cluster(manifest.name)
-    probed = None
-    if record is not None and record.state == "up" and record.fingerprint == manifest.fingerprint():
-        probed = state.load_facts(manifest.name)
-    if not probed:
-        return shape_from_manifest(manifest)
-    shape = shape_from_facts(manifest, recorded_facts(probed))
-    return replace(shape, notes=shape.notes + ("shape from the GPUs that `orch up` probed on the nodes",))

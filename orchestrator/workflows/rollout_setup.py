@@ -137,7 +137,7 @@ def accelerator_type_for(manifest: Manifest, nodes: list) -> tuple[str | None, s
 
 def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: ServeDefaults = ServeDefaults(), shape=None):
     """A factory (Ray nodes -> Desired) for `orch rollout --model ...`. ``shape``: the cluster
-    shape to plan on (``workflows.cluster.planning_shape``); default: the manifest's."""
+    shape to plan on (``workflows.plan.planning_shape``); default: the manifest's."""
 
     served, source, spec_ref = model_location(manifest, request.model, request.served_name, request.model_path)
     spec = resolve_model(spec_ref)

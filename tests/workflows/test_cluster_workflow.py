@@ -330,7 +330,7 @@ def test_planning_shape_uses_the_gpus_up_probed_only_for_the_manifest_that_is_up
     from orchestrator.manifest.load import load_manifest
     from orchestrator.plan.shape import shape_from_manifest
     from orchestrator.state import StateStore
-    from orchestrator.workflows.cluster import planning_shape
+    from orchestrator.workflows.plan import planning_shape
 
     text = (
         "name: c\nnodes:\n"

@@ -1,0 +1,66 @@
+"""The I/O edge of planning: which shape and vLLM version to plan for (from the state `orch up`
+recorded when the manifest is the one up) and the reserve a rollout measured (calibration).
+Reads orch's state; the planning itself is ``orchestrator.plan``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from orchestrator.manifest.model import Manifest
+from orchestrator.plan.calibration import calibration_key
+from orchestrator.plan.capacity import PlanOptions
+from orchestrator.plan.catalog import ModelSpec
+from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM, parse_vllm_version, probed_vllm_version
+from orchestrator.plan.planner import ParallelPlan, plan_model
+from orchestrator.plan.shape import ClusterShape, recorded_facts, shape_from_facts, shape_from_manifest
+from orchestrator.state import StateStore
+from orchestrator.workflows.calibration import load_calibrations
+
+
+def planning_shape(manifest: Manifest, state: StateStore) -> ClusterShape:
+    """The shape to plan on: the GPUs `orch up` probed when this manifest is the one up, else
+    what the manifest declares (preflight has already held the nodes to it)."""
+    record = state.get_cluster(manifest.name)
+    probed = None
+    if record is not None and record.state == "up" and record.fingerprint == manifest.fingerprint():
+        probed = state.load_facts(manifest.name)
+    if not probed:
+        return shape_from_manifest(manifest)
+    shape = shape_from_facts(manifest, recorded_facts(probed))
+    return replace(shape, notes=shape.notes + ("shape from the GPUs that `orch up` probed on the nodes",))
+
+
+def probed_facts(manifest: Manifest, state: StateStore) -> dict:
+    """What `orch up` probed on the nodes, when this manifest is the one up (else empty)."""
+    record = state.get_cluster(manifest.name)
+    if record is None or record.state != "up" or record.fingerprint != manifest.fingerprint():
+        return {}
+    return state.load_facts(manifest.name) or {}
+
+
+def vllm_version_for(flag: str | None, manifest: Manifest | None, state_dir: Path | None) -> tuple[str, str]:
+    """(vLLM version to size for, where it comes from): --vllm-version, else the version `orch up`
+    probed on the manifest's nodes, else the version the gpu extra pins."""
+    if flag:
+        parse_vllm_version(flag)
+        return flag, "--vllm-version"
+    if manifest is not None and state_dir is not None:
+        probed = probed_vllm_version(probed_facts(manifest, StateStore(state_dir)))
+        if probed:
+            return probed, f"the vLLM that `orch up` probed on the nodes of {manifest.name}"
+    return GPU_EXTRA_VLLM, "the version the gpu extra pins (ray[llm]==2.60.0 requires vllm 0.29.0)"
+
+
+def calibrated(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, result: ParallelPlan, manifest: Manifest, state: StateStore) -> ParallelPlan:
+    """The plan again with the reserve the engine measured on this cluster, when a rollout of the same
+    model, GPU type, vLLM version, layout and flags was recorded (`orch status` records it)."""
+    if not probed_facts(manifest, state):
+        return result
+    key = calibration_key(spec, result.gpu_type, result.vllm_version, result.tp, result.pp, result.engine_kwargs())
+    record = load_calibrations(state, manifest.name).get(key)
+    if record is None or record.get("measured_reserve_gib") is None:
+        return result
+    measured = replace(options, reserve_gib=float(record["measured_reserve_gib"]), tp=result.tp, pp=result.pp)
+    note = f"calibrated: revision {record.get('revision', '?')} of this configuration measured {record['measured_reserve_gib']:.2f} GiB of reserve per GPU"
+    return plan_model(spec, replace(shape, notes=(*shape.notes, note)), measured)
