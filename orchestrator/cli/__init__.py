@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "model": ("orchestrator.cli.model", "model", "Model files on the nodes: `orch model sync` copies a model to every node, verified."),
     "rollback": ("orchestrator.cli.rollout", "rollback", "Return to an earlier revision."),
     "bench": ("orchestrator.cli.bench", "bench", "Measure TTFT, TPOT and throughput against an OpenAI-compatible endpoint."),
-    "accept": ("orchestrator.cli.bench", "accept", "Run the staged production acceptance test."),
+    "accept": ("orchestrator.cli.accept", "accept", "Run the staged production acceptance test."),
     "doctor": ("orchestrator.cli.doctor", "doctor", "Collect logs from every node and match known failure signatures."),
     "runbook": ("orchestrator.cli.runbook", "runbook", "Print the runbook of a finding code (every hint names one)."),
 }

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import click
 
-from orchestrator.errors import AcceptanceFailed
+from orchestrator.cli.params import load_target_options
+from orchestrator.cli.wiring import resolve_load_target
+from orchestrator.errors import AcceptanceFailed, UsageError
 
 
 def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat: bool, seed: int, timeout_s: float,
@@ -65,3 +67,22 @@ def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat
     failed = [s["name"] for s in data["stages"] if s["verdict"] in ("fail", "error")]
     if failed:
         raise AcceptanceFailed(f"acceptance failed: {', '.join(failed)}", hint=f"read {paths['markdown']} and {RUNBOOK}")
+
+
+@click.command("accept")
+@load_target_options
+@click.option("--requests", type=click.IntRange(min=1), default=16, show_default=True, help="Requests per load stage level.")
+@click.option("--max-concurrency", type=click.IntRange(min=1), default=64, show_default=True, help="Upper end of the sweep.")
+@click.option("--max-model-len", type=click.IntRange(min=16), help="Context length of the deployment (default: read from the revision).")
+@click.option("--skip", multiple=True, help="Stage(s) to skip (reported as skipped), e.g. --skip restart.")
+@click.pass_context
+def accept(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, chat, seed, timeout_s, json_mode, out,
+           requests, max_concurrency, max_model_len, skip):
+    """Run seed 001's staged acceptance test on the running cluster."""
+    if cluster_yaml is None:
+        raise UsageError("orch accept needs CLUSTER_YAML", hint="orch accept cluster.yaml --out accept-report")
+    target = resolve_load_target(ctx.obj["state_dir"], cluster_yaml, url, model, api_key_env, metrics_url)
+    run_accept(
+        ctx, target, tokenizer=tokenizer, chat=chat, seed=seed, timeout_s=timeout_s, json_mode=json_mode, out=out,
+        requests=requests, max_concurrency=max_concurrency, max_model_len=max_model_len, skip=tuple(skip),
+    )

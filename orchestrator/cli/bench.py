@@ -1,4 +1,4 @@
-"""``orch bench`` and ``orch accept``: flags, progress bar, results table, exit codes.
+"""``orch bench``: flags, progress bar, results table, exit codes.
 
 bench: load against an OpenAI-compatible endpoint (the cluster's Serve endpoint from
 CLUSTER_YAML, or --url), a concurrency sweep or Poisson arrivals at --rate, cross-checked with
@@ -8,11 +8,10 @@ orchestrator/accept/stages.py); exit code 7 when a stage fails.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from orchestrator.cli.params import FiniteFloat
+from orchestrator.cli.params import FiniteFloat, load_target_options
+from orchestrator.cli.wiring import resolve_load_target
 from orchestrator.errors import UsageError
 
 _LEVEL_HELP = "Concurrency levels, e.g. 1,4,16,64 (a sweep: one level after another)."
@@ -25,53 +24,6 @@ def _levels(text: str) -> tuple[int, ...]:
         return tuple(parse_levels(text))
     except ValueError as exc:
         raise UsageError(f"--concurrency: {exc}", hint="give positive integers separated by commas, e.g. 1,4,16") from exc
-
-
-def _resolve_target(
-    ctx: click.Context,
-    cluster_yaml: Path | None,
-    url: str | None,
-    model: str | None,
-    api_key_env: str | None,
-    metrics_url: tuple[str, ...],
-) -> dict:
-    """URL, model, API key and metrics pages from the flags and, when given, the manifest."""
-    from orchestrator.bench import target as bench_target
-
-    manifest = None
-    if cluster_yaml is not None:
-        from orchestrator.manifest.load import load_manifest_file
-
-        manifest = load_manifest_file(cluster_yaml)
-    if url is None and manifest is None:
-        raise UsageError("no endpoint: give CLUSTER_YAML or --url", hint="e.g. orch bench --url http://127.0.0.1:8000")
-    base = (url or manifest.serve_url()).rstrip("/")
-    if base.endswith("/v1"):
-        base = base[:-3]
-    key_var = api_key_env or (manifest.serve.api_key_env if manifest else None)
-    api_key = bench_target.api_key_from_env(key_var)
-    if model is None:
-        models = bench_target.served_models(base, api_key)
-        if not models:
-            raise UsageError(f"{base}/v1/models lists no model", hint="pass --model NAME")
-        model = models[0]
-    metrics = list(metrics_url)
-    settle_s = 5.0  # a bare vLLM's page is current at once
-    if not metrics and manifest is not None:
-        settle_s = 30.0  # Ray exports every few seconds: wait for the run to show up
-        from orchestrator.cli.wiring import known_hosts_path
-        from orchestrator.remote import connect
-
-        runner = connect(manifest, manifest.head, known_hosts_path(manifest, ctx.obj["state_dir"]))
-        try:
-            metrics = bench_target.discover_metrics_urls(runner, manifest)
-        finally:
-            runner.close()
-    if not metrics and url is not None and manifest is None:
-        metrics = [f"{base}/metrics"]  # a bare vLLM server serves its own metrics
-    targets = manifest.targets.model_dump() if manifest and manifest.targets else {}
-    return {"url": base, "model": model, "api_key": api_key, "metrics": tuple(metrics), "targets": targets, "manifest": manifest,
-            "settle_s": settle_s}  # fmt: skip
 
 
 def _progress_runner(opts, json_mode: bool):
@@ -142,27 +94,8 @@ def print_results(result: dict) -> None:
         out.print("cross-check: no metrics page (give --metrics-url)")
 
 
-def _common(fn):
-    opts = [
-        click.argument("cluster_yaml", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)),
-        click.option("--url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000 (default: the cluster's)."),
-        click.option("--model", help="Served model name (default: the first of /v1/models)."),
-        click.option("--api-key-env", help="Environment variable holding the API key (default: the manifest's serve.api_key_env)."),
-        click.option("--metrics-url", multiple=True, help="Prometheus page(s) with vLLM's metrics (repeatable; default: discovered)."),
-        click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local model folder: exact prompt lengths."),
-        click.option("--chat", is_flag=True, help="Use /v1/chat/completions instead of /v1/completions."),
-        click.option("--seed", type=int, default=None, help="Seed of prompts and arrivals [default: a new one per run, printed in the results; a repeated seed resends the same prompts, which vLLM's prefix cache then answers from cache]."),
-        click.option("--timeout", "timeout_s", type=FiniteFloat(min=0, min_open=True), default=300.0, show_default=True, help="Per-request timeout (s)."),
-        click.option("--json", "json_mode", is_flag=True, help="Print the results as JSON."),
-        click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write results.json, report.md and plots here."),
-    ]
-    for o in reversed(opts):
-        fn = o(fn)
-    return fn
-
-
 @click.command("bench")
-@_common
+@load_target_options
 @click.option("--concurrency", default="1,4,16", show_default=True, help=_LEVEL_HELP)
 @click.option("--rate", type=FiniteFloat(), help="Requests per second with Poisson arrivals (instead of --concurrency).")
 @click.option("--requests", type=click.IntRange(min=1), default=32, show_default=True, help="Requests per level.")
@@ -179,7 +112,7 @@ def bench(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, ch
 
     if rate is not None and rate <= 0:
         raise UsageError("--rate must be > 0", hint="e.g. --rate 4")
-    target = _resolve_target(ctx, cluster_yaml, url, model, api_key_env, metrics_url)
+    target = resolve_load_target(ctx.obj["state_dir"], cluster_yaml, url, model, api_key_env, metrics_url)
     opts = BenchOptions(
         base_url=target["url"], model=target["model"], concurrency=_levels(concurrency), rate=rate, requests=requests,
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, endpoint="chat" if chat else "completions",
@@ -198,24 +131,3 @@ def bench(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, ch
         print_results(result)
         if out is not None:
             console().print(f"report: {result['files']['markdown']}  plot: {result['files']['plot']}")
-
-
-@click.command("accept")
-@_common
-@click.option("--requests", type=click.IntRange(min=1), default=16, show_default=True, help="Requests per load stage level.")
-@click.option("--max-concurrency", type=click.IntRange(min=1), default=64, show_default=True, help="Upper end of the sweep.")
-@click.option("--max-model-len", type=click.IntRange(min=16), help="Context length of the deployment (default: read from the revision).")
-@click.option("--skip", multiple=True, help="Stage(s) to skip (reported as skipped), e.g. --skip restart.")
-@click.pass_context
-def accept(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, chat, seed, timeout_s, json_mode, out,
-           requests, max_concurrency, max_model_len, skip):
-    """Run seed 001's staged acceptance test on the running cluster."""
-    from orchestrator.cli.accept import run_accept
-
-    if cluster_yaml is None:
-        raise UsageError("orch accept needs CLUSTER_YAML", hint="orch accept cluster.yaml --out accept-report")
-    target = _resolve_target(ctx, cluster_yaml, url, model, api_key_env, metrics_url)
-    run_accept(
-        ctx, target, tokenizer=tokenizer, chat=chat, seed=seed, timeout_s=timeout_s, json_mode=json_mode, out=out,
-        requests=requests, max_concurrency=max_concurrency, max_model_len=max_model_len, skip=tuple(skip),
-    )

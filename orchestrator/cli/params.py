@@ -9,6 +9,7 @@ nan`` printed "short by nan GiB". A non-finite value is a usage error (exit 2).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import click
@@ -50,3 +51,23 @@ def engine_flags(command):
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def load_target_options(fn):
+    """The options `orch bench` and `orch accept` share: where the load goes and what it reports."""
+    opts = [
+        click.argument("cluster_yaml", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)),
+        click.option("--url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000 (default: the cluster's)."),
+        click.option("--model", help="Served model name (default: the first of /v1/models)."),
+        click.option("--api-key-env", help="Environment variable holding the API key (default: the manifest's serve.api_key_env)."),
+        click.option("--metrics-url", multiple=True, help="Prometheus page(s) with vLLM's metrics (repeatable; default: discovered)."),
+        click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local model folder: exact prompt lengths."),
+        click.option("--chat", is_flag=True, help="Use /v1/chat/completions instead of /v1/completions."),
+        click.option("--seed", type=int, default=None, help="Seed of prompts and arrivals [default: a new one per run, printed in the results; a repeated seed resends the same prompts, which vLLM's prefix cache then answers from cache]."),
+        click.option("--timeout", "timeout_s", type=FiniteFloat(min=0, min_open=True), default=300.0, show_default=True, help="Per-request timeout (s)."),
+        click.option("--json", "json_mode", is_flag=True, help="Print the results as JSON."),
+        click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Write results.json, report.md and plots here."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn

@@ -102,3 +102,49 @@ def progress_display(enabled: bool = True) -> Iterator[Progress]:
             status.update(message)
 
         yield show
+
+
+def resolve_load_target(
+    state_dir: Path,
+    cluster_yaml: Path | None,
+    url: str | None,
+    model: str | None,
+    api_key_env: str | None,
+    metrics_url: tuple[str, ...],
+) -> dict:
+    """URL, model, API key and metrics pages from the flags and, when given, the manifest."""
+    from orchestrator.bench import target as bench_target
+
+    manifest = None
+    if cluster_yaml is not None:
+        from orchestrator.manifest.load import load_manifest_file
+
+        manifest = load_manifest_file(cluster_yaml)
+    if url is None and manifest is None:
+        raise UsageError("no endpoint: give CLUSTER_YAML or --url", hint="e.g. orch bench --url http://127.0.0.1:8000")
+    base = (url or manifest.serve_url()).rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    key_var = api_key_env or (manifest.serve.api_key_env if manifest else None)
+    api_key = bench_target.api_key_from_env(key_var)
+    if model is None:
+        models = bench_target.served_models(base, api_key)
+        if not models:
+            raise UsageError(f"{base}/v1/models lists no model", hint="pass --model NAME")
+        model = models[0]
+    metrics = list(metrics_url)
+    settle_s = 5.0  # a bare vLLM's page is current at once
+    if not metrics and manifest is not None:
+        settle_s = 30.0  # Ray exports every few seconds: wait for the run to show up
+        from orchestrator.remote import connect
+
+        runner = connect(manifest, manifest.head, known_hosts_path(manifest, state_dir))
+        try:
+            metrics = bench_target.discover_metrics_urls(runner, manifest)
+        finally:
+            runner.close()
+    if not metrics and url is not None and manifest is None:
+        metrics = [f"{base}/metrics"]  # a bare vLLM server serves its own metrics
+    targets = manifest.targets.model_dump() if manifest and manifest.targets else {}
+    return {"url": base, "model": model, "api_key": api_key, "metrics": tuple(metrics), "targets": targets, "manifest": manifest,
+            "settle_s": settle_s}  # fmt: skip
