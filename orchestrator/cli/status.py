@@ -1,9 +1,9 @@
 """`orch status [CLUSTER_YAML]`: nodes and serving. CLI only.
 
 The report is built by ``orchestrator.workflows.cluster.status_nodes`` (a ``StatusReport`` from
-``orchestrator.status.nodes``). Rendering is one function per section (``render_nodes``; a serving
-section gets its own ``render_serving``), assembled by ``render_report``; ``collect`` is where
-further sections are added to the report (see the marked place).
+``orchestrator.status.nodes``), then the serving section (``orchestrator.workflows.status``).
+Rendering is one function per section (``render_nodes``, ``render_serving`` in
+``cli/status_serving.py``), assembled by ``render_report``.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 ``build_nodes_section`` joins three views of every manifest node: what Ray's dashboard lists
 (ALIVE/DEAD, GPUs total/used, address), whether the node answered over SSH (and its software
 versions, probed live), and the manifest (role, expected GPUs and type). ``StatusReport`` holds
-that section and an optional ``serving`` section (added by the serving code: any value with a
-``to_dict()``); ``extra`` takes further named sections. Rendering lives in ``orchestrator.cli``.
+that section and the ``serving`` section (``workflows.status.gather_serving``, added with
+``with_serving``); ``extra`` holds the named sections (warnings, collective figures). Rendering lives in ``orchestrator.cli``.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class StatusReport:
     cluster: str
     nodes: NodesSection
     recorded: Mapping[str, Any] | None = None  # ClusterRecord.to_dict() of the last `orch up`
-    serving: Any | None = None  # the serving section (a value with to_dict()), added by its owner
+    serving: Any | None = None  # the serving section (status.serving.ServingStatus), added by with_serving
     extra: Mapping[str, Any] = field(default_factory=dict)  # further sections: name -> value
 
     def with_serving(self, serving: Any) -> StatusReport:
