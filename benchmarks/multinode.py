@@ -22,7 +22,6 @@ all-reduce over a veth pair per layer. It is the shape of the figure a GPU clust
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import secrets
 import sys
@@ -32,36 +31,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
-from orchestrator.bench.latency import percentile  # noqa: E402
-from orchestrator.bench.loadgen import ClientPool, Prompt, RequestSpec, run_concurrency  # noqa: E402
+from serve_overhead import measure  # noqa: E402  (the same load and figures as the overhead benchmark)
+
 from orchestrator.plan.tinymodel import build_tiny_model  # noqa: E402
 from orchestrator.workflows.cluster import UpOptions, down, up  # noqa: E402
 from orchestrator.workflows.rollout import RolloutOptions  # noqa: E402
 from tests.fixtures.cluster import RayTestbedCluster, testbed_manifest  # noqa: E402
 from tests.fixtures.serving import ServedTiny  # noqa: E402
 from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: E402
-
-
-def measure(base_url: str, key: str, args: argparse.Namespace) -> dict:
-    spec = RequestSpec(base_url=base_url, model="tiny", output_tokens=args.output_tokens, api_key=key, timeout_s=300, token_ids=False)
-    prompts = [Prompt(f"Request {i}: the quick brown fox jumps over the lazy dog.") for i in range(args.requests)]
-
-    async def run():
-        async with ClientPool(spec) as pool:
-            return await run_concurrency(pool, spec, prompts, args.concurrency, args.requests, time.monotonic)
-
-    records, seconds = asyncio.run(run())
-    ok = [r for r in records if r.ok]
-    ttfts = [r.ttft for r in ok if r.ttft is not None]
-    return {
-        "ok": len(ok),
-        "failed": len(records) - len(ok),
-        "seconds": round(seconds, 3),
-        "output_tok_s": round(sum(r.output_tokens for r in ok) / seconds, 1) if seconds else 0.0,
-        "ttft_p50_s": round(percentile(ttfts, 50), 4) if ttfts else None,
-        "ttft_p95_s": round(percentile(ttfts, 95), 4) if ttfts else None,
-    }
 
 
 def main() -> int:
