@@ -63,7 +63,7 @@ def main() -> int:
         path = work / "cluster.yaml"
         path.write_text(testbed_manifest(bed, model_store=model.parent))
         cluster = RayTestbedCluster(bed=bed, manifest_path=path, state_dir=work / "state")
-        up(cluster.manifest, cluster.deps(), UpOptions(timeout=300))
+        up(cluster.manifest, cluster.deps(), UpOptions(timeout=300, collective_check=False))  # stand-in GPUs cannot run NCCL
         served = ServedTiny(cluster=cluster, manifest_path=path, api_key="orch-bench-" + secrets.token_hex(16), model_path=model)
         for label, tp, options in (("tp1_one_host", 1, None), ("tp2_two_hosts", 2, RolloutOptions(timeout_s=900, allow_downtime=True))):
             t0 = time.monotonic()

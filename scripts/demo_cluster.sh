@@ -51,7 +51,7 @@ print(f"manifest {work / 'cluster.yaml'}; model {model}")
 PY
 
 say "2/5 orch up"
-"$BIN/orch" up "$WORK/cluster.yaml"
+"$BIN/orch" up "$WORK/cluster.yaml" --skip-collective-check  # stand-in GPUs: torch is a CPU build, NCCL cannot run
 
 say "3/5 orch rollout --model tiny --tp 2 (plan first, then for real: a few minutes on CPU)"
 "$BIN/orch" rollout --model tiny --tp 2 --max-model-len 2048 --dry-run "$WORK/cluster.yaml"

@@ -109,7 +109,7 @@ def spanning(gpu_bed, tiny_model_dir):
     """`orch up` (the bed's manifest) then `orch rollout --tp 2`: the module's one healthy app."""
     cluster = gpu_bed
     up_log: list[str] = cluster.up_log
-    cluster.ups.append(up(cluster.manifest, cluster.deps(up_log.append), UpOptions(timeout=240)))
+    cluster.ups.append(up(cluster.manifest, cluster.deps(up_log.append), UpOptions(timeout=240, collective_check=False)))
     served = _served(cluster, cluster.manifest_path, Path(tiny_model_dir))
     t0 = time.monotonic()
     served.first = served.rollout(tp=2)
@@ -156,7 +156,7 @@ def test_wrong_interface_fails_in_time_and_leaves_nothing_half_deployed(gpu_bed,
     bad_path.write_text(manifest_text(cluster.bed, model_store=Path(tiny_model_dir).parent,
                                          node_overrides={h.name: nic for h in cluster.bed.hosts}))  # fmt: skip
     bad_manifest = load_manifest_file(bad_path)
-    up(bad_manifest, cluster.deps(cluster.up_log.append), UpOptions(timeout=240))
+    up(bad_manifest, cluster.deps(cluster.up_log.append), UpOptions(timeout=240, collective_check=False))
     bad = _served(cluster, bad_path, Path(tiny_model_dir))
     timeout_s = 420.0
     t0 = time.monotonic()
@@ -218,7 +218,7 @@ def test_pp2_placement_lands_on_the_pinned_nodes(gpu_bed, tiny_model_dir):
 
     cluster = gpu_bed
     # The module's own manifest again (the wrong-interface test changed the env): restarts Ray.
-    cluster.ups.append(up(cluster.manifest, cluster.deps(cluster.up_log.append), UpOptions(timeout=240)))
+    cluster.ups.append(up(cluster.manifest, cluster.deps(cluster.up_log.append), UpOptions(timeout=240, collective_check=False)))
     manifest = cluster.manifest
     with cluster.dashboard() as dash:
         nodes = dash.nodes_with_usage()
@@ -363,7 +363,7 @@ def test_node_loss_while_serving_shows_dead_then_up_and_serve_restore_it(spannin
         assert unhealthy is not None, "the replica was never reported unhealthy"
 
         monkeypatch.setenv("ORCH_API_KEY", served.api_key)
-        healed = up(served.manifest, cluster.deps(), UpOptions(timeout=240))
+        healed = up(served.manifest, cluster.deps(), UpOptions(timeout=240, collective_check=False))
         assert healed.action == "heal" and healed.started == [victim]
 
         def answers():

@@ -128,7 +128,7 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     from orchestrator.state import StateStore
 
     with BackgroundClient(served_tiny) as client:
-        res = served_tiny.rollout(engine_args=(("max_num_seqs", 64),))
+        res = served_tiny.rollout(max_num_seqs=64)
     assert res.action == "side_by_side", res.decision
     assert client.fail == 0, (client.fail, client.errors[:5])
     assert client.ok > 20
@@ -226,13 +226,13 @@ def test_orch_killed_mid_deploy_leaves_the_old_revision_serving_and_the_next_rol
     # The request that serves now (an earlier test may have changed max_num_seqs): the repairing
     # rollout asks for it, so it has nothing to deploy after the repair.
     seqs = current.config["args"]["llm_configs"][0]["engine_kwargs"].get("max_num_seqs")
-    serving_now = (("max_num_seqs", seqs),) if seqs else ()
+    serving_now = {"max_num_seqs": seqs} if seqs else {}
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                **{manifest.serve.api_key_env: served_tiny.api_key})  # fmt: skip
     argv = [sys.executable, "-m", "orchestrator", "--state-dir", str(served_tiny.cluster.state_dir), "rollout",
             str(served_tiny.manifest_path), "--model", str(served_tiny.model_path), "--served-name", "tiny", "--replicas", "1",
-            "--max-model-len", str(MAX_MODEL_LEN), "--engine-arg", f"max_num_seqs={(seqs or 256) - 8}"]  # fmt: skip
+            "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str((seqs or 256) - 8)]  # fmt: skip
     log = tmp_path / "orch-rollout.err"
     with BackgroundClient(served_tiny) as client, log.open("w") as err:
         proc = subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -260,7 +260,7 @@ def test_orch_killed_mid_deploy_leaves_the_old_revision_serving_and_the_next_rol
     (problem,) = [p for p in serving["problems"] if p["code"] == "ROLLOUT_INTERRUPTED"]
     assert problem["subject"] == f"revision {number}" and "wait for" in problem["message"], problem
 
-    again = served_tiny.rollout(engine_args=serving_now)
+    again = served_tiny.rollout(**serving_now)
     assert again.action == "noop" and again.revision == current.number, again.decision
     assert again.repaired and f"revision {number}" in again.repaired[0], again.repaired
     interrupted = state.get_revision(manifest.name, number)
