@@ -21,7 +21,7 @@ say() { printf '\n== %s\n' "$*"; }
 # The variable that holds the key, and the model store, as the manifest names them.
 read -r KEY_VAR MODEL_STORE HTTP_PORT < <("$BIN/python" - "$MANIFEST" <<'PY'
 import sys
-from orchestrator.manifest.model import load_manifest_file
+from orchestrator.manifest.load import load_manifest_file
 m = load_manifest_file(sys.argv[1])
 print(m.serve.api_key_env, m.model_store or "", m.serve.http_port)
 PY
