@@ -22,6 +22,7 @@ $(STAMP): setup.cfg setup.py pyproject.toml scripts/install-system-packages.sh
 	touch $(STAMP)
 
 # The whole suite, fast tests first. pytest's exit 5 ("no tests collected") is a failure.
+# --durations: CI's log ends with the slowest tests, so where the suite's time goes is on record.
 TEST_PATHS := tests/unit tests/workflows tests/cli tests/integration
 # Lint first: ruff (pyflakes, pycodestyle, isort, bugbear, pyupgrade) and mypy, configured in
 # pyproject.toml; the import-cycle test runs with the unit tests.
@@ -30,7 +31,7 @@ lint: install
 	$(BIN)/mypy
 
 test: install lint
-	@set +e; $(BIN)/python -m pytest $(PYTEST_ARGS) $(TEST_PATHS); rc=$$?; \
+	@set +e; $(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS) $(TEST_PATHS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; exit $$rc
 
 test-unit: install
