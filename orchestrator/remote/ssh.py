@@ -18,7 +18,6 @@ import errno
 import logging
 import math
 import re
-import select
 import shlex
 import socket
 import threading
@@ -26,7 +25,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 import paramiko
 
@@ -41,6 +39,7 @@ from orchestrator.errors import (
 )
 from orchestrator.remote import known_hosts as kh
 from orchestrator.remote.runner import CommandResult
+from orchestrator.remote.ssh_channels import Forward, SshProcess, drain, wait_exit
 
 # paramiko logs every connection at INFO ('Connected (version 2.0, ...)') from its transport
 # threads; orch reports connection problems as typed errors, so only its warnings are kept.
@@ -110,7 +109,7 @@ class SshRunner:
         self.accepted_new_key: str | None = None  # fingerprint recorded on first contact, if any
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
-        self._forwards: list[_Forward] = []
+        self._forwards: list[Forward] = []
         self._closed = False
         self._home_dir: str | None = None
 
@@ -294,15 +293,15 @@ class SshRunner:
         # Read both streams at once: a command that fills stderr while we wait on stdout would
         # otherwise block forever on a full SSH window.
         readers = [
-            threading.Thread(target=_drain, args=(chan.recv, out), daemon=True, name=f"ssh-out-{self.node}"),
-            threading.Thread(target=_drain, args=(chan.recv_stderr, err), daemon=True, name=f"ssh-err-{self.node}"),
+            threading.Thread(target=drain, args=(chan.recv, out), daemon=True, name=f"ssh-out-{self.node}"),
+            threading.Thread(target=drain, args=(chan.recv_stderr, err), daemon=True, name=f"ssh-err-{self.node}"),
         ]
         for r in readers:
             r.start()
         deadline = start + timeout
         for r in readers:
             r.join(max(0.0, deadline - time.monotonic()))
-        if any(r.is_alive() for r in readers) or not _wait_exit(chan, deadline):
+        if any(r.is_alive() for r in readers) or not wait_exit(chan, deadline):
             chan.close()  # the node's `timeout` ends the process; we stop waiting now
             raise CommandTimeoutError(
                 f"{self.node}: `{shown}` did not finish within {timeout:g}s on {self.where}; it was stopped",
@@ -381,7 +380,7 @@ class SshRunner:
             raise exc
 
     # --- long-running commands with open streams -------------------------------------
-    def start(self, argv: Sequence[str], timeout: float = 3600.0) -> _SshProcess:
+    def start(self, argv: Sequence[str], timeout: float = 3600.0) -> SshProcess:
         """Start argv on the node and return it running, stdin and stdout open (the node's
         ``timeout`` still bounds it). ``kill()`` closes the channel. No environment travels with
         it: secrets go through stdin (see ``run`` for the env-file path)."""
@@ -395,13 +394,13 @@ class SshRunner:
                 hint="the node or its sshd went away; re-run the command",
                 node=self.node,
             ) from exc
-        return _SshProcess(self.node, self.where, chan)
+        return SshProcess(self.node, self.where, chan)
 
     # --- port forwarding ---------------------------------------------------------------
     def forward(self, remote_host: str, remote_port: int) -> int:
         """Listen on 127.0.0.1:<free port> here and tunnel each connection to
         remote_host:remote_port as seen from the node. Returns the local port."""
-        fwd = _Forward(self, remote_host, remote_port)
+        fwd = Forward(self.node, self._transport, self.connect_timeout, remote_host, remote_port)
         with self._lock:
             self._forwards.append(fwd)
         return fwd.port
@@ -421,131 +420,3 @@ class SshRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _drain(recv, sink: list[bytes]) -> None:
-    try:
-        while True:
-            data = recv(65536)
-            if not data:
-                return
-            sink.append(data)
-    except (OSError, EOFError, paramiko.SSHException):
-        return
-
-
-def _wait_exit(chan: paramiko.Channel, deadline: float) -> bool:
-    # After EOF on both streams the exit status follows at once; wait for it within the deadline.
-    while not chan.exit_status_ready():
-        if time.monotonic() >= deadline or chan.closed:
-            return chan.exit_status_ready()
-        time.sleep(0.005)
-    return True
-
-
-class _SshProcess:
-    """One running command over an SSH channel (``SshRunner.start``)."""
-
-    def __init__(self, node: str, where: str, chan: paramiko.Channel) -> None:
-        self.node, self.where, self._chan = node, where, chan
-        self._out = chan.makefile("rb")
-        self._err: list[bytes] = []
-        self._err_reader = threading.Thread(target=_drain, args=(chan.recv_stderr, self._err), daemon=True, name=f"ssh-err-{node}")
-        self._err_reader.start()
-
-    def write(self, data: bytes) -> None:
-        try:
-            self._chan.sendall(data)
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            raise UnreachableError(f"{self.node}: the command on {self.where} stopped reading: {exc}", node=self.node) from exc
-
-    def close_stdin(self) -> None:
-        try:
-            self._chan.shutdown_write()
-        except (OSError, EOFError, paramiko.SSHException):
-            pass  # already gone
-
-    def readline(self) -> str:
-        try:
-            return self._out.readline().decode("utf-8", "replace")
-        except (OSError, EOFError, paramiko.SSHException):
-            return ""
-
-    def wait(self, timeout: float) -> int:
-        if not _wait_exit(self._chan, time.monotonic() + timeout):
-            raise CommandTimeoutError(f"{self.node}: the command on {self.where} did not end within {timeout:g}s", node=self.node)
-        return self._chan.recv_exit_status()
-
-    def stderr(self) -> str:
-        return b"".join(self._err).decode("utf-8", "replace")
-
-    def kill(self) -> None:
-        self._chan.close()
-
-
-class _Forward:
-    """One local listener whose connections are tunnelled through the runner's SSH transport."""
-
-    def __init__(self, runner: SshRunner, remote_host: str, remote_port: int) -> None:
-        self.runner, self.remote = runner, (remote_host, remote_port)
-        self.transport = runner._transport()
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.closed = threading.Event()
-        self.pumps: list[tuple[socket.socket, paramiko.Channel]] = []
-        threading.Thread(target=self._accept_loop, daemon=True, name=f"ssh-fwd-{runner.node}-{self.port}").start()
-
-    def _accept_loop(self) -> None:
-        while not self.closed.is_set():
-            try:
-                ready, _, _ = select.select([self.sock], [], [], 0.2)
-                if not ready:
-                    continue
-                conn, peer = self.sock.accept()
-            except (OSError, ValueError):  # ValueError: select on a socket closed meanwhile
-                return
-            try:
-                # The runner's live transport, not the one the forward started on: when the SSH
-                # connection dropped since (sshd restarted, a network blip), this re-dials, so a
-                # caller polling through the tunnel (a rollout watching Serve) gets through again.
-                self.transport = self.runner._transport()
-                chan = self.transport.open_channel("direct-tcpip", self.remote, peer, timeout=self.runner.connect_timeout)
-            except (paramiko.SSHException, OSError, EOFError, RemoteError):
-                conn.close()  # the client sees the connection close, as with ssh -L
-                continue
-            self.pumps.append((conn, chan))
-            threading.Thread(target=self._pump, args=(conn, chan), daemon=True).start()
-
-    def _pump(self, conn: socket.socket, chan: paramiko.Channel) -> None:
-        try:
-            while not self.closed.is_set():
-                watched: list[Any] = [conn, chan]
-                ready, _, _ = select.select(watched, [], [], 0.5)
-                if conn in ready:
-                    data = conn.recv(65536)
-                    if not data:
-                        break
-                    chan.sendall(data)
-                if chan in ready:
-                    data = chan.recv(65536)
-                    if not data:
-                        break
-                    conn.sendall(data)
-        except (OSError, ValueError, EOFError, paramiko.SSHException):
-            pass  # either side closed (or the forward was closed): end this tunnelled connection
-        finally:
-            try:
-                chan.close()
-            except (OSError, EOFError, paramiko.SSHException):
-                pass  # the SSH transport is already gone: nothing left to close on its side
-            conn.close()
-
-    def close(self) -> None:
-        self.closed.set()
-        self.sock.close()
-        for conn, chan in self.pumps:
-            chan.close()
-            conn.close()
