@@ -10,7 +10,7 @@ manifest name with it. ``/api/v0/nodes`` reports the name unchanged (the dashboa
 
 Environment of the Ray processes (``ray_process_env``): the serving defaults of
 ``SERVE_ENV_DEFAULTS`` (measured in the stack notes: they more than double Serve LLM
-throughput), then the NIC pinning (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``) and
+throughput) and the node-death detection of ``NODE_DEATH_ENV_DEFAULTS``, then the NIC pinning (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``) and
 ``VLLM_HOST_IP``, then the manifest's cluster env and node env (which win), then token auth
 (``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN_PATH``) and ``ORCH_CLUSTER_ID=<cluster id>``, which
 nothing overrides (the latter tags every process of the cluster so that stopping it kills only
@@ -42,6 +42,17 @@ SERVE_ENV_DEFAULTS: dict[str, str] = {
     "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
     "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
 }
+
+# How fast Ray's GCS declares a node dead. It checks each raylet every health_check_period_ms
+# (Ray 2.60: 3000) and marks the node DEAD after health_check_failure_threshold (5) failed checks
+# in a row; a check fails when the raylet refuses or does not answer within
+# health_check_timeout_ms (10000). Measured on the test bed with Ray's defaults: a killed raylet's
+# node went DEAD 14-15 s after the kill (5 x 3 s), and a replica with a tensor-parallel worker
+# there stayed unroutable all that time. With 1000 ms: DEAD in ~5 s (docs/rollout.md). A live but
+# overloaded raylet still needs 5 checks in a row to time out (each 10 s), about 55 s of silence
+# instead of 65, before it is declared dead: the threshold and timeout, which guard against false
+# deaths on busy machines, stay Ray's. The manifest's env can set any of the three.
+NODE_DEATH_ENV_DEFAULTS: dict[str, str] = {"RAY_health_check_period_ms": "1000"}
 
 # HAProxy (RAY_SERVE_ENABLE_HA_PROXY) binds fixed ports on every node besides serve.http_port.
 # They follow the manifest's http_port (offsets from Ray 2.60's defaults at 8000), so two clusters
@@ -393,6 +404,7 @@ def ray_process_env(
     env: dict[str, str] = dict(SERVE_ENV_DEFAULTS if serve_env is None else serve_env)
     if haproxy_enabled(env):
         env.update(haproxy_ports(manifest.serve.http_port))
+    env.update(NODE_DEATH_ENV_DEFAULTS)
     env.update(network_env(manifest, node, facts))
     if haproxy_enabled(env):  # HAProxy's files in the cluster's 0700 folder, unless the manifest says where
         for name, path in haproxy_paths(manifest.ray.temp_dir).items():
