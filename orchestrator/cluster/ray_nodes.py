@@ -43,15 +43,10 @@ SERVE_ENV_DEFAULTS: dict[str, str] = {
     "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
 }
 
-# How fast Ray's GCS declares a node dead. It checks each raylet every health_check_period_ms
-# (Ray 2.60: 3000) and marks the node DEAD after health_check_failure_threshold (5) failed checks
-# in a row; a check fails when the raylet refuses or does not answer within
-# health_check_timeout_ms (10000). Measured on the test bed with Ray's defaults: a killed raylet's
-# node went DEAD 14-15 s after the kill (5 x 3 s), and a replica with a tensor-parallel worker
-# there stayed unroutable all that time. With 1000 ms: DEAD in ~5 s (docs/rollout.md). A live but
-# overloaded raylet still needs 5 checks in a row to time out (each 10 s), about 55 s of silence
-# instead of 65, before it is declared dead: the threshold and timeout, which guard against false
-# deaths on busy machines, stay Ray's. The manifest's env can set any of the three.
+# Ray's GCS marks a node DEAD after 5 failed health checks in a row (a refused or 10 s timed-out
+# check), one every health_check_period_ms: 3000 in Ray 2.60, so a killed raylet's node was DEAD
+# after 15 s here; with 1000, ~5 s. Threshold and timeout (the guard against false deaths on busy
+# nodes) stay Ray's. Why and what was measured: docs/rollout.md, "Node loss while serving".
 NODE_DEATH_ENV_DEFAULTS: dict[str, str] = {"RAY_health_check_period_ms": "1000"}
 
 # HAProxy (RAY_SERVE_ENABLE_HA_PROXY) binds fixed ports on every node besides serve.http_port.
