@@ -32,11 +32,14 @@ def collect(manifest: Manifest, state_dir: Path, accept_new_host_keys: bool = Fa
     replica's log is read once."""
     from orchestrator.status.serving import node_refs
     from orchestrator.workflows.cluster import status_nodes
-    from orchestrator.workflows.status import StatusDeps, gather_serving
+    from orchestrator.workflows.status import ServingOptions, StatusDeps, gather_serving, start_probe
 
     deps = cluster_deps(manifest, state_dir, accept_new_host_keys, lambda _m: None)
+    serving_deps, options = StatusDeps.from_cluster(deps, capacity_cache), ServingOptions()
+    # The readiness completion goes out first and answers while the nodes and Serve are read.
+    probe = start_probe(manifest, serving_deps, options)
     report = status_nodes(manifest, deps)
-    serving = gather_serving(manifest, StatusDeps.from_cluster(deps, capacity_cache), node_refs(report.nodes))
+    serving = gather_serving(manifest, serving_deps, node_refs(report.nodes), options, probe)
     return report.with_serving(serving)
 
 

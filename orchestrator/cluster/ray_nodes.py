@@ -10,7 +10,7 @@ manifest name with it. ``/api/v0/nodes`` reports the name unchanged (the dashboa
 
 Environment of the Ray processes (``ray_process_env``): the serving defaults of
 ``SERVE_ENV_DEFAULTS`` (measured in the stack notes: they more than double Serve LLM
-throughput), then the NIC pinning (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``) and
+throughput) and the node-death detection of ``NODE_DEATH_ENV_DEFAULTS``, then the NIC pinning (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``) and
 ``VLLM_HOST_IP``, then the manifest's cluster env and node env (which win), then token auth
 (``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN_PATH``) and ``ORCH_CLUSTER_ID=<cluster id>``, which
 nothing overrides (the latter tags every process of the cluster so that stopping it kills only
@@ -42,6 +42,12 @@ SERVE_ENV_DEFAULTS: dict[str, str] = {
     "RAY_SERVE_ENABLE_DIRECT_INGRESS": "1",
     "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
 }
+
+# Ray's GCS marks a node DEAD after 5 failed health checks in a row (a refused or 10 s timed-out
+# check), one every health_check_period_ms: 3000 in Ray 2.60, so a killed raylet's node was DEAD
+# after 15 s here; with 1000, ~5 s. Threshold and timeout (the guard against false deaths on busy
+# nodes) stay Ray's. Why and what was measured: docs/rollout.md, "Node loss while serving".
+NODE_DEATH_ENV_DEFAULTS: dict[str, str] = {"RAY_health_check_period_ms": "1000"}
 
 # HAProxy (RAY_SERVE_ENABLE_HA_PROXY) binds fixed ports on every node besides serve.http_port.
 # They follow the manifest's http_port (offsets from Ray 2.60's defaults at 8000), so two clusters
@@ -393,6 +399,7 @@ def ray_process_env(
     env: dict[str, str] = dict(SERVE_ENV_DEFAULTS if serve_env is None else serve_env)
     if haproxy_enabled(env):
         env.update(haproxy_ports(manifest.serve.http_port))
+    env.update(NODE_DEATH_ENV_DEFAULTS)
     env.update(network_env(manifest, node, facts))
     if haproxy_enabled(env):  # HAProxy's files in the cluster's 0700 folder, unless the manifest says where
         for name, path in haproxy_paths(manifest.ray.temp_dir).items():

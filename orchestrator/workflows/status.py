@@ -17,16 +17,25 @@
   the oldest kept scrape inside ``window_s`` (default 5 minutes), and without one reports the
   figures since the engines started (see docs/status.md). Older scrapes are deleted.
 - Readiness: one real completion (``max_tokens`` 1) to the public endpoint with the API key from
-  the environment variable named by ``serve.api_key_env``; its latency is the wall time.
+  the environment variable named by ``serve.api_key_env``; its latency is the wall time. It is
+  sent first, in a daemon thread (``start_probe``; `orch status` starts it before reading the
+  nodes), so its wait overlaps the reads instead of adding to them. A healthy engine gets the
+  probe's whole timeout; when the reads show every engine replica failing, status waits only
+  ``status.probe_budget``'s grace for it (measured: the probe hung its whole 20 s timeout after a
+  tensor-parallel worker's host died, most of what one `orch status` took during that outage).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +54,7 @@ from orchestrator.serve.client import open_serve_client
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.state import StateStore
 from orchestrator.status.engine_stats import KvCapacity, keep_metric_lines, parse_kv_capacity, pick_baseline
+from orchestrator.status.probe_budget import BROKEN_GRACE_S, probe_wait_s
 from orchestrator.status.serving import (
     NodeRef,
     ServingStatus,
@@ -110,6 +120,7 @@ class StatusDeps:
     probe: Callable[[str, str, str | None, float], ProbeResult] = probe_public
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     wall_clock: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
     capacity_cache: dict[tuple[str, str, int | None], KvCapacity | None] = field(default_factory=dict)
 
     @classmethod
@@ -129,21 +140,72 @@ class ServingOptions:
     probe_timeout_s: float = 20.0  # a 1-token completion; an idle CPU engine answers in < 1 s
     http_timeout_s: float = 15.0
     keep_scrapes: bool = True
+    # how long to wait for the probe when every engine replica is already failing (probe_budget)
+    probe_grace_s: float = BROKEN_GRACE_S
+    # what the probe may take beyond its own timeout (httpx's timeout is per phase, not in total)
+    probe_slack_s: float = 5.0
+
+
+class PendingProbe:
+    """The readiness completion running in a daemon thread: a probe hung on a broken engine never
+    keeps the process alive after the report is printed."""
+
+    def __init__(self, send: Callable[[], ProbeResult], model: str, url: str, clock: Callable[[], float]) -> None:
+        self.model, self.url, self._clock = model, url, clock
+        self.started = clock()
+        self._future: Future[ProbeResult] = Future()
+        threading.Thread(target=self._run, args=(send,), name="orch-status-probe", daemon=True).start()
+
+    def _run(self, send: Callable[[], ProbeResult]) -> None:
+        self._future.set_running_or_notify_cancel()
+        try:
+            self._future.set_result(send())
+        except BaseException as exc:  # handed to the waiting thread by result(), which re-raises it
+            self._future.set_exception(exc)
+
+    def result(self, wait_s: float, why: str) -> ProbeResult:
+        """The probe's result, or a timed-out one when it has not answered within ``wait_s``."""
+        try:
+            return self._future.result(timeout=max(0.0, wait_s))
+        except FutureTimeout:
+            took = self._clock() - self.started
+            return ProbeResult(False, took, None, f"no answer after {took:.1f} s{why}", self.url, self.model, timed_out=True)
+
+
+def start_probe(manifest: Manifest, deps: StatusDeps, options: ServingOptions) -> PendingProbe | None:
+    """Send the readiness completion now, for the serving revision's model (None when no revision
+    names one, or probing is off): ``gather_serving`` collects it at the end."""
+    if not options.probe:
+        return None
+    revision = deps.state.current_revision(manifest.name)
+    model_ids = revision_app(revision)[1] if revision is not None else []
+    if not model_ids:
+        return None
+    endpoint, model = manifest.serve_url(), model_ids[0]
+    key = deps.environ.get(manifest.serve.api_key_env) or None
+    return PendingProbe(lambda: deps.probe(endpoint, model, key, options.probe_timeout_s), model, endpoint, deps.monotonic)
 
 
 
 def gather_serving(
-    manifest: Manifest, deps: StatusDeps, nodes: list[NodeRef], options: ServingOptions = ServingOptions()
+    manifest: Manifest,
+    deps: StatusDeps,
+    nodes: list[NodeRef],
+    options: ServingOptions = ServingOptions(),
+    probe_sent: PendingProbe | None = None,
 ) -> ServingStatus:
     """Everything the serving section shows (see the module doc); failures of one input become
-    problems or notes of the report, never an exception, except a broken state database."""
+    problems or notes of the report, never an exception, except a broken state database.
+    ``probe_sent``: the probe `start_probe` sent already (else it is sent here, before the reads)."""
     name = manifest.name
+    if probe_sent is None:
+        probe_sent = start_probe(manifest, deps, options)
     revision = deps.state.current_revision(name)
     # A pending revision is either in flight (a rollout holds the cluster's lock) or was left by
     # an orch that stopped in the middle: say which.
-    pending = [(r.number, (deps.state.revision_meta(name, r.number) or {}).get("step"))
-               for r in deps.state.list_revisions(name) if r.status == "pending"]  # fmt: skip
-    holder = cluster_lock.holder(deps.state.cluster_dir(name)) if pending else None
+    pending_revs = [(r.number, (deps.state.revision_meta(name, r.number) or {}).get("step"))
+                    for r in deps.state.list_revisions(name) if r.status == "pending"]  # fmt: skip
+    holder = cluster_lock.holder(deps.state.cluster_dir(name)) if pending_revs else None
     token = deps.state.read_token(name)
     app_name, model_ids, _ = revision_app(revision) if revision is not None else (None, [], {})
     endpoint = manifest.serve_url()
@@ -183,21 +245,35 @@ def gather_serving(
                 metrics_before, window = _baseline_and_keep(deps, name, text, options)
             except (OrchError, RemoteError, prom.MetricsFormatError) as exc:
                 metrics_error = getattr(exc, "message", str(exc))
-    probe = None
+    build = partial(
+        build_serving_status, serve, revision=revision, engine_logs=engine_logs, log_errors=log_errors,
+        metrics_now=metrics_now, metrics_before=metrics_before, window_s=window, nodes=nodes,
+        endpoint=endpoint, serve_error=serve_error, metrics_error=metrics_error,
+        pending=pending_revs, rollout_holder=holder.describe() if holder else None, engine_workers=workers,
+    )  # fmt: skip
+    report = build(probe=None)
     if options.probe and serve is not None and app is not None:
         model = (model_ids or [m for m in (model_of_deployment(d.name) for d in app.deployments) if m] or [None])[0]
         if model is not None:
-            key = deps.environ.get(manifest.serve.api_key_env) or None
-            probe = deps.probe(endpoint, model, key, options.probe_timeout_s)
-            if key is None and probe.status_code == 401:
-                probe = ProbeResult(False, probe.latency_s, 401, f"${manifest.serve.api_key_env} is not set", probe.url, model)
-    report = build_serving_status(
-        serve, revision=revision, probe=probe, engine_logs=engine_logs, log_errors=log_errors,
-        metrics_now=metrics_now, metrics_before=metrics_before, window_s=window, nodes=nodes,
-        endpoint=endpoint, serve_error=serve_error, metrics_error=metrics_error,
-        pending=pending, rollout_holder=holder.describe() if holder else None, engine_workers=workers,
-    )  # fmt: skip
+            report = build(probe=_collect_probe(manifest, deps, options, report, probe_sent, model))
     return replace(report, calibration=_calibrate(deps.state, name, revision, engine_logs))
+
+
+def _collect_probe(manifest: Manifest, deps: StatusDeps, options: ServingOptions, report: ServingStatus,
+                   sent: PendingProbe | None, model: str) -> ProbeResult:  # fmt: skip
+    """The probe's result: the one sent at the start (waited for as ``probe_budget`` says), or one
+    sent now when none was (no revision named the model)."""
+    key = deps.environ.get(manifest.serve.api_key_env) or None
+    if sent is not None and sent.model == model:
+        remaining = options.probe_timeout_s + options.probe_slack_s - (deps.monotonic() - sent.started)
+        wait = probe_wait_s(report, remaining, options.probe_grace_s)
+        why = "; not waited for longer: every engine replica is failing (see the replicas)" if wait < remaining else ""
+        probe = sent.result(wait, why)
+    else:
+        probe = deps.probe(manifest.serve_url(), model, key, options.probe_timeout_s)
+    if key is None and probe.status_code == 401:
+        probe = ProbeResult(False, probe.latency_s, 401, f"${manifest.serve.api_key_env} is not set", probe.url, model)
+    return probe
 
 
 def _calibrate(state: StateStore, cluster: str, revision: Any, engine_logs: Mapping[str, list[str]]) -> dict | None:

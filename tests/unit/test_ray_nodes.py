@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cluster.ray_nodes import (
+    NODE_DEATH_ENV_DEFAULTS,
     NODE_RESOURCE_AMOUNT,
     SERVE_ENV_DEFAULTS,
     DashboardFormatError,
@@ -119,6 +120,16 @@ def test_process_env_order(manifest):
     assert "NCCL_SOCKET_IFNAME" not in w1env  # no interface named: NCCL chooses
     custom = ray_process_env(manifest, head, None, token_path="/t", serve_env={"RAY_SERVE_ENABLE_HA_PROXY": "1"})
     assert "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING" not in custom
+
+
+def test_faster_node_death_detection_is_a_default_the_manifest_can_change():
+    # Ray reads RAY_<config name> from its processes' environment; the GCS (head) owns the check.
+    assert NODE_DEATH_ENV_DEFAULTS == {"RAY_health_check_period_ms": "1000"}
+    m = load_manifest("name: c\nnodes: [{name: a, host: 1.2.3.4, role: head, gpus: 1}]\n", Path("/x/c.yaml"))
+    assert ray_process_env(m, m.head, None, token_path="/t")["RAY_health_check_period_ms"] == "1000"
+    own = load_manifest("name: c\nenv: {RAY_health_check_period_ms: '3000'}\n"
+                        "nodes: [{name: a, host: 1.2.3.4, role: head, gpus: 1}]\n", Path("/x/c.yaml"))  # fmt: skip
+    assert ray_process_env(own, own.head, None, token_path="/t")["RAY_health_check_period_ms"] == "3000"
 
 
 def test_token_auth_cannot_be_overridden_by_manifest_env():

@@ -8,6 +8,7 @@ import json
 import shutil
 import sys
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from orchestrator.serve.client import ServeApiError, parse_serve_status
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.state import StateStore
 from orchestrator.status.serving import ENDPOINT_PROBE_FAILED, ROLLOUT_INTERRUPTED, SERVE_API_ERROR, NodeRef
-from orchestrator.workflows.status import ServingOptions, StatusDeps, gather_serving, probe_public
+from orchestrator.workflows.status import ServingOptions, StatusDeps, gather_serving, probe_public, start_probe
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 NODE_ID = "fb356170c7eeea9b674844e2204ed80ed204358c9e6c6ae6afcb634d"
@@ -171,7 +172,9 @@ def test_unreachable_node_and_unreadable_serve_are_reported_not_raised(world):
     s = gather_serving(manifest, deps, [NodeRef("head", NODE_ID, "UNKNOWN", reachable=False, detail="connection refused")])
     codes = {p.code for p in s.problems}
     assert SERVE_API_ERROR in codes and "NODE_UNREACHABLE" in codes
-    assert not s.healthy and s.probe is None and w.probes == []
+    # The probe went out before Serve was read (in parallel with the reads); with no application
+    # to report it is not shown.
+    assert not s.healthy and s.probe is None
 
 
 def test_log_read_failure_becomes_a_note(world):
@@ -289,3 +292,68 @@ def test_status_records_what_the_engine_logged_against_the_plan(world):
     assert report.to_dict()["calibration"]["revision"] == rev.number
     (stored,) = load_calibrations(state, "local").values()
     assert stored["key"] == report.calibration["key"] and stored["vllm_version"] == "0.32.0"
+
+
+# A generous deadline for the events below: only a broken implementation ever waits it out.
+EVENT_DEADLINE_S = 30.0
+
+
+def test_the_probe_is_sent_first_and_answers_while_serve_is_read(world):
+    """The readiness completion overlaps the reads: here it can only answer once Serve's status
+    is being read, and Serve's status is read only once the probe was sent."""
+    tmp_path, state = world
+    manifest = manifest_for(tmp_path)
+    w = World([(DATA / "metrics/ray-serve-llm-0.32-after.txt").read_text()], now=[5000.0])
+    sent, serve_read = threading.Event(), threading.Event()
+    seen: dict[str, bool] = {}
+    calls: list[str] = []
+
+    def probe(url, model, key, timeout):
+        calls.append(model)
+        sent.set()
+        seen["answered_after_serve_read"] = serve_read.wait(EVENT_DEADLINE_S)
+        return ProbeResult(True, 0.25, 200, None, url + "/v1/completions", model, 1)
+
+    @contextmanager
+    def open_serve(runner, port, token):
+        seen["probe_sent_before_serve_read"] = sent.wait(EVENT_DEADLINE_S)
+        serve_read.set()
+        yield type("C", (), {"status": staticmethod(lambda: parse_serve_status(STATUS))})()
+
+    deps = deps_for(state, w, {"head": LocalRunner("head")})
+    deps.probe, deps.open_serve = probe, open_serve
+    options = ServingOptions(keep_scrapes=False)
+    sent_probe = start_probe(manifest, deps, options)
+    assert sent_probe is not None and sent_probe.model == "tiny"
+    s = gather_serving(manifest, deps, NODES, options, sent_probe)
+    assert seen == {"probe_sent_before_serve_read": True, "answered_after_serve_read": True}
+    assert calls == ["tiny"]  # one completion: the one sent first is the one reported
+    assert s.probe is not None and s.probe.ok and s.probe.status_code == 200
+
+
+def test_a_hung_probe_is_not_waited_for_when_every_replica_is_failing(world):
+    """The replica's node is DEAD (the nodes section said so): the probe, hung like a completion
+    to a broken tensor-parallel engine, is reported as unanswered after the grace, not after its
+    whole timeout; on a healthy node the same status waits for it."""
+    tmp_path, state = world
+    manifest = manifest_for(tmp_path)
+    release = threading.Event()
+    w = World([(DATA / f"metrics/ray-serve-llm-0.32-{n}.txt").read_text() for n in ("after", "after2")], now=[5000.0])
+
+    def hung(url, model, key, timeout):
+        release.wait(EVENT_DEADLINE_S)
+        return ProbeResult(True, 0.25, 200, None, url + "/v1/completions", model, 1)
+
+    deps = deps_for(state, w, {"head": LocalRunner("head")})
+    deps.probe = hung
+    options = ServingOptions(keep_scrapes=False, probe_grace_s=0.0)
+    try:
+        dead = gather_serving(manifest, deps, [NodeRef("head", NODE_ID, "DEAD")], options)
+    finally:
+        release.set()
+    assert dead.probe is not None and dead.probe.timed_out and not dead.probe.ok
+    assert "not waited for longer: every engine replica is failing" in (dead.probe.error or "")
+    assert ENDPOINT_PROBE_FAILED in {p.code for p in dead.problems}
+    # Healthy: the same (now released) probe is waited for and answers.
+    alive = gather_serving(manifest, deps, NODES, options)
+    assert alive.probe is not None and alive.probe.ok
