@@ -48,7 +48,7 @@ def findings_table(findings: list) -> Any:
 def nodes_table(states: list, title: str = "Ray nodes") -> Any:
     from rich.table import Table
 
-    from orchestrator.cluster.ray_nodes import current_by_name
+    from orchestrator.cluster.node_state import current_by_name
 
     table = Table(title=title, title_justify="left")
     for col in ("node", "address", "state", "GPUs", "node id"):

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from orchestrator.cluster.ray_nodes import NodeState, node_problems, parse_nodes, parse_usage, with_usage
+from orchestrator.cluster.node_state import NodeState, node_problems, parse_nodes, parse_usage, with_usage
 from orchestrator.errors import ClusterError, OrchError
 from orchestrator.polling import poll_until
 from orchestrator.runbooks import runbook

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator.cluster.ray_nodes import NodeState, node_problems
+from orchestrator.cluster.node_state import NodeState, node_problems
 from orchestrator.manifest.model import Manifest
 from orchestrator.state import ClusterRecord, redact_manifest
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator.cluster.ray_nodes import NodeState, current_by_name
+from orchestrator.cluster.node_state import NodeState, current_by_name
 from orchestrator.manifest.model import Manifest
 from orchestrator.nodes.facts import Versions
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.cluster.ray_nodes import DashboardFormatError
+from orchestrator.cluster.node_state import DashboardFormatError
 
 WORKER_CLASSES = ("RayWorkerProc", "RayWorkerWrapper")
 ACTORS_PATH = "/api/v0/actors"

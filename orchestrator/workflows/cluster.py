@@ -27,13 +27,12 @@ from typing import Any
 from orchestrator import cluster_lock
 from orchestrator.cluster.dashboard import open_dashboard, wait_for_nodes
 from orchestrator.cluster.exposure import exposure_warnings
+from orchestrator.cluster.node_state import NodeState, current_by_name
 from orchestrator.cluster.ray_nodes import (
     CLUSTER_ID_ENV,
     GCS_WAIT_ENV,
     WORKER_GCS_WAIT_S,
-    NodeState,
     collective_interface,
-    current_by_name,
     haproxy_dir,
     haproxy_enabled,
     head_start_argv,

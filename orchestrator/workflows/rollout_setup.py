@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.cluster.dashboard import open_dashboard
-from orchestrator.cluster.ray_nodes import current_by_name, node_resource
+from orchestrator.cluster.node_state import current_by_name
+from orchestrator.cluster.ray_nodes import node_resource
 from orchestrator.errors import PlanError, StateError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.plan.calibration import model_fingerprint

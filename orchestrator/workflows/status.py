@@ -42,7 +42,7 @@ from typing import Any
 from orchestrator import cluster_lock
 from orchestrator.bench import prometheus as prom
 from orchestrator.bench.target import parse_discovery
-from orchestrator.cluster.ray_nodes import DashboardFormatError
+from orchestrator.cluster.node_state import DashboardFormatError
 from orchestrator.doctor.diagnose import node_temp_dirs
 from orchestrator.doctor.logscan import ScanLimits, ScanParseError, parse_scan, scan_argv
 from orchestrator.errors import OrchError, RemoteError

@@ -25,7 +25,8 @@ import httpx
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.cluster.ray_nodes import current_by_name, node_token_path
+from orchestrator.cluster.node_state import current_by_name
+from orchestrator.cluster.ray_nodes import node_token_path
 from orchestrator.doctor.diagnose import diagnose
 from orchestrator.errors import RolloutFailed
 from orchestrator.manifest.load import load_manifest_file

@@ -172,7 +172,8 @@ def test_405b_shaped_plan_places_8_bundles_on_each_of_2_nodes(ray_testbed_cluste
     from ray.llm._internal.serve.core.server.llm_server import LLMServer
     from ray.serve.llm import LLMConfig
 
-    from orchestrator.cluster.ray_nodes import current_by_name, node_token_path
+    from orchestrator.cluster.node_state import current_by_name
+    from orchestrator.cluster.ray_nodes import node_token_path
     from orchestrator.remote import open_runners
     from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from orchestrator.cluster.dashboard import DashboardClient, DashboardRefused, DashboardUnavailable, wait_for_nodes
-from orchestrator.cluster.ray_nodes import parse_nodes
+from orchestrator.cluster.node_state import parse_nodes
 from orchestrator.errors import ClusterError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ray_dashboard"

@@ -8,25 +8,27 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.cluster.node_state import (
+    DashboardFormatError,
+    current_by_name,
+    node_problems,
+    parse_nodes,
+    parse_usage,
+    with_usage,
+)
 from orchestrator.cluster.ray_nodes import (
     NODE_DEATH_ENV_DEFAULTS,
     NODE_RESOURCE_AMOUNT,
     SERVE_ENV_DEFAULTS,
-    DashboardFormatError,
-    current_by_name,
     head_start_argv,
     node_address,
     node_gpus,
     node_name_from_resources,
-    node_problems,
     node_resource,
     node_token_path,
-    parse_nodes,
     parse_stop,
-    parse_usage,
     ray_process_env,
     stop_argv,
-    with_usage,
     worker_start_argv,
 )
 from orchestrator.manifest.load import load_manifest

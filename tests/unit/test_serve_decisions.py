@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.cluster.ray_nodes import NodeState
+from orchestrator.cluster.node_state import NodeState
 from orchestrator.serve import decisions as r
 
 LIVE = r.Serving(revision=3, fingerprint="abc", app_name="orch-r3", app_status="RUNNING", cold_load_s=95.0)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.cluster.ray_nodes import DashboardFormatError, parse_nodes
+from orchestrator.cluster.node_state import DashboardFormatError, parse_nodes
 from orchestrator.status.serving import NodeRef, build_serving_status
 from orchestrator.status.workers import engine_workers, parse_actors, rank_of
 

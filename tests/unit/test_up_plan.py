@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.cluster.ray_nodes import NodeState, node_resource
+from orchestrator.cluster.node_state import NodeState
+from orchestrator.cluster.ray_nodes import node_resource
 from orchestrator.cluster.up_plan import manifest_diff, plan_up
 from orchestrator.manifest.load import load_manifest
 from orchestrator.state import ClusterRecord

@@ -14,7 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from orchestrator.cluster.dashboard import DashboardUnavailable
-from orchestrator.cluster.ray_nodes import PRIVATE_DIR_SCRIPT, STOP_SCRIPT, NodeState, node_resource
+from orchestrator.cluster.node_state import NodeState
+from orchestrator.cluster.ray_nodes import PRIVATE_DIR_SCRIPT, STOP_SCRIPT, node_resource
 from orchestrator.collective.plan import FREE_PORT_SCRIPT, JOB_MARK
 from orchestrator.errors import UnreachableError
 from orchestrator.manifest.load import load_manifest

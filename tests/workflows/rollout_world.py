@@ -10,7 +10,7 @@ import json
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator.cluster.ray_nodes import NodeState
+from orchestrator.cluster.node_state import NodeState
 from orchestrator.manifest.load import load_manifest
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
