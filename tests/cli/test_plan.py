@@ -163,7 +163,7 @@ def test_the_vllm_version_defaults_to_the_gpu_extras_pin_and_changes_the_terms(c
     # 0.21 raised the default utilization to 0.92 and began subtracting the CUDA graph estimate
     assert (old["gpu_memory_utilization"], new["gpu_memory_utilization"]) == (0.9, 0.92)
     assert (old["engine_terms"]["cuda_graph_estimate_subtracted"], new["engine_terms"]["cuda_graph_estimate_subtracted"]) == (False, True)
-    assert new["reserve_gib_per_gpu"] == pytest.approx(old["reserve_gib_per_gpu"] + 0.31, abs=0.01)
+    assert new["reserve_gib_per_gpu"] == pytest.approx(old["reserve_gib_per_gpu"] + 0.36, abs=0.01)  # "Estimated CUDA graph memory: 0.36 GiB" (0.27.1, gpustack/runner#251)
     eager = run_json(capsys, "--model", "llama3-70b", "--max-model-len", "8192", "--vllm-version", "0.21.0", "--tp", "4", "--enforce-eager")
     assert eager["reserve_gib_per_gpu"] == pytest.approx(old["reserve_gib_per_gpu"], abs=0.01)
     assert main(["plan", "--model", "llama3-8b", "--vllm-version", "latest"]) == 2
