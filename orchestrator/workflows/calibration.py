@@ -13,17 +13,19 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.cluster.ray_nodes import DashboardFormatError
 from orchestrator.errors import OrchError
 from orchestrator.manifest.model import Manifest
 from orchestrator.plan.calibration import calibration_record, parse_engine_figures
 from orchestrator.remote.runner import Runner
 from orchestrator.state import StateStore
-from orchestrator.workflows.engine_logs import engine_replicas, read_replica_log
+from orchestrator.status.workers import engine_workers
+from orchestrator.workflows.engine_logs import engine_lines, engine_replicas
 
 FILE = "calibration.json"
 
@@ -81,37 +83,37 @@ class RolloutCalibration:
 
 
 def calibrate_rollout(state: StateStore, manifest: Manifest, runners: Mapping[str, Runner], nodes: list, app: Any,
-                      revision: int, plan: Mapping[str, Any] | None) -> RolloutCalibration:  # fmt: skip
+                      revision: int, plan: Mapping[str, Any] | None, actors: Callable[[], list] | None = None) -> RolloutCalibration:  # fmt: skip
     """After a rollout passed its gate: read the engine lines of ``app``'s replicas (Serve's status
-    of the application that now serves) on their nodes and record them. Never raises an
-    ``OrchError`` or ``OSError``: a log that cannot be read leaves the rollout a success, and says so."""
+    of the application that now serves) and of their engine worker actors (``actors``: Ray's actor
+    list, GPU layout) on their nodes, and record them. Never raises an ``OrchError`` or
+    ``OSError``: a log that cannot be read leaves the rollout a success, and says so."""
     if not plan:
         return RolloutCalibration(None, "calibration: not recorded (the revision has no plan)")
     replicas = engine_replicas(app) if app is not None else []
     if not replicas:
         return RolloutCalibration(None, "calibration: not recorded (Serve listed no replica of the application)")
-    name_of = {getattr(n, "node_id", None): getattr(n, "name", None) for n in nodes}
-    logs: dict[str, list[str]] = {}
+    names = {getattr(n, "node_id", None): getattr(n, "name", None) for n in nodes}
     errors: list[str] = []
     try:
-        for rep in replicas:
-            node = name_of.get(rep.node_id)
-            if node is None:
-                errors.append(f"replica {rep.replica_id} runs on node {rep.node_ip or rep.node_id or '?'}, not a manifest node")
-                continue
-            lines, err = read_replica_log(manifest, runners, node, rep)
-            if lines is not None:
-                logs[rep.replica_id] = lines
-            if err:
-                errors.append(err)
+        workers: dict[str, list] = {}
+        if actors is not None and manifest.accelerator != "cpu":  # the CPU layout's mp executor has no worker actors
+            listed = actors()
+            workers = {r.replica_id: engine_workers(r.actor_name, listed) for r in replicas}
+        logs, errors = engine_lines(manifest, runners, names, replicas, workers)
         record = record_calibration(state, manifest.name, revision, plan, logs)
-    except (OrchError, OSError) as exc:
+    except (OrchError, DashboardFormatError, OSError) as exc:
         errors.append(getattr(exc, "message", None) or str(exc))
         record = None
     if record is None:
         why = "; ".join(errors) or "the engine's log carries none of the memory lines orch reads"
         return RolloutCalibration(None, f"calibration: could not read what the engine logged ({why}); the rollout stands, `orch status` tries again")
     return RolloutCalibration(record, "calibration: " + describe(record))
+
+
+def stored_for(state: StateStore, cluster: str, revision: int) -> dict | None:
+    """The record a revision's rollout (or an earlier status) kept, if any."""
+    return next((r for r in load_calibrations(state, cluster).values() if r.get("revision") == revision), None)
 
 
 def describe(record: Mapping[str, Any]) -> str:

@@ -41,12 +41,24 @@ def engine_replicas(app: Any, model_ids: list[str] | None = None) -> list[Any]:
 
 def read_replica_log(manifest: Manifest, runners: Mapping[str, Runner], node_name: str, rep: Any) -> tuple[list[str] | None, str | None]:
     """(lines, error): the engine lines of replica ``rep``'s worker log on manifest node ``node_name``."""
-    runner = runners.get(node_name)
-    if runner is None or not rep.worker_id:
-        return None, f"no runner for {node_name}" if runner is None else "Serve did not report the replica's worker id"
-    node = manifest.node(node_name)
+    if not rep.worker_id:
+        return None, "Serve did not report the replica's worker id"
     pid = "*" if rep.pid is None else str(rep.pid)
-    patterns = (f"worker-{rep.worker_id}-*-{pid}.out", f"worker-{rep.worker_id}-*-{pid}.err")
+    return _scan(manifest, runners, node_name, (f"worker-{rep.worker_id}-*-{pid}.out", f"worker-{rep.worker_id}-*-{pid}.err"))
+
+
+def read_worker_log(manifest: Manifest, runners: Mapping[str, Runner], node_name: str, pid: int) -> tuple[list[str] | None, str | None]:
+    """(lines, error): the engine lines of one engine worker actor (vLLM's Ray executor runs each
+    rank in its own actor, whose stdout is its own worker log: ``Model loading took``,
+    ``Available KV cache memory`` and the CUDA graph lines are there, not in the replica's)."""
+    return _scan(manifest, runners, node_name, (f"worker-*-{pid}.out", f"worker-*-{pid}.err"))
+
+
+def _scan(manifest: Manifest, runners: Mapping[str, Runner], node_name: str, patterns: tuple[str, str]) -> tuple[list[str] | None, str | None]:
+    runner = runners.get(node_name)
+    if runner is None:
+        return None, f"no runner for {node_name}"
+    node = manifest.node(node_name)
     argv = scan_argv(node.python_bin(manifest), node_temp_dirs(manifest, node), KV_KEYWORDS, limits=KV_SCAN_LIMITS, groups=(patterns,))
     try:
         result = runner.run(argv, timeout=60).check(node_name)
@@ -60,3 +72,33 @@ def read_replica_log(manifest: Manifest, runners: Mapping[str, Runner], node_nam
     if not scan.files:
         return None, f"{node_name}: no worker log {patterns[0]} in {scan.session_dir}/logs"
     return [ln.text for ln in sorted(scan.lines, key=lambda ln: (ln.file, ln.line_no or 0))], None
+
+
+def engine_lines(manifest: Manifest, runners: Mapping[str, Runner], node_names: Mapping[str | None, str | None], replicas: list[Any],
+                 workers: Mapping[str, list[Any]]) -> tuple[dict[str, list[str]], list[str]]:  # fmt: skip
+    """({replica id: the lines of its log and of its engine workers' logs}, errors): what the
+    calibration record is made of. ``node_names``: Ray node id -> manifest node name;
+    ``workers``: replica id -> its ``status.workers.EngineWorker``s (empty on the CPU layout)."""
+    logs: dict[str, list[str]] = {}
+    errors: list[str] = []
+    for rep in replicas:
+        node = node_names.get(rep.node_id)
+        if node is None:
+            errors.append(f"replica {rep.replica_id} runs on node {rep.node_ip or rep.node_id or '?'}, not a manifest node")
+            continue
+        lines, err = read_replica_log(manifest, runners, node, rep)
+        got = list(lines or [])
+        if err:
+            errors.append(err)
+        for worker in workers.get(rep.replica_id, []):
+            wnode = node_names.get(worker.node_id)
+            if wnode is None or worker.pid is None:
+                errors.append(f"engine worker {worker.name} has no known node or pid")
+                continue
+            wlines, werr = read_worker_log(manifest, runners, wnode, worker.pid)
+            got.extend(wlines or [])
+            if werr:
+                errors.append(werr)
+        if got:
+            logs[rep.replica_id] = got
+    return logs, errors

@@ -323,7 +323,8 @@ def _calibrate(attempt: Attempt, link: Link, deps: ServingDeps, trail: Trail) ->
     except OrchError as exc:
         trail.step(f"calibration: could not read Serve's status ({exc.message}); the rollout stands, `orch status` tries again")
         return
-    outcome = calibrate_rollout(deps.state, attempt.manifest, link.runners, link.nodes, app, trail.number, attempt.desired.plan)
+    outcome = calibrate_rollout(deps.state, attempt.manifest, link.runners, link.nodes, app, trail.number, attempt.desired.plan,
+                                link.apis.actors)
     result.calibration, result.calibration_note = outcome.record, outcome.note
     trail.meta["calibration"] = outcome.note
     trail.step(outcome.note)

@@ -56,8 +56,8 @@ from orchestrator.status.workers import (
     engine_workers,
     parse_actors,
 )
-from orchestrator.workflows.calibration import record_calibration
-from orchestrator.workflows.engine_logs import engine_replicas, read_replica_log
+from orchestrator.workflows.calibration import record_calibration, stored_for
+from orchestrator.workflows.engine_logs import engine_replicas, read_replica_log, read_worker_log
 
 DISCOVERY_FILE = "prom_metrics_service_discovery.json"
 DEFAULT_WINDOW_S = 300.0
@@ -164,6 +164,10 @@ def gather_serving(
                 engine_logs[rep.replica_id] = lines
             if err:
                 log_errors[rep.replica_id] = err
+        # What the rollout recorded for this revision is shown as it is; without a record (the
+        # rollout could not read the logs) status records it, with the engine workers' lines too.
+        stored = stored_for(deps.state, name, revision.number) if revision is not None else None
+        calibration_logs = {} if stored is not None else _with_worker_lines(manifest, runners, by_id, engine_logs, workers)
         if engines and head is not None:
             try:
                 text = _scrape(manifest, runners, head, {r.node_ip for r in engines if r.node_ip}, by_id, engines, deps, options)
@@ -185,8 +189,22 @@ def gather_serving(
         endpoint=endpoint, serve_error=serve_error, metrics_error=metrics_error,
         pending=pending, rollout_holder=holder.describe() if holder else None, engine_workers=workers,
     )  # fmt: skip
-    calibration = record_calibration(deps.state, name, revision.number, revision.plan, engine_logs) if revision is not None else None
-    return replace(report, calibration=calibration)
+    if stored is None and revision is not None:
+        stored = record_calibration(deps.state, name, revision.number, revision.plan, calibration_logs)
+    return replace(report, calibration=stored)
+
+
+def _with_worker_lines(manifest: Manifest, runners: Mapping[str, Runner], by_id: Mapping[str, NodeRef],
+                       engine_logs: Mapping[str, list[str]], workers: Mapping[str, list[EngineWorker]]) -> dict[str, list[str]]:  # fmt: skip
+    """Each replica's lines plus its engine workers' (vLLM's Ray executor: weights and KV memory
+    are logged by the worker actors); a worker log that cannot be read is left out."""
+    out = {rid: list(lines) for rid, lines in engine_logs.items()}
+    for rid, lines in out.items():
+        for worker in workers.get(rid, []):
+            ref = by_id.get(worker.node_id) if worker.node_id else None
+            if ref is not None and worker.pid is not None:
+                lines.extend(read_worker_log(manifest, runners, ref.name, worker.pid)[0] or [])
+    return out
 
 
 def _actors(client: Any, manifest: Manifest) -> list[ActorRecord]:

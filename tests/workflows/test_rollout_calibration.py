@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.cluster.ray_nodes import NodeState
 from orchestrator.manifest.load import load_manifest
 from orchestrator.plan.calibration import calibration_record, model_fingerprint, parse_engine_figures
 from orchestrator.plan.capacity import PlanOptions
@@ -21,8 +22,10 @@ from orchestrator.plan.catalog import resolve_model
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.shape import make_shape
 from orchestrator.remote.local import LocalRunner
+from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus
 from orchestrator.state import StateStore
-from orchestrator.workflows.calibration import load_calibrations, save_calibration
+from orchestrator.status.workers import ActorRecord
+from orchestrator.workflows.calibration import calibrate_rollout, load_calibrations, save_calibration, stored_for
 from orchestrator.workflows.plan import calibrated
 from tests.workflows.rollout_world import make_world
 
@@ -123,3 +126,57 @@ def test_plan_on_the_cluster_reuses_the_reserve_a_captured_gpu_log_measured(tmp_
     assert again.kv_cache_gib_per_gpu == pytest.approx(24.83, abs=0.1)  # orch's weights are 14.18, vLLM's 14.25
     assert any(f"calibrated: revision 7 of this configuration measured {reserve:.2f} GiB of reserve per GPU" in r for r in again.reasons)
     assert json.dumps(again.to_json())  # still a plan that renders
+
+
+GPU_LAYOUT = """
+name: gpuwf
+python: {python}
+nodes:
+  - {{name: g1, host: 10.0.0.1, role: head, gpus: 1, gpu_type: A100-80GB}}
+serve: {{http_port: 8000, api_key_env: K}}
+ray: {{temp_dir: {tmp}/ray}}
+"""
+REPLICA_WORKER, REPLICA_PID, RANK_PID = "aa" * 28, 2881, 2990
+
+
+def test_on_the_gpu_layout_the_engine_workers_logs_give_weights_and_kv_memory():
+    """vLLM's Ray executor runs the rank in its own actor, whose worker log holds "Model loading
+    took" and "Available KV cache memory"; the replica's log holds the engine core's "GPU KV cache
+    size". The lines are dennislee22's captured A100-80GB log (0.10.1.1, Qwen2-7B, util 0.5),
+    split the way Ray writes them (each process's stdout to its own file, without the prefix the
+    driver adds when it streams them)."""
+    tmp = Path(tempfile.mkdtemp(prefix="rcg", dir="/tmp"))
+    try:
+        logs = tmp / "ray" / "session_x" / "logs"
+        logs.mkdir(parents=True)
+        (tmp / "ray" / "session_latest").symlink_to(logs.parent)
+        captured = (DATA / "planner/logs/dennislee-7B-1gpuA10080GB-0.5GRAM.log").read_text().splitlines()
+        strip = [ln.split(") ", 1)[1] if ln.startswith("(") else ln for ln in captured if not ln.startswith("#")]
+        (logs / f"worker-{REPLICA_WORKER}-01000000-{REPLICA_PID}.out").write_text("\n".join(ln for ln in strip if "kv_cache_utils" in ln) + "\n")
+        (logs / f"worker-{'bb' * 28}-01000000-{RANK_PID}.out").write_text("\n".join(ln for ln in strip if "gpu_" in ln) + "\n")
+        manifest = load_manifest(GPU_LAYOUT.format(python=sys.executable, tmp=tmp), tmp / "cluster.yaml")
+        state = StateStore(tmp / "state")
+        spec = resolve_model(DATA / "planner" / "configs" / "Qwen2-7B-Instruct")
+        plan = plan_model(spec, make_shape(gpu_type_name="A100-80GB", gpus_per_node=1, nodes=1),
+                          PlanOptions(vllm_version="0.10.1.1", gpu_memory_utilization=0.5, max_model_len=16384, flashinfer_sampler=True))  # fmt: skip
+        plan_json = {**plan.to_json(), "model_fingerprint": model_fingerprint(spec)}
+        rep = ReplicaStatus("r1", "RUNNING", node_id="n1", actor_name="SERVE_REPLICA::app#LLMServer:qwen#r1", worker_id=REPLICA_WORKER, pid=REPLICA_PID)
+        app = AppStatus("orch-r1", "RUNNING", deployments=(DeploymentStatus("LLMServer:qwen", "HEALTHY", replicas=(rep,)),))
+        actors = [ActorRecord("a1", "ServeReplica:app:LLMServer:qwen", rep.actor_name, "ALIVE", "n1", REPLICA_PID, "pg1"),
+                  ActorRecord("a2", "RayWorkerWrapper", "vllm_Worker_abc_TP0", "ALIVE", "n1", RANK_PID, "pg1")]  # fmt: skip
+        nodes = [NodeState("n1", "g1", "10.0.0.1", "ALIVE", True)]
+        runners = {"g1": LocalRunner("g1")}
+
+        alone = calibrate_rollout(state, manifest, runners, nodes, app, 1, plan_json)  # the replica's log only
+        assert alone.record is not None and alone.record["measured"]["kv_tokens"] == 464_848
+        assert alone.record["measured"]["kv_gib"] is None and alone.record["measured_reserve_gib"] is None
+
+        both = calibrate_rollout(state, manifest, runners, nodes, app, 2, plan_json, lambda: actors)
+        assert both.record is not None and both.record["platform"] == "gpu" and both.record["gpu_type"] == "A100-80GB"
+        measured = both.record["measured"]
+        assert (measured["weights_gib"], measured["kv_gib"], measured["kv_tokens"], measured["cuda_graph_gib"]) == (14.2488, 24.83, 464_848, 0.50)
+        assert both.record["measured_reserve_gib"] == pytest.approx(79.15 * 0.5 - 14.2488 - 24.83, abs=0.01)
+        assert "used by `orch plan --cluster`" in both.note
+        assert stored_for(state, "gpuwf", 2) == both.record
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
