@@ -24,9 +24,20 @@ How each tool's prediction of vLLM's KV cache is formed (per GPU, the tightest s
   token, whole blocks). Its ``total_kv_cache_blocks`` sums the blocks of every GPU, TP x PP times
   what vLLM reports for a replica, so it is not used.
 - hf-mem: no reserve: total x utilization - weights/(TP x PP), over its per-token KV bytes/(TP x PP).
-- aiconfigurator: installed and its version reported, but not called yet: its memory model is in
-  the compiled aiconfigurator-core (per-system YAML such as h100_sxm, a100_sxm,
-  rtx_pro_6000_server, and a backend performance database); every row reports "not run".
+- aiconfigurator: ``aiconfigurator_core.sdk.memory.estimate_kv_cache`` (its native path: the
+  backend memory model with its flat 3.5 GiB "runtime overhead", activations from its performance
+  database, NCCL), backend ``vllm``, ``of_total`` at the row's utilization, the row's TP and PP,
+  ``max_num_tokens``/``max_batch_size`` = the scheduler values that vLLM release used (the row's
+  flags, else the release's defaults), and the GPU memory overridden with CUDA's total of the
+  row, the KV cache in bf16 (vLLM's ``auto`` for these checkpoints; left alone it infers an fp8
+  KV cache from an FP8 checkpoint) and, for MoE, the experts sharded by TP (``moe_tp_size`` = TP,
+  vLLM's default without expert parallelism). Its ``total_kv_size_tokens`` (per rank) is rounded
+  down to whole blocks as vLLM counts.
+  Local path: it reads the config.json folder itself (``model_path`` = the folder), so no
+  workaround is needed beyond ``HF_HUB_OFFLINE``. It ships a vLLM performance database for a few
+  systems only: h100_sxm (vLLM 0.24.0), a100_sxm (0.14.0; also used for the A100-40GB rows with
+  the 40 GB total) and rtx_pro_6000_server (0.24.0); rows on other GPUs (RTX 3090) are "not run"
+  with the reason. Its database version is not the row's vLLM version (it has one per system).
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ sys.path.insert(0, str(REPO))
 from orchestrator.plan.calibration import predict_engine  # noqa: E402
 from orchestrator.plan.capacity import PlanOptions  # noqa: E402
 from orchestrator.plan.catalog import resolve_model  # noqa: E402
+from orchestrator.plan.engine_terms import engine_terms, parse_vllm_version  # noqa: E402
 from orchestrator.plan.memory import GIB  # noqa: E402
 from orchestrator.plan.shape import ClusterShape  # noqa: E402
 
@@ -125,6 +137,11 @@ except Exception as exc:
     cp = None
     out["errors"]["llm-d-planner"] = f"import failed: {type(exc).__name__}: {exc}"
 try:
+    from aiconfigurator_core.sdk.memory import estimate_kv_cache as aic_estimate
+except Exception as exc:
+    aic_estimate = None
+    out["errors"]["aiconfigurator"] = f"import failed: {type(exc).__name__}: {exc}"
+try:
     from hf_mem.safetensors.metadata import parse_safetensors_metadata
     from hf_mem.safetensors.kv_cache import compute_safetensors_kv_cache_size
 except Exception as exc:
@@ -161,7 +178,27 @@ for row in job["rows"]:
             res["hf-mem"] = {"kv_gib": kv, "kv_tokens": int(kv * GIB // (per_token * block)) * block, "weights_gib": weights}
         except Exception as exc:
             res["hf-mem"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-    res["aiconfigurator"] = {"error": "not run: this script does not call aiconfigurator's compiled memory model yet"}
+    if aic_estimate is not None:
+        system = job["aic_systems"].get(row["gpu"])
+        if system is None:
+            res["aiconfigurator"] = {"error": f"not run: aiconfigurator 0.12.0 ships no vLLM performance database for {row['gpu']}"}
+        else:
+            try:
+                tokens, seqs = job["batch"][rid]
+                got = aic_estimate(job["config_dirs"][model], system[0], "vllm", system[1], max_num_tokens=tokens, max_batch_size=seqs,
+                                   memory_fraction_kind="of_total", memory_fraction_value=util, tp_size=tp, pp_size=pp,
+                                   # vLLM's kv_cache_dtype "auto" is the model's bf16 (left alone, aiconfigurator
+                                   # infers an fp8 KV cache from an FP8 checkpoint)
+                                   kvcache_quant_mode="fp8" if row["options"].get("kv_cache_dtype") == "fp8" else "bfloat16",
+                                   # vLLM without --enable-expert-parallel shards the experts by TP
+                                   **({"moe_tp_size": tp, "moe_ep_size": 1} if cfg.get("num_experts") else {}),
+                                   gpu_memory_capacity_bytes_override=int(total * GIB))
+                brk = got.get("memory_breakdown") or {}
+                res["aiconfigurator"] = {"kv_gib": got["total_kv_size_bytes"] / GIB, "kv_tokens": int(got["total_kv_size_tokens"]) // block * block,
+                                         "weights_gib": brk.get("weights_bytes", float("nan")) / GIB, "source": got.get("source"),
+                                         "system": f"{system[0]} (vLLM perf database {system[1]})"}
+            except Exception as exc:
+                res["aiconfigurator"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     out["rows"][rid] = res
 print(json.dumps(out))
 '''
@@ -173,6 +210,19 @@ def make_venv(where: Path) -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
     subprocess.run([str(py), "-m", "pip", "install", "-q", *PEERS], check=True, timeout=1800)
     return py
+
+
+# aiconfigurator 0.12.0's systems with a vLLM performance database (systems/data/<system>/gemm/vllm/<version>)
+AIC_SYSTEMS = {"H100-80GB": ("h100_sxm", "0.24.0"), "A100-80GB": ("a100_sxm", "0.14.0"), "A100-40GB": ("a100_sxm", "0.14.0"),
+               "RTXPRO6000-96GB": ("rtx_pro_6000_server", "0.24.0")}  # fmt: skip
+
+
+def batch_of(row: dict) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) the row's vLLM ran with: its flags, else that release's defaults."""
+    terms = engine_terms(parse_vllm_version(row["vllm"]))
+    opts = row["options"]
+    tokens, seqs = terms.batch_defaults(int(row["total_gib"] * GIB), row["gpu"], opts.get("max_model_len") or 0)
+    return opts.get("max_num_batched_tokens", tokens), opts.get("max_num_seqs", seqs)
 
 
 def orch_prediction(row: dict) -> dict:
@@ -212,6 +262,8 @@ def main() -> int:
         "configs": configs,
         "config_dirs": {m: str(DATA / "configs" / m) for m in models},
         "headers": {m: synthetic_headers(configs[m]) for m in models},
+        "aic_systems": AIC_SYSTEMS,
+        "batch": {r["id"]: batch_of(r) for r in rows},
     }
     root = args.venv or Path(tempfile.mkdtemp(prefix="orch-peers-"))
     try:

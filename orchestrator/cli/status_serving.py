@@ -168,13 +168,18 @@ def render_serving(serving: Any) -> Any:
 def calibration_line(record: Any) -> str:
     """Predicted vs measured memory per GPU, with the error (the plan's figures against the engine's log)."""
     pred, meas, err = record.get("predicted") or {}, record.get("measured") or {}, record.get("error") or {}
+    head = f"memory (vLLM {record.get('vllm_version')}, TP={record.get('tp')} PP={record.get('pp')}): "
+    if record.get("mismatch"):  # a CPU engine standing in for the planned GPU: its figures measure the CPU
+        got = [f"{label} {fmt.format(meas[f])} measured" for f, label, fmt in
+               (("weights_gib", "weights", "{:.2f} GiB"), ("kv_gib", "KV cache", "{:.2f} GiB"), ("kv_tokens", "KV tokens", "{:,}")) if meas.get(f) is not None]  # fmt: skip
+        return head + "; ".join([*got, str(record["mismatch"])])
     parts = []
     for field, label, fmt in (("weights_gib", "weights", "{:.2f} GiB"), ("kv_gib", "KV cache", "{:.2f} GiB"), ("kv_tokens", "KV tokens", "{:,}")):
         if meas.get(field) is not None and pred.get(field) is not None:
             parts.append(f"{label} {fmt.format(pred[field])} planned, {fmt.format(meas[field])} measured ({err.get(field, 0):+.1%})")
     reserve = record.get("measured_reserve_gib")
     tail = f"; measured reserve {reserve:.2f} GiB per GPU, used by `orch plan --cluster`" if reserve is not None else ""
-    return f"memory (vLLM {record.get('vllm_version')}, TP={record.get('tp')} PP={record.get('pp')}): " + ("; ".join(parts) or "not logged") + tail
+    return head + ("; ".join(parts) or "not logged") + tail
 
 
 def render_serving_to(console: Any, serving: Any) -> None:

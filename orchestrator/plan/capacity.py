@@ -24,7 +24,7 @@ the vLLM version is in ``orchestrator.plan.engine_terms``:
     the version's top-k/top-p path (38.5 for PyTorch's sort, fitted to vLLM 0.11's 4.76 / 5.56 GiB
     at 1,024 sequences for vocab 128,256 / 151,936).
 - pipeline buffers (PP > 1): ``max_num_batched_tokens * H * 18.7`` bytes, fitted to one PP=2 log.
-- CUDA graphs: subtracted from 0.21 on (0.31 GiB, the median of logged estimates), 0 with
+- CUDA graphs: subtracted from 0.21 on (0.36 GiB, the estimate vLLM 0.27.1 logged), 0 with
   enforce_eager or before 0.21.
 
 ``max_num_batched_tokens`` and ``max_num_seqs`` default to the version's API-server values

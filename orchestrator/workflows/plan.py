@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from orchestrator.manifest.model import Manifest
-from orchestrator.plan.calibration import calibration_key
+from orchestrator.plan.calibration import calibration_key, why_not_reusable
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import ModelSpec
 from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM, parse_vllm_version, probed_vllm_version
@@ -54,13 +54,22 @@ def vllm_version_for(flag: str | None, manifest: Manifest | None, state_dir: Pat
 
 def calibrated(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, result: ParallelPlan, manifest: Manifest, state: StateStore) -> ParallelPlan:
     """The plan again with the reserve the engine measured on this cluster, when a rollout of the same
-    model, GPU type, vLLM version, layout and flags was recorded (`orch status` records it)."""
+    model, GPU type, vLLM version, layout and flags was recorded (the rollout records it) by an engine
+    that ran on that GPU type; a record that may not be used is named in the plan's notes."""
     if not probed_facts(manifest, state):
         return result
     key = calibration_key(spec, result.gpu_type, result.vllm_version, result.tp, result.pp, result.engine_kwargs())
-    record = load_calibrations(state, manifest.name).get(key)
-    if record is None or record.get("measured_reserve_gib") is None:
-        return result
+    records = load_calibrations(state, manifest.name)
+    record = records.get(key)
+    why = why_not_reusable(record, result.gpu_type) if record is not None else None
+    if record is None or why is not None:
+        # a record of this configuration under another device (a CPU engine standing in for the GPU)
+        other = record or next((r for r in records.values() if r.get("planned_key") == key), None)
+        if other is None:
+            return result
+        why = why or why_not_reusable(other, result.gpu_type)
+        note = f"not calibrated: the record of revision {other.get('revision', '?')} of this configuration is not used ({why})"
+        return replace(result, reasons=(*result.reasons, note))
     measured = replace(options, reserve_gib=float(record["measured_reserve_gib"]), tp=result.tp, pp=result.pp)
     note = f"calibrated: revision {record.get('revision', '?')} of this configuration measured {record['measured_reserve_gib']:.2f} GiB of reserve per GPU"
     return plan_model(spec, replace(shape, notes=(*shape.notes, note)), measured)

@@ -12,7 +12,9 @@ refused) -> decide (noop / fresh / side_by_side / in_place / refuse) -> record a
 revision, its application named after the number the database gave -> check the model path on
 the nodes -> apply -> watch the application, deployment and replica states -> readiness (a real
 completion through the public endpoint with the API key, and 401 without it) -> switch traffic
--> record ready, the previous one superseded.
+-> record ready, the previous one superseded -> record what the engines logged against the plan
+(``workflows.calibration``: the record `orch plan --cluster` sizes with; a log that cannot be read
+is said, and the rollout still succeeds).
 
 Whatever stops it after the first apply (a failed gate, a Serve API error, a lost connection,
 Ctrl-C, a bug) puts the previous revision back before the error is raised (side by side before
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator import cluster_lock
-from orchestrator.errors import RolloutFailed, RolloutInterrupted, StateError, UsageError
+from orchestrator.errors import OrchError, RolloutFailed, RolloutInterrupted, StateError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
 from orchestrator.runbooks import runbook
@@ -40,6 +42,7 @@ from orchestrator.serve.client import ServeStatus
 from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp
 from orchestrator.serve.secrets import fill_secrets, for_display, unfilled
 from orchestrator.state import Revision, StateStore
+from orchestrator.workflows.calibration import calibrate_rollout
 from orchestrator.workflows.rollout_repair import repair_interrupted
 from orchestrator.workflows.rollout_steps import (
     ClusterApis,
@@ -92,6 +95,8 @@ class RolloutResult:
     plan: dict = field(default_factory=dict)
     steps: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)  # what an interrupted rollout left, and what was done
+    calibration: dict | None = None  # what the engines logged against the plan (workflows.calibration)
+    calibration_note: str | None = None  # recorded, or why not
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -107,6 +112,8 @@ class RolloutResult:
             "first_token_s": self.first_token_s,
             "steps": self.steps,
             "repaired": self.repaired,
+            "calibration": self.calibration,
+            "calibration_note": self.calibration_note,
             "plan": self.plan,
             "config": for_display(self.config),
         }
@@ -300,10 +307,27 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             state.update_revision(name, attempt.current.number, "rolled_back" if desired.rollback_of is not None else "superseded")
     except BaseException as exc:  # every way out puts the previous revision back
         _fail(attempt, link, deps, trail, exc)
+    _calibrate(attempt, link, deps, trail)
     meta.update({"step": "done", "cold_load_s": result.cold_load_s, "first_token_s": result.first_token_s})
     state.save_revision_meta(name, number, meta)
     result.config = served_as.app
     return result
+
+
+def _calibrate(attempt: Attempt, link: Link, deps: ServingDeps, trail: Trail) -> None:
+    """The revision serves: record what its engines logged (after the gate, outside the restore's
+    reach; a failure to read is said, never raised)."""
+    result = trail.result
+    try:
+        app = link.apis.serve.status().app(result.app_name or trail.app_name)
+    except OrchError as exc:
+        trail.step(f"calibration: could not read Serve's status ({exc.message}); the rollout stands, `orch status` tries again")
+        return
+    outcome = calibrate_rollout(deps.state, attempt.manifest, link.runners, link.nodes, app, trail.number, attempt.desired.plan,
+                                link.apis.actors)
+    result.calibration, result.calibration_note = outcome.record, outcome.note
+    trail.meta["calibration"] = outcome.note
+    trail.step(outcome.note)
 
 
 def _what_failed(exc: BaseException) -> tuple[str, str | None]:

@@ -44,6 +44,7 @@ from orchestrator.serve.config import (
     stage_nodes_for,
 )
 from orchestrator.state import StateStore
+from orchestrator.status.workers import ACTORS_PARAMS, ACTORS_PATH, parse_actors
 from orchestrator.workflows.rollout import ClusterApis, Desired
 
 
@@ -248,4 +249,5 @@ def open_cluster_apis(manifest: Manifest, runners: Mapping[str, Runner], token: 
 
     head = runners[manifest.head.name]
     with open_dashboard(head, manifest.ray.dashboard_port, token) as dash, open_serve_client(head, manifest.ray.dashboard_port, token) as serve:
-        yield ClusterApis(serve=serve, nodes=dash.nodes_with_usage, endpoint=HttpEndpoint(manifest.serve_url()))
+        yield ClusterApis(serve=serve, nodes=dash.nodes_with_usage, endpoint=HttpEndpoint(manifest.serve_url()),
+                          actors=lambda: parse_actors(dash.get_json(ACTORS_PATH, ACTORS_PARAMS)))  # fmt: skip

@@ -54,6 +54,7 @@ class ClusterApis:
     serve: ServeApi
     nodes: Callable[[], list]  # -> list[cluster.ray_nodes.NodeState] with usage
     endpoint: Endpoint
+    actors: Callable[[], list] | None = None  # -> list[status.workers.ActorRecord] (the engine workers' pids)
 
 
 def _quiet(_message: str) -> None:

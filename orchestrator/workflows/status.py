@@ -3,10 +3,9 @@
 - Serve's application status: ``serve_client.open_serve_client`` over the head's runner (an SSH
   tunnel to the dashboard on the head's 127.0.0.1) with the cluster's token.
 - The engine's KV-cache capacity line: read on the replica's node through its runner, from the
-  replica's worker log ``<temp_dir>/session_latest/logs/worker-<worker_id>-*-<pid>.out`` (vLLM's
-  EngineCore is a child of the replica actor and writes to the same stdout). The bounded scan of
-  ``orchestrator.doctor.logscan`` (the doctor's) does the reading; only matching lines travel. A
-  replica's capacity never changes, so it is read once per replica (``StatusDeps.capacity_cache``).
+  replica's worker log (``workflows.engine_logs``). A replica's capacity never changes, so it is
+  read once per replica (``StatusDeps.capacity_cache``). The same lines give predicted vs
+  measured memory (``workflows.calibration``; the rollout records it first, status again).
 - The engine's metrics: vLLM under Ray Serve LLM publishes them through Ray's metrics agent of
   the replica's node (``ray_vllm_*`` names, label ``ReplicaId``). Ray lists every metrics export
   address in ``<temp_dir>/prom_metrics_service_discovery.json`` on the head (read through the
@@ -43,16 +42,12 @@ from orchestrator import cluster_lock
 from orchestrator.bench import prometheus as prom
 from orchestrator.bench.target import parse_discovery
 from orchestrator.cluster.node_state import DashboardFormatError
-from orchestrator.doctor.diagnose import node_temp_dirs
-from orchestrator.doctor.logscan import ScanLimits, ScanParseError, parse_scan, scan_argv
 from orchestrator.errors import OrchError, RemoteError
 from orchestrator.manifest.model import Manifest
-from orchestrator.plan.calibration import calibration_record, parse_engine_figures
 from orchestrator.remote.runner import Runner
 from orchestrator.serve import readiness
 from orchestrator.serve.client import open_serve_client
 from orchestrator.serve.readiness import ProbeResult
-from orchestrator.state import StateStore
 from orchestrator.status.engine_stats import KvCapacity, keep_metric_lines, parse_kv_capacity, pick_baseline
 from orchestrator.status.probe_budget import BROKEN_GRACE_S, probe_wait_s
 from orchestrator.status.serving import (
@@ -71,17 +66,10 @@ from orchestrator.status.workers import (
     engine_workers,
     parse_actors,
 )
-from orchestrator.workflows.calibration import save_calibration
+from orchestrator.workflows.calibration import record_calibration, stored_for
+from orchestrator.workflows.engine_logs import engine_replicas, read_replica_log, read_worker_log
 
 DISCOVERY_FILE = "prom_metrics_service_discovery.json"
-KV_KEYWORDS = ["KV cache size", "Maximum concurrency", " blocks: ",
-               # the memory figures orch records as calibration (orchestrator.plan.calibration)
-               "Model loading took", "Loading model weights took", "Available KV cache memory", "Estimated CUDA graph memory",
-               "Graph capturing finished", "kv cache memory in use"]  # fmt: skip
-# The capacity line comes early in the log; read up to 64 MiB of it (only matching lines travel)
-# and skip counting line numbers, which would read the file twice.
-KV_SCAN_LIMITS = ScanLimits(max_files=4, tail_lines=10**8, max_bytes=64 * 1024 * 1024, count_prefix_bytes=0,
-                            max_line_chars=1000, max_matches_per_file=200)  # fmt: skip
 DEFAULT_WINDOW_S = 300.0
 
 RunnerOpener = Callable[[Manifest], AbstractContextManager[Mapping[str, Runner]]]
@@ -229,7 +217,7 @@ def gather_serving(
         except (OrchError, RemoteError) as exc:
             serve_error = (f"cannot read Serve's status from the head's dashboard: {exc.message}", exc.hint)
         app = pick_app(serve, app_name) if serve is not None else None
-        engines = _engine_replicas(app, model_ids) if app is not None else []
+        engines = engine_replicas(app, model_ids) if app is not None else []
         workers = {r.replica_id: engine_workers(r.actor_name, actors) for r in engines}
         by_id = {n.node_id: n for n in nodes if n.node_id}
         for rep in engines:
@@ -238,6 +226,10 @@ def gather_serving(
                 engine_logs[rep.replica_id] = lines
             if err:
                 log_errors[rep.replica_id] = err
+        # What the rollout recorded for this revision is shown as it is; without a record (the
+        # rollout could not read the logs) status records it, with the engine workers' lines too.
+        stored = stored_for(deps.state, name, revision.number) if revision is not None else None
+        calibration_logs = {} if stored is not None else _with_worker_lines(manifest, runners, by_id, engine_logs, workers)
         if engines and head is not None:
             try:
                 text = _scrape(manifest, runners, head, {r.node_ip for r in engines if r.node_ip}, by_id, engines, deps, options)
@@ -256,7 +248,9 @@ def gather_serving(
         model = (model_ids or [m for m in (model_of_deployment(d.name) for d in app.deployments) if m] or [None])[0]
         if model is not None:
             report = build(probe=_collect_probe(manifest, deps, options, report, probe_sent, model))
-    return replace(report, calibration=_calibrate(deps.state, name, revision, engine_logs))
+    if stored is None and revision is not None:
+        stored = record_calibration(deps.state, name, revision.number, revision.plan, calibration_logs)
+    return replace(report, calibration=stored)
 
 
 def _collect_probe(manifest: Manifest, deps: StatusDeps, options: ServingOptions, report: ServingStatus,
@@ -276,20 +270,17 @@ def _collect_probe(manifest: Manifest, deps: StatusDeps, options: ServingOptions
     return probe
 
 
-def _calibrate(state: StateStore, cluster: str, revision: Any, engine_logs: Mapping[str, list[str]]) -> dict | None:
-    """Record what the engines logged against what the revision's plan predicted (the record
-    `orch plan --cluster` sizes with); None when the log or the plan lacks the figures."""
-    if revision is None or not revision.plan or not engine_logs:
-        return None
-    measured = parse_engine_figures(line for lines in engine_logs.values() for line in lines)
-    if measured.kv_gib is None and measured.kv_tokens is None:
-        return None
-    record = calibration_record(revision.plan, measured)
-    if record is None:
-        return None
-    record["revision"] = revision.number
-    save_calibration(state, cluster, record)
-    return record
+def _with_worker_lines(manifest: Manifest, runners: Mapping[str, Runner], by_id: Mapping[str, NodeRef],
+                       engine_logs: Mapping[str, list[str]], workers: Mapping[str, list[EngineWorker]]) -> dict[str, list[str]]:  # fmt: skip
+    """Each replica's lines plus its engine workers' (vLLM's Ray executor: weights and KV memory
+    are logged by the worker actors); a worker log that cannot be read is left out."""
+    out = {rid: list(lines) for rid, lines in engine_logs.items()}
+    for rid, lines in out.items():
+        for worker in workers.get(rid, []):
+            ref = by_id.get(worker.node_id) if worker.node_id else None
+            if ref is not None and worker.pid is not None:
+                lines.extend(read_worker_log(manifest, runners, ref.name, worker.pid)[0] or [])
+    return out
 
 
 def _actors(client: Any, manifest: Manifest) -> list[ActorRecord]:
@@ -303,12 +294,6 @@ def _actors(client: Any, manifest: Manifest) -> list[ActorRecord]:
         return []
 
 
-def _engine_replicas(app: Any, model_ids: list[str]) -> list[Any]:
-    """Replicas of the engine deployments (``LLMServer:<model>``), else of every deployment."""
-    servers = [r for d in app.deployments if model_of_deployment(d.name) is not None for r in d.replicas]
-    return servers or [r for d in app.deployments for r in d.replicas]
-
-
 def _engine_log(manifest: Manifest, runners: Mapping[str, Runner], ref: NodeRef | None, rep: Any, deps: StatusDeps):
     """(lines, error) of the capacity lines in the replica's worker log on its node."""
     if ref is None:
@@ -317,29 +302,10 @@ def _engine_log(manifest: Manifest, runners: Mapping[str, Runner], ref: NodeRef 
     cached = deps.capacity_cache.get(key)
     if cached is not None:
         return list(cached.evidence), None
-    runner = runners.get(ref.name)
-    if runner is None or not rep.worker_id:
-        return None, f"no runner for {ref.name}" if runner is None else "Serve did not report the replica's worker id"
-    node = manifest.node(ref.name)
-    pid = "*" if rep.pid is None else str(rep.pid)
-    patterns = (f"worker-{rep.worker_id}-*-{pid}.out", f"worker-{rep.worker_id}-*-{pid}.err")
-    argv = scan_argv(node.python_bin(manifest), node_temp_dirs(manifest, node), KV_KEYWORDS, limits=KV_SCAN_LIMITS, groups=(patterns,))
-    try:
-        result = runner.run(argv, timeout=60).check(ref.name)
-        scan = parse_scan(ref.name, result.stdout)
-    except RemoteError as exc:
-        return None, f"{ref.name}: {exc.message}"
-    except ScanParseError as exc:
-        return None, str(exc)
-    if scan.session_dir is None:
-        return None, f"{ref.name}: no Ray session logs under {' or '.join(node_temp_dirs(manifest, node))}"
-    if not scan.files:
-        return None, f"{ref.name}: no worker log {patterns[0]} in {scan.session_dir}/logs"
-    lines = [ln.text for ln in sorted(scan.lines, key=lambda ln: (ln.file, ln.line_no or 0))]
-    capacity = parse_kv_capacity(lines)
-    if capacity is not None:
+    lines, err = read_replica_log(manifest, runners, ref.name, rep)
+    if lines is not None and (capacity := parse_kv_capacity(lines)) is not None:
         deps.capacity_cache[key] = capacity
-    return lines, None
+    return lines, err
 
 
 def _scrape(manifest, runners, head, ips, by_id, engines, deps: StatusDeps, options: ServingOptions) -> str:

@@ -77,3 +77,19 @@ def test_status_shows_planned_against_measured_memory():
     assert "KV tokens 464,368 planned, 464,848 measured (-0.1%)" in line
     assert "weights 14.18 GiB planned, 14.25 GiB measured (-0.5%)" in line
     assert "measured reserve 0.50 GiB per GPU, used by `orch plan --cluster`" in line
+
+
+def test_status_does_not_compare_a_cpu_engine_with_a_gpu_plan():
+    """The stand-in GPU test bed (H100 planned, vLLM's CPU backend ran): the record made from the
+    captured CPU replica log is shown as measured only, never as an error against the H100 plan."""
+    from pathlib import Path
+
+    from orchestrator.cli.status_serving import calibration_line
+    from orchestrator.plan.calibration import calibration_record, parse_engine_figures
+
+    log = Path(__file__).resolve().parents[1] / "data/logs/engine/ray-serve-llm-cpu-replica-worker.out"
+    plan = {"model_fingerprint": "f", "gpu_type": "H100-80GB", "vllm_version": "0.32.0", "tp": 2, "pp": 1, "gpu_memory_gib": 79.18,
+            "engine_kwargs": {"gpu_memory_utilization": 0.92}, "kv_cache_tokens": 75_455_232}  # fmt: skip
+    line = calibration_line(calibration_record(plan, parse_engine_figures(log.read_text().splitlines())))
+    assert "planned" not in line and "%" not in line
+    assert "KV tokens 524,288 measured; the engine ran on vLLM's cpu platform, not on H100-80GB" in line

@@ -38,7 +38,7 @@ from orchestrator.workflows.rollout import RolloutOptions
 from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model, open_cluster_apis
 from tests.fixtures.cluster import RayTestbedCluster
 from tests.fixtures.cluster import testbed_manifest as manifest_text
-from tests.fixtures.serving import ServedTiny
+from tests.fixtures.serving import MAX_MODEL_LEN, ServedTiny
 from tests.integration.test_rollout import BackgroundClient
 from tests.testbed import HostSpec
 
@@ -336,6 +336,30 @@ def test_status_shows_each_worker_and_its_node(spanning, monkeypatch, capsys):
     main(spanning.cluster.cli("status", served.manifest_path))
     text = capsys.readouterr().out
     assert "engine workers" in text and "TP1" in text
+
+
+def test_the_cpu_engine_standing_in_for_the_h100s_never_calibrates_them(spanning, tiny_model_dir, monkeypatch, capsys):
+    """The rollout recorded what the engine logged under the platform it really ran on (vLLM's
+    CPU backend: "CPU KV cache size"), not as an H100 measurement; status shows it measured-only
+    and `orch plan --cluster` for the same configuration does not size with it, and says why."""
+    served = spanning.served
+    rec = served.first.calibration
+    assert rec is not None, served.first.calibration_note
+    assert (rec["platform"], rec["gpu_type"], rec["planned_gpu_type"]) == ("cpu", "cpu", "H100-80GB"), rec
+    assert rec["error"] == {} and rec["measured_reserve_gib"] is None and rec["measured"]["kv_tokens"] > 0
+    monkeypatch.setenv("ORCH_API_KEY", served.api_key)
+    capsys.readouterr()
+    main(spanning.cluster.cli("status", served.manifest_path))
+    text = " ".join(capsys.readouterr().out.split())  # rich wraps lines at the terminal's width
+    line = text.split("memory (vLLM", 1)[1].split(" note:", 1)[0]
+    assert f"KV tokens {rec['measured']['kv_tokens']:,} measured; the engine ran on vLLM's cpu platform, not on H100-80GB" in line
+    assert "planned" not in line and "%" not in line
+    # the same configuration as the rollout's plan (the fixture's rollout sized for the gpu extra's vLLM)
+    assert main(spanning.cluster.cli("plan", "--model", str(tiny_model_dir), "--cluster", str(served.manifest_path), "--tp", "2",
+                                     "--max-model-len", str(MAX_MODEL_LEN), "--vllm-version", rec["vllm_version"], "--json")) == 0  # fmt: skip
+    plan = json.loads(capsys.readouterr().out)
+    assert any(f"not calibrated: the record of revision {served.first.revision} of this configuration is not used "
+               "(its engine ran on vLLM's cpu platform, not on H100-80GB)" in r for r in plan["reasons"]), plan["reasons"]  # fmt: skip
 
 
 # One generous deadline for `orch status` to show the outage (the issue asks for 30 s; the time it

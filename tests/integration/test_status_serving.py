@@ -69,6 +69,12 @@ def test_capacity_equals_the_engine_log_and_metrics_move(served_tiny, monkeypatc
     assert cal is not None and cal["measured"]["kv_tokens"] == tokens, cal
     assert cal["predicted"]["kv_tokens"] == tokens and cal["error"]["kv_tokens"] == 0.0, cal  # CPU: VLLM_CPU_KVCACHE_SPACE, exact
     assert cal["gpu_type"] == "cpu" and cal["tp"] == 1 and cal["pp"] == 1
+    assert cal["platform"] == "cpu"  # "CPU KV cache size" / cpu_worker.py: the engine said where it ran
+    # the rollout itself recorded it once its gate passed, before any status read
+    rolled = served.first.calibration
+    assert rolled is not None, served.first.calibration_note
+    assert rolled["revision"] == served.first.revision and rolled["platform"] == "cpu" and rolled["measured"]["kv_tokens"] == tokens
+    assert served.first.calibration_note.startswith("calibration: recorded what the engine logged")
 
     before = model.live.ttft.count if model.live and model.live.ttft else 0
     # the load comes from `orch bench` against the cluster (its endpoint, its key variable)

@@ -292,6 +292,14 @@ def test_status_records_what_the_engine_logged_against_the_plan(world):
     assert report.to_dict()["calibration"]["revision"] == rev.number
     (stored,) = load_calibrations(state, "local").values()
     assert stored["key"] == report.calibration["key"] and stored["vllm_version"] == "0.32.0"
+    # the next status shows what is recorded for the revision (the rollout records it first, with
+    # the engine workers' lines status does not read again), not a new reading of the log
+    from orchestrator.workflows.calibration import save_calibration
+
+    save_calibration(state, "local", {**stored, "measured_reserve_gib": 1.25, "note": "as the rollout recorded it"})
+    w2 = World([(DATA / "metrics/ray-serve-llm-0.32-after.txt").read_text()], now=[5100.0])
+    again = gather_serving(manifest, deps_for(state, w2, {"head": LocalRunner("head")}), NODES)
+    assert again.calibration is not None and again.calibration["note"] == "as the rollout recorded it"
 
 
 # A generous deadline for the events below: only a broken implementation ever waits it out.
