@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from orchestrator.manifest.load import load_manifest
 from orchestrator.remote import open_runners
 from orchestrator.state import StateStore
-from orchestrator.workflows.cluster import ClusterDeps, UpOptions, down, up
+from orchestrator.workflows.cluster import ClusterDeps, UpOptions, up
+from orchestrator.workflows.down import down
 from tests.fixtures.cluster import testbed_manifest
 from tests.testbed import HostSpec, TestbedFactory, check_capabilities
 

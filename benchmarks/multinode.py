@@ -36,7 +36,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from serve_overhead import measure  # noqa: E402  (the same load and figures as the overhead benchmark)
 
 from orchestrator.plan.tinymodel import build_tiny_model  # noqa: E402
-from orchestrator.workflows.cluster import UpOptions, down, up  # noqa: E402
+from orchestrator.workflows.cluster import UpOptions, up  # noqa: E402
+from orchestrator.workflows.down import down  # noqa: E402
 from orchestrator.workflows.rollout import RolloutOptions  # noqa: E402
 from tests.fixtures.cluster import RayTestbedCluster, testbed_manifest  # noqa: E402
 from tests.fixtures.serving import ServedTiny  # noqa: E402

@@ -150,7 +150,7 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
 
     from orchestrator.errors import ClusterError
     from orchestrator.manifest.load import load_manifest_file
-    from orchestrator.workflows.cluster import down as down_workflow
+    from orchestrator.workflows.down import down as down_workflow
 
     manifest = load_manifest_file(cluster_yaml)
     with progress_display() as progress:

@@ -23,7 +23,8 @@ from orchestrator.doctor.diagnose import diagnose
 from orchestrator.manifest.load import load_manifest
 from orchestrator.remote import open_runners
 from orchestrator.state import StateStore
-from orchestrator.workflows.cluster import ClusterDeps, UpOptions, down, up
+from orchestrator.workflows.cluster import ClusterDeps, UpOptions, up
+from orchestrator.workflows.down import down
 from tests.testbed import HostSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]

@@ -33,7 +33,8 @@ from orchestrator.manifest.load import load_manifest_file
 from orchestrator.remote import open_runners
 from orchestrator.serve.validate import validate_app
 from orchestrator.state import StateStore
-from orchestrator.workflows.cluster import UpOptions, down, up
+from orchestrator.workflows.cluster import UpOptions, up
+from orchestrator.workflows.down import down
 from orchestrator.workflows.rollout import RolloutOptions
 from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model, open_cluster_apis
 from tests.fixtures.cluster import RayTestbedCluster

@@ -22,12 +22,12 @@ from orchestrator.workflows.cluster import (
     ClusterDeps,
     PreflightStopped,
     UpOptions,
-    down,
     install_token,
     remove_token,
     status_nodes,
     up,
 )
+from orchestrator.workflows.down import down
 from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
 
 
