@@ -398,7 +398,12 @@ def test_node_loss_while_serving_shows_dead_then_up_and_serve_restore_it(spannin
         assert report is not None, f"orch status never showed {victim} DEAD and the replica unhealthy"
         assert report["healthy"] is False and report["serving"]["healthy"] is False
         lost = [p["message"] for p in report["serving"]["problems"] if p["code"] == "REPLICA_UNHEALTHY"]
-        assert any(f"on {victim} (" in m for m in lost), lost  # the engine worker the dead node carried
+        carried = [r for d in report["serving"]["deployments"] for r in d["replicas"]
+                   if any(w["node"] == victim for w in r["workers"])]  # fmt: skip
+        if carried:  # the replica whose engine worker the dead node carried is still listed: named
+            assert any(f"on {victim} (" in m for m in lost), lost
+        else:  # Serve already replaced it (a slow status call on a busy machine): its health verdict
+            assert any(m.startswith("deployment LLMServer:") and "UNHEALTHY" in m for m in lost), lost
 
         healed = up(served.manifest, cluster.deps(), UpOptions(timeout=240, collective_check=False))
         assert healed.action == "heal" and healed.started == [victim]
