@@ -319,3 +319,24 @@ def test_gpu_errors_are_probe_failures_while_nvidia_smi_works():
     f = healthy()
     f["w1"] = dataclasses.replace(f["w1"], errors={"gpus": "unreadable output"})
     assert only(manifest(), f) == ("warn", "PROBE_FAILED", "w1", "w1: probe 'gpus' failed: unreadable output")
+
+
+def test_a_gpu_type_mismatch_without_a_memory_reading_names_the_gpu_alone():
+    rows = gpu_csv(("NVIDIA A100-SXM4-40GB", "[N/A]", ("10:1C",) * 8))  # memory.total [N/A] (i3pystatus#776)
+    f = healthy()
+    f["w1"] = facts("w1", "192.0.2.11", gpus=rows)
+    (x,) = [x for x in run_checks(manifest(), f) if x.code == "GPU_TYPE_MISMATCH"]
+    assert x.message == "w1: the manifest says gpu_type H100-80GB, nvidia-smi reports NVIDIA A100-SXM4-40GB"
+
+
+def test_no_gpu_type_in_the_manifest_is_not_compared():
+    m = manifest(nodes=TWO)  # no gpu_type
+    f = {"head": facts("head", "192.0.2.10"), "w1": facts("w1", "192.0.2.11")}
+    assert run_checks(m, f) == []
+
+
+def test_nvidia_smi_that_did_not_run_without_a_recorded_reason():
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], gpus=(), nvidia_smi=False)
+    assert only(manifest(), f) == (
+        "fail", "GPU_NOT_FOUND", "w1", "w1: no usable nvidia-smi (nvidia-smi did not run); the manifest expects 8 GPU(s)")  # fmt: skip
