@@ -412,3 +412,29 @@ def test_a_clash_with_a_node_sshd_names_the_node_once():
         ray:
           port: 6379
         """) == ["cluster.yaml:5: ray.port: port 6379 is also used by sshd on node 'a'"]
+
+
+def test_an_invalid_gpu_count_does_not_stop_the_rule_for_the_next_nodes():
+    assert problems_of("""\
+        name: x
+        nodes:
+          - {name: a, host: h1, role: head, gpus: -2}
+          - {name: b, host: h2, gpus: 0}
+        """) == [
+        "cluster.yaml:3: nodes[0].gpus: must be at least 0 (got -2)",
+        "cluster.yaml:4: nodes[1].gpus: must be at least 1 on a gpu cluster (got 0)",
+    ]
+
+
+@pytest.mark.parametrize(("field", "problem"), [
+    ("port: 0", "nodes[1].port: must be at least 1 (got 0)"),
+    ("transport: docker", "nodes[1].transport: must be 'ssh' or 'local' (got 'docker')"),
+])  # fmt: skip
+def test_a_node_with_an_invalid_port_or_transport_has_no_known_ssh_address(field, problem):
+    # its address is unknown, so it is not a duplicate of nodes[0] (h, port 22) on the defaults
+    assert problems_of(f"""\
+        name: x
+        nodes:
+          - {{name: a, host: h, role: head, gpus: 1}}
+          - {{name: b, host: h, gpus: 1, {field}}}
+        """) == [f"cluster.yaml:4: {problem}"]
