@@ -438,3 +438,16 @@ def test_a_node_with_an_invalid_port_or_transport_has_no_known_ssh_address(field
           - {{name: a, host: h, role: head, gpus: 1}}
           - {{name: b, host: h, gpus: 1, {field}}}
         """) == [f"cluster.yaml:4: {problem}"]
+
+
+def test_a_node_with_an_unknown_ssh_address_does_not_stop_the_check_of_the_next_ones():
+    assert problems_of("""\
+        name: x
+        nodes:
+          - {name: a, host: h, role: head, gpus: 1, port: 0}
+          - {name: b, host: h2, gpus: 1}
+          - {name: c, host: h2, gpus: 1}
+        """) == [
+        "cluster.yaml:3: nodes[0].port: must be at least 1 (got 0)",
+        "cluster.yaml:5: nodes[2].host: 'h2' port 22 is already nodes[1]; each node needs its own host or SSH port",
+    ]
