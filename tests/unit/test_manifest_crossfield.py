@@ -451,3 +451,13 @@ def test_a_node_with_an_unknown_ssh_address_does_not_stop_the_check_of_the_next_
         "cluster.yaml:3: nodes[0].port: must be at least 1 (got 0)",
         "cluster.yaml:5: nodes[2].host: 'h2' port 22 is already nodes[1]; each node needs its own host or SSH port",
     ]
+
+
+def test_a_node_with_an_invalid_role_takes_part_in_no_port_clash():
+    # which ports it binds depends on its role: it is left out, and only the role is reported
+    assert problems_of("""\
+        name: x
+        nodes:
+          - {name: a, host: h1, role: head, gpus: 1}
+          - {name: b, host: h2, role: wroker, gpus: 1, port: 8000}
+        """) == ["cluster.yaml:4: nodes[1].role: must be 'head' or 'worker' (got 'wroker'); did you mean 'worker'?"]
