@@ -226,3 +226,17 @@ def test_argv_of_each_probe():
     assert probes.model_argv(py, "/models/x")[3:] == ["fingerprint", "/models/x"]
     assert probes.connect_argv(py, "10.0.0.1", 6379, 6.0, 2.0)[3:] == ["10.0.0.1", "6379", "6.0", "2.0"]
     assert probes.listen_argv(py, "10.0.0.1", 6379, 30.0, 2)[3:] == ["10.0.0.1", "6379", "30.0", "2"]
+
+
+def test_ip_addr_without_flags_or_prefix():
+    # older iproute2 JSON may omit "flags"; an address without a prefix length is a host address (/32)
+    data = json.loads(read("ip_j_addr_testhost_eth0_ib0.json"))
+    del data[1]["flags"]
+    del data[1]["addr_info"][0]["prefixlen"]
+    eth0 = probes.parse_ip_addr(json.dumps(data))[1]
+    assert eth0.flags == () and eth0.addresses[0].cidr == "10.144.250.11/32"
+
+
+def test_ib_sysfs_ports_sort_by_number_and_keep_a_state_without_code():
+    text = json.dumps({"mlx5_0": {"10": {"state": "Active"}, "2": {"state": "4: ACTIVE"}, "x": {"state": "DOWN"}}})
+    assert [(p.port, p.state) for p in probes.parse_ib_sysfs(text)] == [(0, "Down"), (2, "Active"), (10, "Active")]
