@@ -340,3 +340,24 @@ def test_nvidia_smi_that_did_not_run_without_a_recorded_reason():
     f["w1"] = dataclasses.replace(f["w1"], gpus=(), nvidia_smi=False)
     assert only(manifest(), f) == (
         "fail", "GPU_NOT_FOUND", "w1", "w1: no usable nvidia-smi (nvidia-smi did not run); the manifest expects 8 GPU(s)")  # fmt: skip
+
+
+def test_three_non_nvlink_pairs_are_all_listed_without_an_ellipsis():
+    # GPUs 0-2 of the captured 5-GPU PCIe box (its first three rows and columns)
+    five = probes.parse_topo(read("topo_5gpu_pcie_club3090_46.txt"))
+    t = dataclasses.replace(five, gpus=five.gpus[:3], links=tuple(row[:3] for row in five.links[:3]))
+    m = manifest(nodes=[{"name": "head", "host": "192.0.2.10", "role": "head", "gpus": 3, "interface": "eth0"}])
+    f = {"head": facts("head", "192.0.2.10", gpus=gpu_csv(count=3), topology=t)}
+    assert only(m, f)[3] == ("head: 3 GPU pair(s) are not joined by NVLink/NVSwitch (PHB/SYS: GPU0-GPU1 SYS, "
+                             "GPU0-GPU2 SYS, GPU1-GPU2 PHB); tensor parallelism across them goes over PCIe")  # fmt: skip
+
+
+def test_gpu_memory_across_nodes_names_every_node_with_the_most():
+    nvl = ("NVIDIA H100 NVL", 95830, ("01", "21", "41", "61", "81", "A1", "C1", "E1"))
+    m = manifest()
+    f = healthy()
+    f["head"] = facts("head", "192.0.2.10", gpus=gpu_csv(nvl))
+    f["w2"] = facts("w2", "192.0.2.12", gpus=gpu_csv(nvl))
+    assert [x.message for x in run_checks(m, f) if x.code == "GPU_MEMORY_MISMATCH"] == [
+        "w1: GPUs have 81559 MiB, head, w2 95830 MiB"
+    ]
