@@ -240,3 +240,26 @@ def test_ip_addr_without_flags_or_prefix():
 def test_ib_sysfs_ports_sort_by_number_and_keep_a_state_without_code():
     text = json.dumps({"mlx5_0": {"10": {"state": "Active"}, "2": {"state": "4: ACTIVE"}, "x": {"state": "DOWN"}}})
     assert [(p.port, p.state) for p in probes.parse_ib_sysfs(text)] == [(0, "Down"), (2, "Active"), (10, "Active")]
+
+
+@pytest.mark.parametrize(("parse", "label"), [
+    (probes.parse_versions, "versions"),
+    (probes.parse_storage, "storage"),
+    (probes.parse_model, "model path"),
+    (probes.parse_connect, "connect"),
+    (probes.parse_listen, "listen"),
+])  # fmt: skip
+def test_each_script_parser_names_its_probe_when_there_is_no_json(parse, label):
+    with pytest.raises(ProbeParseError, match=rf"^{label}: no JSON object in output$"):
+        parse("Traceback (most recent call last):\n")
+
+
+def test_ibstat_port_lines_before_any_ca_are_ignored_and_a_port_without_state_is_unknown():
+    # the tail of a paste that lost its `CA '...'` line, then a CA cut right after its port header
+    text = "Port 1:\n\t\tState: Active\n\t\tRate: 100\nCA 'mlx5_3'\n\tPort 1:\n\t\tRate: 200\n"
+    assert probes.parse_ibstat(text) == [IbPort(device="mlx5_3", port=1, state="unknown", rate_gbps=200.0)]
+
+
+def test_ib_sysfs_port_names_that_are_not_numbers_sort_first():
+    text = json.dumps({"mlx5_0": {"1": {"state": "4: ACTIVE"}, "p": {"state": "1: DOWN"}}})
+    assert [(p.port, p.state) for p in probes.parse_ib_sysfs(text)] == [(0, "Down"), (1, "Active")]
