@@ -43,10 +43,12 @@ def test_ip_addr_keeps_only_ip_addresses_and_skips_half_known_links():
     data = json.loads(read("ip_j_addr_testhost_eth0_ib0.json"))
     data[1]["addr_info"].append({"family": "link", "local": "ce:e5:4c:06:df:b8"})
     data[1]["addr_info"].append({"family": "inet", "prefixlen": 24})  # no address
-    data.append({})
+    data.insert(1, {})
+    del data[3]["addr_info"]  # ib0 listed without its addresses
     nics = probes.parse_ip_addr(json.dumps(data))
     assert [n.name for n in nics] == ["lo", "eth0", "ib0"]
     assert [a.cidr for a in nics[1].addresses] == ["10.144.250.11/24", "fe80::cce5:4cff:fe06:dfb8/64"]
+    assert nics[2].addresses == ()
 
 
 def test_ip_addr_link_types_are_named():
