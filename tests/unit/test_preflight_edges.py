@@ -361,3 +361,24 @@ def test_gpu_memory_across_nodes_names_every_node_with_the_most():
     assert [x.message for x in run_checks(m, f) if x.code == "GPU_MEMORY_MISMATCH"] == [
         "w1: GPUs have 81559 MiB, head, w2 95830 MiB"
     ]
+
+
+def test_a_lone_node_with_mixed_gpu_memory_is_one_memory_finding():
+    # the comparison across nodes needs two nodes: a one-node cluster only gets the in-node finding
+    rows = gpu_csv(count=4).splitlines() + gpu_csv(("NVIDIA A100-SXM4-40GB", 40960, ("10:1C",) * 8)).splitlines()[4:]
+    m = manifest(nodes=[{"name": "head", "host": "192.0.2.10", "role": "head", "gpus": 8, "interface": "eth0"}])
+    f = {"head": facts("head", "192.0.2.10", gpus="\n".join(rows))}
+    assert [(x.code, x.message) for x in run_checks(m, f)] == [
+        ("GPU_MEMORY_MISMATCH", "head: its GPUs have between 40960 and 81559 MiB of memory"),
+        (
+            "GPU_TYPE_MISMATCH",
+            "head: GPUs of different kinds in one node (4x NVIDIA H100 80GB HBM3, 4x NVIDIA A100-SXM4-40GB)",
+        ),
+    ]
+
+
+def test_a_single_gpu_node_has_no_nvlink_verdict_to_warn_about():
+    m = manifest(nodes=[{"name": "head", "host": "192.0.2.10", "role": "head", "gpus": 1, "interface": "eth0"}])
+    f = {"head": facts("head", "192.0.2.10", gpus=gpu_csv(count=1), topo="topo_1gpu_l40s_595_gpu_exporter.txt")}
+    assert f["head"].topology.nvlink is None
+    assert run_checks(m, f) == []
