@@ -6,6 +6,7 @@ the texts built from several values. Facts come from tests/unit/test_preflight.p
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes import probes
@@ -382,3 +383,30 @@ def test_a_single_gpu_node_has_no_nvlink_verdict_to_warn_about():
     f = {"head": facts("head", "192.0.2.10", gpus=gpu_csv(count=1), topo="topo_1gpu_l40s_595_gpu_exporter.txt")}
     assert f["head"].topology.nvlink is None
     assert run_checks(m, f) == []
+
+
+def test_a_down_interface_without_flags_says_none():
+    data = json.loads(read("ip_j_addr_devbox.json"))
+    for link in data:
+        if link["ifname"] == "eth0":
+            link["ifname"], link["operstate"] = "ens1f0", "DOWN"
+            link["addr_info"][0]["local"] = "192.0.2.11"
+        if link["ifname"] == "ifb0":
+            link["ifname"] = "eth0"
+            del link["flags"]
+    f = healthy()
+    f["w1"] = facts("w1", "192.0.2.11", nics=json.dumps(data))
+    assert [x.message for x in run_checks(manifest(), f)] == [
+        "w1: interface eth0 is down (flags none)",
+        "w1: interface eth0 has no IPv4 or global IPv6 address",
+    ]
+
+
+def test_an_unreachable_head_is_compared_by_its_manifest_address():
+    f = healthy()
+    f["head"] = TimeoutError("timed out")
+    f["w1"] = facts("w1", "198.51.100.11", nics=ip_json("198.51.100.11"))
+    assert codes(run_checks(manifest(), f)) == [
+        ("NODE_UNREACHABLE", "head", "fail"),
+        ("NIC_SUBNET_MISMATCH", "w1", "fail"),
+    ]
