@@ -410,3 +410,27 @@ def test_an_unreachable_head_is_compared_by_its_manifest_address():
         ("NODE_UNREACHABLE", "head", "fail"),
         ("NIC_SUBNET_MISMATCH", "w1", "fail"),
     ]
+
+
+def test_gpu_memory_exactly_one_percent_apart_is_still_one_size():
+    # the tolerance is "more than 1%": 80000 and 80800 MiB are one size, in one node and across nodes
+    a = ("NVIDIA H100 80GB HBM3", 80000, ("0A",) * 8)
+    b = ("NVIDIA H100 80GB HBM3", 80800, ("0A",) * 8)
+    m = manifest(nodes=TWO)
+    f = {"head": facts("head", "192.0.2.10", gpus=gpu_csv(a)), "w1": facts("w1", "192.0.2.11", gpus=gpu_csv(b))}
+    assert run_checks(m, f) == []
+    rows = gpu_csv(a, count=4).splitlines() + gpu_csv(b).splitlines()[4:]
+    f = {"head": facts("head", "192.0.2.10", gpus="\n".join(rows)), "w1": facts("w1", "192.0.2.11", gpus=gpu_csv(b))}
+    assert run_checks(m, f) == []
+
+
+def test_a_gpu_count_mismatch_lists_each_kind_found():
+    rows = gpu_csv(count=3).splitlines() + gpu_csv(("NVIDIA A100-SXM4-40GB", 40960, ("10:1C",) * 8)).splitlines()[3:6]
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], errors={"gpus": "unreadable output"}, gpus=())
+    f["w2"] = facts("w2", "192.0.2.12", gpus="\n".join(rows))
+    (x,) = [x for x in run_checks(manifest(), f) if x.code == "GPU_COUNT_MISMATCH"]
+    assert (
+        x.message
+        == "w2: the manifest says 8 GPU(s), nvidia-smi lists 6 (3x NVIDIA H100 80GB HBM3, 3x NVIDIA A100-SXM4-40GB)"
+    )
