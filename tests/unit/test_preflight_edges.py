@@ -434,3 +434,30 @@ def test_a_gpu_count_mismatch_lists_each_kind_found():
         x.message
         == "w2: the manifest says 8 GPU(s), nvidia-smi lists 6 (3x NVIDIA H100 80GB HBM3, 3x NVIDIA A100-SXM4-40GB)"
     )
+
+
+def test_a_gpu_type_outside_the_catalog_is_matched_by_name_and_memory():
+    # "4090-24GB" is no catalog name: the model token and the memory (24564 MiB, smi_banner_550_rtx4090) decide
+    rtx = ("NVIDIA GeForce RTX 4090", 24564, ("4E", "4F", "50", "51", "52", "53", "54", "55"))
+    nodes = [{**TWO[0], "gpu_type": "4090-24GB"}, {**TWO[1], "gpu_type": "4090-24GB"}]
+    f = {"head": facts("head", "192.0.2.10", gpus=gpu_csv(rtx)), "w1": facts("w1", "192.0.2.11", gpus=gpu_csv(rtx))}
+    assert run_checks(manifest(nodes=nodes), f) == []
+    nodes[1]["gpu_type"] = "4090-48GB"
+    assert only(manifest(nodes=nodes), f)[:3] == ("fail", "GPU_TYPE_MISMATCH", "w1")
+
+
+def test_a_node_without_gpus_does_not_stop_the_type_check_of_later_nodes():
+    f = healthy()
+    f["w1"] = facts("w1", "192.0.2.11", gpus="", topo=None)
+    f["w2"] = facts("w2", "192.0.2.12", gpus=gpu_csv(("NVIDIA A100-SXM4-40GB", 40960, ("10:1C",) * 8)))
+    assert [x.code for x in run_checks(manifest(), f) if x.node == "w2"] == ["GPU_MEMORY_MISMATCH", "GPU_TYPE_MISMATCH"]
+
+
+def test_a_mixed_node_does_not_stop_the_type_check_of_later_nodes():
+    rows = gpu_csv(count=4).splitlines() + gpu_csv(("NVIDIA A100-SXM4-40GB", 40960, ("10:1C",) * 8)).splitlines()[4:]
+    f = healthy()
+    f["w1"] = facts("w1", "192.0.2.11", gpus="\n".join(rows))
+    f["w2"] = facts("w2", "192.0.2.12", gpus=gpu_csv(("NVIDIA A100-SXM4-40GB", 40960, ("10:1C",) * 8)))
+    assert [x.message for x in run_checks(manifest(), f) if x.node == "w2" and x.code == "GPU_TYPE_MISMATCH"] == [
+        "w2: the manifest says gpu_type H100-80GB, nvidia-smi reports NVIDIA A100-SXM4-40GB, 40960 MiB"
+    ]
