@@ -461,3 +461,15 @@ def test_a_mixed_node_does_not_stop_the_type_check_of_later_nodes():
     assert [x.message for x in run_checks(manifest(), f) if x.node == "w2" and x.code == "GPU_TYPE_MISMATCH"] == [
         "w2: the manifest says gpu_type H100-80GB, nvidia-smi reports NVIDIA A100-SXM4-40GB, 40960 MiB"
     ]
+
+
+def test_sync_command_with_the_store_at_the_root_or_names_ending_in_x():
+    root = load_manifest(
+        "name: x\nmodel_store: /\nnodes: [{name: a, host: h, role: head, gpus: 1}]\n", "/c/cluster.yaml"
+    )
+    assert sync_command(root, "/llama", "NODE") == "`orch model sync cluster.yaml --model llama --from NODE`"
+    mlx = load_manifest(
+        "name: x\nmodel_store: /models/MLX\nnodes: [{name: a, host: h, role: head, gpus: 1}]\n", "/c/cluster.yaml"
+    )
+    assert sync_command(mlx, "/models/MLX/Qwen3-0.6B-MLX", "local") == (
+        "`orch model sync cluster.yaml --model Qwen3-0.6B-MLX --from local`")  # fmt: skip
