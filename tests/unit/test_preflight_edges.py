@@ -473,3 +473,13 @@ def test_sync_command_with_the_store_at_the_root_or_names_ending_in_x():
     )
     assert sync_command(mlx, "/models/MLX/Qwen3-0.6B-MLX", "local") == (
         "`orch model sync cluster.yaml --model Qwen3-0.6B-MLX --from local`")  # fmt: skip
+
+
+def test_every_node_interface_is_checked_after_one_without_or_missing():
+    # head: no interface named; w1: eth0 missing; w2: eth0 down (the devbox capture's ifb0, DOWN)
+    nodes = [{k: v for k, v in TWO[0].items() if k != "interface"}, TWO[1],
+             {"name": "w2", "host": "192.0.2.12", "gpus": 8, "interface": "ifb0"}]  # fmt: skip
+    f = healthy()
+    f["w1"] = facts("w1", "192.0.2.11", nics=ip_json("192.0.2.11", ifname="ens1f0"))
+    assert [(x.code, x.node) for x in run_checks(manifest(nodes=nodes), f)] == [
+        ("NIC_MISSING", "w1"), ("NIC_DOWN", "w2"), ("NIC_NO_ADDRESS", "w2")]  # fmt: skip
