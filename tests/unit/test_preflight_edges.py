@@ -483,3 +483,21 @@ def test_every_node_interface_is_checked_after_one_without_or_missing():
     f["w1"] = facts("w1", "192.0.2.11", nics=ip_json("192.0.2.11", ifname="ens1f0"))
     assert [(x.code, x.node) for x in run_checks(manifest(nodes=nodes), f)] == [
         ("NIC_MISSING", "w1"), ("NIC_DOWN", "w2"), ("NIC_NO_ADDRESS", "w2")]  # fmt: skip
+
+
+def test_the_subnet_check_goes_on_after_a_worker_without_its_interface():
+    f = healthy()
+    f["w1"] = facts("w1", "192.0.2.11", nics=ip_json("192.0.2.11", ifname="ens1f0"))
+    f["w2"] = facts("w2", "192.0.2.12", nics=ip_json("198.51.100.12"))
+    assert [(x.code, x.node) for x in run_checks(manifest(), f)] == [
+        ("NIC_MISSING", "w1"),
+        ("NIC_SUBNET_MISMATCH", "w2"),
+    ]
+
+
+def test_every_inactive_rdma_port_is_listed():
+    ports = probes.parse_ibstat(read("ibstat_ib_two_ports_rdmacore_847.txt")) + probes.parse_ibstat(
+        read("ibstat_ib_down_network_operator_249.txt"))  # fmt: skip
+    f = healthy()
+    f["w1"] = dataclasses.replace(f["w1"], ib_devices=tuple(ports))
+    assert only(manifest(), f)[3] == "w1: RDMA port(s) not active: mlx4_0 port 1 Down, mlx5_7 port 1 Down"
