@@ -501,3 +501,12 @@ def test_every_inactive_rdma_port_is_listed():
     f = healthy()
     f["w1"] = dataclasses.replace(f["w1"], ib_devices=tuple(ports))
     assert only(manifest(), f)[3] == "w1: RDMA port(s) not active: mlx4_0 port 1 Down, mlx5_7 port 1 Down"
+
+
+def test_the_software_check_goes_on_after_a_node_without_python():
+    f = healthy()
+    f["w1"] = dataclasses.replace(
+        f["w1"], versions=None, errors={"versions": "`python3` not found on the node (exit 127)"}
+    )
+    f["w2"] = dataclasses.replace(f["w2"], versions=dataclasses.replace(VERSIONS, ray=None))
+    assert codes(run_checks(manifest(), f)) == [("PYTHON_MISSING", "w1", "fail"), ("RAY_MISSING", "w2", "fail")]
