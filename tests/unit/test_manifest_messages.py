@@ -114,3 +114,16 @@ def test_one_problem_is_the_message_itself():
     error = manifest_error("c.yaml", [Problem(7, ("serve", "http_port"), "must be at least 1 (got 0)")])
     assert error.message == "c.yaml:7: serve.http_port: must be at least 1 (got 0)"
     assert error.problems == [error.message]
+
+
+def test_a_document_yaml_could_not_build_is_not_called_empty():
+    assert problems_of("!!python/name:os.system x\n") == [
+        "c.yaml:1: could not determine a constructor for the tag 'tag:yaml.org,2002:python/name:os.system' (column 1)"
+    ]
+
+
+def test_a_source_path_in_the_file_is_one_problem_whatever_its_value():
+    # the key is orch's own: its value is not validated on top
+    assert problems_of("name: x\nsource_path: 5\n" + NODE) == [
+        "c.yaml:2: source_path: set by orch when it reads the file; remove it"
+    ]
