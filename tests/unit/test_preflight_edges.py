@@ -264,6 +264,9 @@ def test_a_node_without_a_model_reading_is_not_compared():
     f = healthy()
     f["w1"] = dataclasses.replace(f["w1"], model=None)
     assert run_checks(manifest(), f) == []
+    # the nodes after it still are
+    f["w2"] = dataclasses.replace(f["w2"], model=ModelPathInfo(path="/models/llama", exists=False))
+    assert codes(run_checks(manifest(), f)) == [("MODEL_PATH_MISSING", "w2", "fail")]
 
 
 def test_sync_command_for_a_path_in_the_model_store():
