@@ -238,9 +238,11 @@ def test_ten_gib_free_is_enough():
 
 def test_clock_skew_of_exactly_the_limit_is_fine():
     f = healthy()
-    f["w1"] = dataclasses.replace(f["w1"], clock_offset_s=2.05)  # head at +0.05: 2.0 s apart
+    f["head"] = dataclasses.replace(f["head"], clock_offset_s=0.0)
+    f["w1"] = dataclasses.replace(f["w1"], clock_offset_s=2.0)  # exactly the limit
+    f["w2"] = dataclasses.replace(f["w2"], clock_offset_s=0.0)
     assert run_checks(manifest(), f) == []
-    f["w1"] = dataclasses.replace(f["w1"], clock_offset_s=-2.0)
+    f["w1"] = dataclasses.replace(f["w1"], clock_offset_s=-2.01)  # just past it
     assert only(manifest(), f) == ("warn", "CLOCK_SKEW", "w1", "w1: clock is -2.0 s from the head (head) (limit 2 s)")
 
 
@@ -514,3 +516,27 @@ def test_the_software_check_goes_on_after_a_node_without_python():
     )
     f["w2"] = dataclasses.replace(f["w2"], versions=dataclasses.replace(VERSIONS, ray=None))
     assert codes(run_checks(manifest(), f)) == [("PYTHON_MISSING", "w1", "fail"), ("RAY_MISSING", "w2", "fail")]
+
+
+def test_probe_errors_go_on_after_one_a_finding_covers():
+    f = healthy()
+    f["w1"] = dataclasses.replace(
+        f["w1"],
+        head_port_reachable=False,
+        errors={"head_port": "TCP connect to 192.0.2.10:6379 failed: timeout", "shm": "boom"},
+    )
+    assert codes(run_checks(manifest(), f)) == [("HEAD_PORT_UNREACHABLE", "w1", "fail"), ("PROBE_FAILED", "w1", "warn")]
+
+
+def test_an_inconclusive_head_port_test_in_full():
+    f = healthy()
+    f["w1"] = dataclasses.replace(
+        f["w1"], head_port_reachable=None, errors={"head_port": "TCP connect to 192.0.2.10:6379 failed: refused"}
+    )
+    (x,) = run_checks(manifest(), f)
+    assert (
+        x.message
+        == "w1: could not tell whether the head's Ray port is reachable: TCP connect to 192.0.2.10:6379 failed: refused"
+    )
+    assert x.hint == ("test by hand: `nc -vz HEAD PORT` from the worker while something listens on the head; "
+                      "see `orch runbook PROBE_FAILED` or runbooks/PROBE_FAILED.md")  # fmt: skip
