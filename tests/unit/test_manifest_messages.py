@@ -127,3 +127,10 @@ def test_a_source_path_in_the_file_is_one_problem_whatever_its_value():
     assert problems_of("name: x\nsource_path: 5\n" + NODE) == [
         "c.yaml:2: source_path: set by orch when it reads the file; remove it"
     ]
+
+
+def test_a_missing_key_is_named_at_its_mapping():
+    assert problems_of("name: x\n") == ["c.yaml:1: nodes: required key missing"]
+    assert problems_of("name: x\nnodes:\n  - {name: a, role: head, gpus: 1}\n") == [
+        "c.yaml:3: nodes[0].host: required key missing"
+    ]
