@@ -134,3 +134,16 @@ def test_a_missing_key_is_named_at_its_mapping():
     assert problems_of("name: x\nnodes:\n  - {name: a, role: head, gpus: 1}\n") == [
         "c.yaml:3: nodes[0].host: required key missing"
     ]
+
+
+def test_a_choice_given_as_a_list_gets_no_suggestion():
+    # str(['gpu']) is close enough to 'gpu' for difflib; only a text value is compared with the choices
+    assert problems_of("name: x\naccelerator: [gpu]\n" + NODE) == [
+        "c.yaml:2: accelerator: must be 'gpu' or 'cpu' (got a list)"
+    ]
+
+
+def test_the_valid_top_level_keys_leave_out_the_one_orch_sets():
+    assert problems_of("name: x\ncolour: blue\n" + NODE) == [
+        "c.yaml:2: colour: unknown key 'colour'; valid keys: name, accelerator, python, ssh, nodes, ray, model_store, serve, env, targets"
+    ]
