@@ -147,3 +147,7 @@ def test_the_valid_top_level_keys_leave_out_the_one_orch_sets():
     assert problems_of("name: x\ncolour: blue\n" + NODE) == [
         "c.yaml:2: colour: unknown key 'colour'; valid keys: name, accelerator, python, ssh, nodes, ray, model_store, serve, env, targets"
     ]
+
+
+def test_an_empty_node_list_asks_for_the_head():
+    assert problems_of("name: x\nnodes: []\n") == ["c.yaml:2: nodes: must list at least one node (the head)"]
