@@ -94,14 +94,14 @@ def test_a_duplicate_key_is_reported_with_the_value_it_kept_checked_too():
 def test_problems_are_sorted_by_line_then_field_and_told_once():
     problems = [
         Problem(3, ("ray", "port"), "b"),
-        Problem(None, (), "no line"),
-        Problem(3, ("nodes", 0, "gpus"), "a"),
         Problem(1, (), "first"),
+        Problem(None, ("z",), "no line"),
+        Problem(3, ("nodes", 0, "gpus"), "a"),
         Problem(3, ("ray", "port"), "b"),
     ]
     error = manifest_error("c.yaml", problems)
     assert error.problems == [
-        "c.yaml: no line",
+        "c.yaml: z: no line",
         "c.yaml:1: first",
         "c.yaml:3: nodes[0].gpus: a",
         "c.yaml:3: ray.port: b",
@@ -151,3 +151,7 @@ def test_the_valid_top_level_keys_leave_out_the_one_orch_sets():
 
 def test_an_empty_node_list_asks_for_the_head():
     assert problems_of("name: x\nnodes: []\n") == ["c.yaml:2: nodes: must list at least one node (the head)"]
+
+
+def test_false_is_shown_as_yaml_writes_it():
+    assert problems_of("name: false\n" + NODE) == ["c.yaml:1: name: must be a string (got false); quote it"]
