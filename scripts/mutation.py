@@ -40,7 +40,7 @@ PLANTED = [
      'return 4 if model_dtype == "fp32" else 2',
      'return 1 if model_dtype in ("fp8", "int8", "int4") else (4 if model_dtype == "fp32" else 2)',
      "tests/unit/test_memory.py::test_quantized_weights_keep_a_16_bit_kv_cache"),
-    ("parse_topo: NVLink with any instead of all", "orchestrator/nodes/probes.py",
+    ("parse_topo: NVLink with any instead of all", "orchestrator/nodes/smi.py",
      "nvlink = all(", "nvlink = any(",
      "tests/unit/test_probes.py::test_nvlink_islands_are_not_nvlink_everywhere"),
     ("targets accept unknown keys", "orchestrator/manifest/sections.py",
@@ -49,7 +49,7 @@ PLANTED = [
      "tests/unit/test_manifest.py::test_a_typo_in_targets_is_an_error"),
     ("--allow-downtime replaces in place although there is room", "orchestrator/serve/decisions.py",
      "    if room_for_copy:\n", "    if room_for_copy and not allow_downtime:\n",
-     "tests/unit/test_rollout_decisions.py::test_allow_downtime_still_goes_side_by_side_when_there_is_room"),
+     "tests/unit/test_serve_decisions.py::test_allow_downtime_still_goes_side_by_side_when_there_is_room"),
 ]  # fmt: skip
 
 

@@ -296,11 +296,11 @@ def clock_offset(remote_epoch: float, local_sent: float, local_received: float) 
 # --------------------------------------------------------------------------------------------
 
 
-def connect_argv(python: str, host: str, port: int, deadline_s: float = 6.0, per_try_s: float = 2.0) -> list[str]:
+def connect_argv(python: str, host: str, port: int, deadline_s: float, per_try_s: float) -> list[str]:
     return [python, "-c", CONNECT_SCRIPT, host, str(port), str(deadline_s), str(per_try_s)]
 
 
-def listen_argv(python: str, host: str, port: int, seconds: float = 10.0, expect: int = 1) -> list[str]:
+def listen_argv(python: str, host: str, port: int, seconds: float, expect: int) -> list[str]:
     return [python, "-c", LISTEN_SCRIPT, host, str(port), str(seconds), str(expect)]
 
 

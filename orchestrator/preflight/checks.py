@@ -70,9 +70,8 @@ def check_unreachable(manifest: Manifest, facts: Facts) -> list[Finding]:
         if value is None:
             msg = f"{node.name} ({node.host}) was not probed"
         else:
-            kind = getattr(value, "kind", None) or type(value).__name__
-            text = getattr(value, "error", None) or getattr(value, "message", None) or str(value)
-            msg = f"{node.name} ({node.host}) could not be probed: {kind}: {text}"
+            # a RemoteError (str() is its message, without the hint) or any other exception
+            msg = f"{node.name} ({node.host}) could not be probed: {type(value).__name__}: {value}"
         out.append(
             finding(
                 FAIL, NODE_UNREACHABLE, node.name, msg,
@@ -149,7 +148,7 @@ def check_subnet(manifest: Manifest, facts: Facts) -> list[Finding]:
         if nic is None or not nic.global_addresses():
             continue  # NIC_MISSING / NIC_NO_ADDRESS already
         nets = [a.interface.network for a in nic.global_addresses()]
-        if not any(head_ip.version == net.version and head_ip in net for net in nets):
+        if not any(head_ip in net for net in nets):  # an address is never in a network of the other IP version
             out.append(
                 finding(
                     FAIL, NIC_SUBNET_MISMATCH, node.name,
@@ -286,7 +285,7 @@ def sync_command(manifest: Manifest, path: str, source: str) -> str:
     """The `orch model sync` command that puts ``path`` on every node: a folder of the
     manifest's model_store by NAME; elsewhere the store must move to the folder's parent first."""
     parent, _, name = path.rstrip("/").rpartition("/")
-    cluster = manifest.source_path.name if getattr(manifest, "source_path", None) else "cluster.yaml"
+    cluster = manifest.source_path.name if manifest.source_path else "cluster.yaml"
     command = f"`orch model sync {cluster} --model {name} --from {source}`"
     if manifest.model_store is None or str(manifest.model_store).rstrip("/") != parent:
         return f"set model_store: {parent or '/'} in the manifest; then {command}"

@@ -44,8 +44,8 @@ def test_every_probe_is_an_argv_list_of_strings():
         probes.df_argv("/"),
         probes.model_argv("python3", "/models/x"),
         probes.clock_argv(),
-        probes.connect_argv("python3", "10.0.0.1", 6379),
-        probes.listen_argv("python3", "10.0.0.1", 6379),
+        probes.connect_argv("python3", "10.0.0.1", 6379, 6.0, 2.0),
+        probes.listen_argv("python3", "10.0.0.1", 6379, 10.0, 1),
     ]
     for argv in argvs:
         assert isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
@@ -417,7 +417,7 @@ def test_connect_and_listen_scripts_meet_on_loopback():
         stdout=subprocess.PIPE, text=True,
     )
     try:
-        ok, err = probes.parse_connect(run_script(probes.connect_argv("python3", "127.0.0.1", port, deadline_s=15)))
+        ok, err = probes.parse_connect(run_script(probes.connect_argv("python3", "127.0.0.1", port, deadline_s=15, per_try_s=2.0)))
         out, _ = listener.communicate(timeout=30)
     finally:
         if listener.poll() is None:
@@ -432,7 +432,7 @@ def test_connect_script_reports_refused_when_nothing_listens():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ok, err = probes.parse_connect(run_script(probes.connect_argv("python3", "127.0.0.1", port, deadline_s=0.3)))
+    ok, err = probes.parse_connect(run_script(probes.connect_argv("python3", "127.0.0.1", port, deadline_s=0.3, per_try_s=2.0)))
     assert ok is False and err == "refused"
 
 
@@ -443,7 +443,7 @@ def test_listen_script_reports_a_port_in_use():
         s.bind(("127.0.0.1", 0))
         s.listen(1)
         port = s.getsockname()[1]
-        res = probes.parse_listen(run_script(probes.listen_argv("python3", "127.0.0.1", port, seconds=1)))
+        res = probes.parse_listen(run_script(probes.listen_argv("python3", "127.0.0.1", port, seconds=1, expect=1)))
     assert res["bound"] is False and res["in_use"] is True
 
 
