@@ -12,6 +12,7 @@ import pytest
 from orchestrator.errors import ModelSpecError
 from orchestrator.plan.catalog import (
     CATALOG,
+    FIELD_BOUNDS,
     HINT,
     MAX_CONFIG_BYTES,
     ModelSpec,
@@ -420,3 +421,38 @@ def test_the_json_value_error_quotes_at_most_80_characters_of_pythons_message():
 )
 def test_quantization_configs_without_usable_weight_bits_keep_the_torch_dtype_but_fmt_fp8_counts(quant, dtype):
     assert spec_from_config(dict(LLAMA31_8B, quantization_config=quant), "c").dtype == dtype
+
+
+def _base_reading(field: str) -> dict:
+    # a real config in which spec_from_config reads `field`
+    if field == "num_experts":  # read only when neither Mixtral's nor DeepSeek's expert count is there
+        return dict(LLAMA31_8B)
+    if field == "max_sequence_length":  # read only without max_position_embeddings
+        return {k: v for k, v in LLAMA31_8B.items() if k != "max_position_embeddings"}
+    return dict(DEEPSEEK_V3)
+
+
+@pytest.mark.parametrize("field", sorted(FIELD_BOUNDS))
+def test_every_field_error_names_the_file_and_the_field(field):
+    with pytest.raises(ModelSpecError) as err:
+        spec_from_config({**_base_reading(field), field: "x"}, "m/config.json")
+    assert str(err.value) == f"m/config.json: '{field}' must be a non-negative integer, got 'x'"
+
+
+def test_a_config_that_is_not_an_object_is_refused_with_the_hint():
+    with pytest.raises(ModelSpecError) as err:
+        spec_from_config([1, 2], "m/config.json")  # type: ignore[arg-type]
+    assert str(err.value) == "m/config.json: config.json must hold a JSON object" and err.value.hint == HINT
+
+
+def test_the_smallest_model_the_bounds_allow_is_accepted():
+    smallest = {"num_hidden_layers": 1, "hidden_size": 1, "num_attention_heads": 1, "vocab_size": 1, "intermediate_size": 0}
+    spec = spec_from_config(smallest, "c")
+    assert (spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.head_dim, spec.vocab) == (1, 1, 1, 1, 1, 1)
+
+
+def test_a_mixtral_config_without_any_mlp_width_names_the_file():
+    config = {k: v for k, v in MIXTRAL_8X7B.items() if k != "intermediate_size"}  # and no moe_intermediate_size
+    with pytest.raises(ModelSpecError) as err:
+        spec_from_config(config, "m/config.json")
+    assert str(err.value) == "m/config.json: config is missing 'intermediate_size', which orch needs to size the model"
