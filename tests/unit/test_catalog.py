@@ -283,6 +283,8 @@ def test_impossible_head_layouts_are_refused(changes, message):
     with pytest.raises(ModelSpecError) as err:
         spec_from_config(dict(LLAMA31_8B, **changes), "m/config.json")
     assert str(err.value) == message
+    no_head = "a head needs at least one dimension: check hidden_size and num_attention_heads"
+    assert err.value.hint == (no_head if "no head_dim" in message else HINT)
 
 
 @pytest.mark.parametrize("per_token", [0, 9])
@@ -290,6 +292,7 @@ def test_experts_per_token_must_be_between_1_and_the_experts(per_token):
     with pytest.raises(ModelSpecError) as err:
         spec_from_config(dict(MIXTRAL_8X7B, num_experts_per_tok=per_token), "m/config.json")
     assert str(err.value) == "m/config.json: num_experts_per_tok must be between 1 and the 8 experts"
+    assert err.value.hint == HINT
     assert spec_from_config(dict(MIXTRAL_8X7B, num_experts_per_tok=8), "c").experts_per_token == 8
 
 
@@ -299,7 +302,7 @@ def test_sizes_that_add_up_past_100t_parameters_are_refused():
         spec_from_config(huge, "m/config.json")
     assert str(err.value).startswith("m/config.json: these sizes describe about ")
     assert str(err.value).endswith("T parameters, past the 100T orch accepts")
-    assert "hidden_size, intermediate_size" in err.value.hint
+    assert err.value.hint == "check hidden_size, intermediate_size, the expert counts and num_hidden_layers"
 
 
 def test_name_tie_and_context_length_fields():
@@ -456,3 +459,11 @@ def test_a_mixtral_config_without_any_mlp_width_names_the_file():
     with pytest.raises(ModelSpecError) as err:
         spec_from_config(config, "m/config.json")
     assert str(err.value) == "m/config.json: config is missing 'intermediate_size', which orch needs to size the model"
+
+
+def test_top_1_routing_and_a_missing_experts_per_token_are_accepted():
+    # Llama 4 Scout routes each token to 1 expert (num_experts_per_tok 1 in its config.json)
+    assert spec_from_config(dict(MIXTRAL_8X7B, num_experts_per_tok=1), "c").experts_per_token == 1
+    no_k = {k: v for k, v in MIXTRAL_8X7B.items() if k != "num_experts_per_tok"}
+    assert spec_from_config(no_k, "c").num_experts == 8
+    assert spec_from_config({**no_k, "num_local_experts": 1}, "c").num_experts == 1
