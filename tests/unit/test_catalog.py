@@ -301,7 +301,8 @@ def test_sizes_that_add_up_past_100t_parameters_are_refused():
     with pytest.raises(ModelSpecError) as err:
         spec_from_config(huge, "m/config.json")
     assert str(err.value).startswith("m/config.json: these sizes describe about ")
-    assert str(err.value).endswith("T parameters, past the 100T orch accepts")
+    # 1,024 layers x (4 x 131,072 x 32 heads x 4,096 + 3 x 131,072 x 1,048,576) + 2 x 128,256 x 131,072
+    assert str(err.value).endswith("about 493T parameters, past the 100T orch accepts")
     assert err.value.hint == "check hidden_size, intermediate_size, the expert counts and num_hidden_layers"
 
 
