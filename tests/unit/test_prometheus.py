@@ -135,3 +135,99 @@ def test_midpoint_mean():
     assert h.midpoint_mean() == pytest.approx((2 * 0.05 + 4 * 0.15) / 6) and h.sum_from_midpoints
     assert not prom.Histogram("x", ((0.1, 2.0), (0.2, 6.0), (math.inf, 6.0)), 0.5, 6.0).sum_from_midpoints
     assert prom.Histogram("x", ((0.1, 2.0), (math.inf, 3.0)), 1.0, 3.0).midpoint_mean() is None  # one beyond the last bound
+
+
+# ---- behaviour the mutation run (issue 17) showed untested; values worked by hand from the
+# ---- Prometheus definitions (histogram_quantile in promql/quantile.go, `le` is inclusive)
+
+
+def test_ray_spelling_replaces_every_non_identifier_character():
+    # vLLM's RayPrometheusMetric: ':' -> '_' (the captured ray_vllm_* pages), Ray adds 'ray_'
+    assert prom.name_variants(prom.TTFT) == (
+        "vllm:time_to_first_token_seconds",
+        "vllm_time_to_first_token_seconds",
+        "ray_vllm_time_to_first_token_seconds",
+    )
+
+
+def test_a_malformed_page_says_it_is_not_prometheus_text():
+    with pytest.raises(prom.MetricsFormatError, match="not Prometheus text format"):
+        prom.parse_text("m abc")
+
+
+def test_delta_keeps_the_name_and_counts_a_bucket_the_earlier_scrape_lacked():
+    earlier = prom.Histogram("h", ((0.1, 1.0), (math.inf, 1.0)), 0.05, 1.0)
+    later = prom.Histogram("h", ((0.1, 1.0), (0.5, 3.0), (math.inf, 3.0)), 0.65, 3.0)
+    delta = later.minus(earlier)
+    assert delta.name == "h"
+    assert delta.buckets == ((0.1, 0.0), (0.5, 3.0), (math.inf, 2.0))  # 0.5 absent before: counted from 0
+    assert (delta.count, delta.sum) == (2.0, pytest.approx(0.6))
+
+
+def test_no_request_between_two_scrapes_gives_an_empty_delta():
+    after = prom.parse_text((DATA / "ray-serve-llm-0.32-after.txt").read_text())
+    h = prom.histogram(after, prom.TTFT, {"model_name": "tiny"})
+    delta = h.minus(h)  # equal counts are no counter reset
+    assert delta.count == 0 and all(c == 0 for _, c in delta.buckets)
+    assert delta.mean is None and delta.midpoint_mean() is None and delta.quantile(0.5) is None
+
+
+def test_a_single_observation_has_a_mean_midpoint_and_quantile():
+    h = prom.Histogram("x", ((0.1, 0.0), (0.2, 1.0), (math.inf, 1.0)), 0.15, 1.0)
+    assert h.mean == 0.15
+    assert h.midpoint_mean() == pytest.approx(0.15)  # midpoint of (0.1, 0.2]
+    assert h.quantile(0.5) == pytest.approx(0.15)  # rank 0.5 halfway through (0.1, 0.2]
+
+
+def test_quantile_accepts_exactly_0_and_1_and_refuses_beyond():
+    h = prom.Histogram("x", ((0.1, 0.0), (0.2, 3.0), (math.inf, 3.0)), 0.45, 3.0)
+    assert h.quantile(0) == pytest.approx(0.1)  # rank 0: the lower edge of the first non-empty bucket
+    assert h.quantile(1) == pytest.approx(0.2)
+    for q in (-0.01, 1.01, 1.5, 2):
+        with pytest.raises(ValueError, match="quantile must be within 0..1"):
+            h.quantile(q)
+
+
+def test_quantile_of_a_rank_that_ends_a_bucket_is_that_bucket_bound():
+    # cumulative 2, 2, 4: rank 2 (q 0.5) is reached at le=0.1 (Prometheus: the first bucket with
+    # count >= rank), not in the later bucket after the empty one
+    h = prom.Histogram("x", ((0.1, 2.0), (0.2, 2.0), (0.5, 4.0), (math.inf, 4.0)), 0.6, 4.0)
+    assert h.quantile(0.5) == pytest.approx(0.1)
+    assert h.quantile(0.75) == pytest.approx(0.2 + 0.3 * 1 / 2)
+
+
+def test_quantile_past_the_buckets_answers_the_last_finite_bound():
+    # _count larger than the +Inf bucket (a series that exports _count without buckets)
+    h = prom.Histogram("x", ((0.1, 1.0), (math.inf, 1.0)), 0.05, 2.0)
+    assert h.quantile(1.0) == 0.1
+
+
+def test_histogram_skips_a_bucket_without_le_and_reads_one_with_only_buckets():
+    samples = [
+        prom.Sample("x_bucket", (), 7.0),  # no le: not a bucket
+        prom.Sample("x_bucket", (("le", "0.1"),), 2.0),
+        prom.Sample("x_bucket", (("le", "+Inf"),), 3.0),
+    ]
+    h = prom.histogram(samples, "x")
+    assert h is not None and h.buckets == ((0.1, 2.0), (math.inf, 3.0))
+    assert (h.sum, h.count) == (0.0, 0.0)  # no _sum/_count series on that page
+
+
+def test_counter_is_summed_over_the_series_its_labels_select():
+    page = "\n".join(
+        [
+            'vllm:generation_tokens_total{engine="0",model_name="a"} 10',
+            'vllm:generation_tokens_total{engine="0",model_name="b"} 5',
+        ]
+    )
+    samples = prom.parse_text(page)
+    assert prom.counter(samples, "vllm:generation_tokens", {"model_name": "b"}) == 5
+    assert prom.counter(samples, "vllm:generation_tokens") == 15
+    assert prom.counter(samples, "vllm:generation_tokens", {"model_name": "c"}) is None
+
+
+def test_bin_samples_bounds_are_inclusive_and_empty_buckets_stay_empty():
+    h = prom.bin_samples([0.1, 0.5], [0.05, 0.1, 1.0])
+    assert h.name == "client"
+    assert h.buckets == ((0.05, 0.0), (0.1, 1.0), (1.0, 2.0), (math.inf, 2.0))  # 0.1 is in le="0.1"
+    assert prom.bin_samples([0.3], [0.1], name="orch").name == "orch"

@@ -3,6 +3,8 @@ tests/data/logs/SOURCES.md) and against captured logs of healthy runs."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,10 @@ from orchestrator.doctor.signatures import (
     EVIDENCE_MAX_CHARS,
     SIGNATURE_CODES,
     SIGNATURES,
+    DoctorFinding,
     LogLine,
+    _looks_like_path,
+    _sig,
     clean_evidence,
     match_line,
     match_logs,
@@ -36,8 +41,8 @@ def test_every_signature_code_has_real_log_lines_with_sources(code):
 
 @pytest.mark.parametrize(
     "code,line",
-    [(code, line) for code in sorted(SIGNATURE_CODES) for line in _real_lines(code)],
-    ids=lambda v: v[:40] if isinstance(v, str) else str(v),
+    # ids: the code and the line's number in <CODE>.log (plain text: mutmut selects tests by id)
+    [pytest.param(code, line, id=f"{code}-{n}") for code in sorted(SIGNATURE_CODES) for n, line in enumerate(_real_lines(code), 1)],
 )
 def test_real_line_matches_its_code_and_no_other(code, line):
     assert [s.code for s in match_line(line)] == [code]
@@ -129,3 +134,98 @@ def test_every_hint_links_its_runbook_and_doctor_exports_all_codes():
         assert sig.hint.endswith(f"runbooks/{sig.code}.md"), sig.code
         assert sig.code in CODES
     assert set(SIGNATURE_CODES) <= set(CODES)
+
+
+# ---- behaviour the mutation run (issue 17) showed untested
+
+
+def test_a_signature_is_built_with_its_codes_title_and_runbook_hint():
+    # SIGNATURES is built once at import; the builder itself is checked here
+    sig = _sig("CUDA_OOM", r"CUDA out of memory", ("CUDA out of memory",), "vllm")
+    assert (sig.code, sig.title, sig.component, sig.severity) == ("CUDA_OOM", SIGNATURE_CODES["CUDA_OOM"], "vllm", "fail")
+    assert sig.pattern == re.compile(r"CUDA out of memory") and sig.keywords == ("CUDA out of memory",)
+    assert "gpu_memory_utilization" in sig.hint and sig.hint.endswith("; see `orch runbook CUDA_OOM` or runbooks/CUDA_OOM.md")
+    assert sig.predicate is None
+    path_sig = _sig("MODEL_PATH_NOT_FOUND", r"'(?P<value>[^']+)'", ("'",), "vllm", severity="warn", predicate=_looks_like_path)
+    assert path_sig.severity == "warn" and path_sig.predicate is _looks_like_path
+    assert path_sig.match("'/models/x'") is not None and path_sig.match("'org/model'") is None
+
+
+def test_a_line_of_exactly_the_evidence_limit_is_kept_whole():
+    assert clean_evidence("x" * EVIDENCE_MAX_CHARS) == "x" * EVIDENCE_MAX_CHARS
+    assert clean_evidence("x" * (EVIDENCE_MAX_CHARS + 1)) == "x" * (EVIDENCE_MAX_CHARS - 3) + "..."
+
+
+def test_one_line_reports_each_code_once_and_every_code_it_shows():
+    # a real OOM line; signatures listed here: two for one code report it once (the first
+    # listed), a third of another code that the same line shows is reported too
+    line = min(_real_lines("CUDA_OOM"), key=len)
+    first = _sig("CUDA_OOM", r"CUDA out of memory", ("CUDA out of memory",), "vllm")
+    second = _sig("CUDA_OOM", r"OutOfMemoryError", ("OutOfMemoryError",), "vllm", severity="warn")
+    other = _sig("ENGINE_DEAD", r"Tried to allocate", ("Tried to allocate",), "vllm")
+    assert match_line(line, [first, second, other]) == [first, other]
+    findings = match_logs([LogLine("w", "f", 1, line)], [first, second, other])
+    assert [(f.code, f.severity, f.count) for f in findings] == [("CUDA_OOM", "fail", 1), ("ENGINE_DEAD", "fail", 1)]
+
+
+def test_match_logs_uses_the_signatures_it_is_given():
+    oom = _real_lines("CUDA_OOM")[0]
+    only_dead = [s for s in SIGNATURES if s.code == "ENGINE_DEAD"]
+    assert match_logs([LogLine("w", "f", 1, oom)], only_dead) == []
+
+
+def test_a_finding_carries_the_signature_title_component_file_evidence_and_hint():
+    oom = min(_real_lines("CUDA_OOM"), key=len)  # 497 characters: the evidence is the line cut to the limit
+    (f,) = match_logs([LogLine("w1", "logs/worker-a.err", 10, "\x1b[31m" + oom + "  ")])
+    sig = match_line(oom)[0]
+    assert (f.title, f.component, f.file, f.hint) == (SIGNATURE_CODES["CUDA_OOM"], "vllm", "logs/worker-a.err", sig.hint)
+    assert f.evidence == oom[: EVIDENCE_MAX_CHARS - 3] + "..."  # colour code dropped, cut to the limit
+
+
+def test_a_failing_line_after_a_warning_replaces_the_evidence_file_and_hint():
+    warn, fail = _real_lines("NODE_HEARTBEAT_LOST")[3], _real_lines("NODE_HEARTBEAT_LOST")[4]
+    findings = match_logs(
+        [
+            LogLine("w", "logs/raylet.out", 1, warn),
+            LogLine("w", "logs/gcs_server.out", 9, fail),
+            LogLine("x", "logs/raylet.out", 2, warn),  # later lines are still read
+        ]
+    )
+    f = next(f for f in findings if f.node == "w")
+    fail_sig = match_line(fail)[0]
+    assert (f.file, f.line_no, f.evidence, f.hint, f.severity) == ("logs/gcs_server.out", 9, fail.strip(), fail_sig.hint, "fail")
+    assert (f.title, f.component, f.count) == (SIGNATURE_CODES["NODE_HEARTBEAT_LOST"], "ray", 2)
+    assert [(g.node, g.severity) for g in findings] == [("w", "fail"), ("x", "warn")]
+
+
+def test_a_second_node_after_a_repeated_line_is_still_reported():
+    oom = _real_lines("CUDA_OOM")[0]
+    findings = match_logs([LogLine("a", "f", 1, oom), LogLine("a", "f", 2, oom), LogLine("b", "f", 1, oom)])
+    assert [(f.node, f.count) for f in findings] == [("a", 2), ("b", 1)]
+
+
+def test_finding_json_names_every_field():
+    f = DoctorFinding("CUDA_OOM", "w1", "logs/a.err", 3, "boom", "hint text", "warn", "CUDA out of memory", "vllm", 2, "logs")
+    assert f.to_dict() == {
+        "code": "CUDA_OOM",
+        "severity": "warn",
+        "title": "CUDA out of memory",
+        "component": "vllm",
+        "node": "w1",
+        "file": "logs/a.err",
+        "line_no": 3,
+        "evidence": "boom",
+        "count": 2,
+        "hint": "hint text",
+        "source": "logs",
+    }
+
+
+def test_the_failing_signature_hint_replaces_the_warning_hint():
+    # signatures given to match_logs may carry their own hints: the upgrade takes the failing one's
+    line = min(_real_lines("CUDA_OOM"), key=len)
+    warn = replace(_sig("CUDA_OOM", r"OutOfMemoryError", ("OutOfMemoryError",), "vllm", severity="warn"), hint="warn hint")
+    fail = replace(_sig("CUDA_OOM", r"CUDA out of memory", ("CUDA out of memory",), "vllm"), hint="fail hint")
+    # the first line shows only the warning's pattern, the second (a real OOM line) the failing one's
+    upgraded = match_logs([LogLine("w", "a", 1, "torch.OutOfMemoryError"), LogLine("w", "b", 2, line)], [fail, warn])
+    assert [(f.severity, f.hint, f.file, f.count) for f in upgraded] == [("fail", "fail hint", "b", 2)]

@@ -1,0 +1,184 @@
+"""serve/config.py's pure helpers, one behaviour each (issue 17: what the mutation run of the
+module found untested). Expected values: vLLM's own argument names and choices (``--dtype``:
+auto, half, float16, bfloat16, float, float32; ``--quantization fp8``), Ray's address format
+and what docs/rollout.md says orch renders."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator.serve.config import (
+    API_KEY_PLACEHOLDER,
+    RenderedApp,
+    ServeConfigError,
+    ServeDefaults,
+    ServingPlan,
+    check_engine_arg_key,
+    cluster_ray_address,
+    deploy_body,
+    key_digest,
+    mask_api_key,
+    max_ongoing,
+    parse_engine_arg,
+    placement,
+    serving_env,
+    stage_nodes_for,
+    vllm_dtype,
+)
+
+
+def test_a_planner_plan_as_a_dict_gets_the_documented_defaults():
+    sp = ServingPlan.from_parallel_plan({})
+    assert (sp.tp, sp.pp, sp.max_model_len, sp.replicas) == (1, 1, 2048, 1)
+    assert (sp.dtype, sp.gpu_memory_utilization, sp.kv_cache_dtype) == ("bf16", 0.9, "auto")
+    assert (sp.max_concurrency, sp.kv_cache_gib, sp.reasons, sp.gpus_per_node) == (None, None, (), None)
+
+
+def test_a_planner_plan_object_is_read_by_attribute_and_overrides_win():
+    plan = SimpleNamespace(tp=4, pp=2, max_model_len=8192, replicas=0, dtype="fp8", gpu_memory_utilization=0.85,
+                           kv_cache_dtype="fp8_e4m3", max_concurrency=12.5, kv_cache_gib_per_gpu=30.0,
+                           reasons=["a", 1], gpus_per_node=8)  # fmt: skip
+    sp = ServingPlan.from_parallel_plan(plan, replicas=3, dtype=None)
+    assert (sp.tp, sp.pp, sp.max_model_len, sp.replicas) == (4, 2, 8192, 3)
+    assert (sp.dtype, sp.gpu_memory_utilization, sp.kv_cache_dtype) == ("fp8", 0.85, "fp8_e4m3")  # None overrides nothing
+    assert (sp.max_concurrency, sp.kv_cache_gib, sp.reasons, sp.gpus_per_node) == (12.5, 30.0, ("a", "1"), 8)
+    assert ServingPlan.from_parallel_plan({"kv_cache_gib": 2.0}).kv_cache_gib == 2.0
+    assert ServingPlan.from_parallel_plan({"replicas": 0}).replicas == 1
+
+
+def test_tp_spans_nodes_only_past_a_known_node_size():
+    assert ServingPlan(tp=16, pp=1, max_model_len=1, gpus_per_node=8).tp_spans_nodes
+    assert not ServingPlan(tp=8, pp=1, max_model_len=1, gpus_per_node=8).tp_spans_nodes
+    assert not ServingPlan(tp=16, pp=1, max_model_len=1).tp_spans_nodes  # node size unknown
+
+
+@pytest.mark.parametrize(
+    ("dtype", "flags"),
+    [("bf16", ("bfloat16", None)), ("fp16", ("float16", None)), ("half", ("float16", None)), ("fp32", ("float32", None)),
+     ("FP8", ("bfloat16", "fp8")), ("int8", ("auto", None)), ("int4", ("auto", None)), ("auto", ("auto", None)),
+     ("float", ("float", None))],
+)  # fmt: skip
+def test_planner_dtype_to_vllm_flags(dtype, flags):
+    assert vllm_dtype(dtype) == flags
+
+
+def test_placement_layouts():
+    def res(node: str) -> str:
+        return f"node:{node}"
+
+    cpu = placement(ServingPlan(tp=2, pp=1, max_model_len=1), "cpu", None, res, cpus_per_cpu_worker=2)
+    assert cpu == ([{"CPU": 2}, {"CPU": 2}], "STRICT_PACK")
+    replicas_pp = placement(ServingPlan(tp=2, pp=2, max_model_len=1, replicas=2), "gpu", None, res)
+    assert replicas_pp == ([{"GPU": 1}] * 4, "PACK")
+    pinned = placement(ServingPlan(tp=1, pp=2, max_model_len=1), "gpu", ["a", "b"], res)
+    assert pinned == ([{"GPU": 1, "node:a": 0.001}, {"GPU": 1, "node:b": 0.001}], "PACK")
+
+
+def test_stage_nodes_error_lists_each_nodes_free_gpus():
+    sp = ServingPlan(tp=8, pp=2, max_model_len=1)
+    with pytest.raises(ServeConfigError) as err:
+        stage_nodes_for(sp, {"a": 8.0, "b": 7.5})
+    assert str(err.value) == (
+        "pipeline parallel 2 x tensor parallel 8 needs 2 nodes with 8 free GPUs each; free GPUs per node: a: 8, b: 7.5"
+    )
+    assert err.value.hint == "free GPUs (orch rollback, or stop other applications) or plan fewer stages"
+    with pytest.raises(ServeConfigError, match="free GPUs per node: none"):
+        stage_nodes_for(sp, {})
+    assert stage_nodes_for(ServingPlan(tp=1, pp=2, max_model_len=1, replicas=2), {"a": 1.0, "b": 1.0}) is None
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "address"),
+    [("10.0.0.1", 6379, "10.0.0.1:6379"), ("fd00::1", 6380, "[fd00::1]:6380"), ("[fd00::1]", 6379, "[fd00::1]:6379"),
+     (None, 6379, None), ("10.0.0.1", None, None)],
+    ids=["ipv4", "ipv6", "ipv6-in-brackets", "no-host", "no-port"],  # plain ids: mutmut selects tests by id
+)  # fmt: skip
+def test_cluster_ray_address_is_host_port_with_ipv6_in_brackets(host, port, address):
+    manifest = SimpleNamespace(head=SimpleNamespace(host=host), ray=SimpleNamespace(port=port))
+    assert cluster_ray_address(manifest) == address
+
+
+def _manifest(accelerator="gpu", interfaces=("eth0", "eth0"), env=None):
+    return SimpleNamespace(
+        accelerator=accelerator, nodes=[SimpleNamespace(interface=i) for i in interfaces], env=env or {},
+        head=SimpleNamespace(host="10.0.0.1"), ray=SimpleNamespace(port=6379),
+    )  # fmt: skip
+
+
+def test_serving_env_sets_one_nic_for_every_node_and_the_manifest_env_wins():
+    env = serving_env(_manifest(env={"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "bond0"}), ServingPlan(1, 1, 1), ServeDefaults())
+    assert env == {
+        "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
+        "RAY_ADDRESS": "10.0.0.1:6379",
+        "NCCL_SOCKET_IFNAME": "eth0",
+        "GLOO_SOCKET_IFNAME": "bond0",
+        "NCCL_DEBUG": "INFO",
+    }
+    mixed = serving_env(_manifest(interfaces=("eth0", "ens5")), ServingPlan(1, 1, 1), ServeDefaults())
+    assert "NCCL_SOCKET_IFNAME" not in mixed and "GLOO_SOCKET_IFNAME" not in mixed
+    unset = serving_env(_manifest(interfaces=(None, None)), ServingPlan(1, 1, 1), ServeDefaults())
+    assert "NCCL_SOCKET_IFNAME" not in unset
+
+
+@pytest.mark.parametrize(("gib", "space"), [(None, "1"), (0.2, "1"), (2.1, "3"), (4.0, "4")])
+def test_cpu_kv_cache_space_is_whole_gib_rounded_up(gib, space):
+    env = serving_env(_manifest(accelerator="cpu", interfaces=()), ServingPlan(1, 1, 1, kv_cache_gib=gib), ServeDefaults())
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == space and "RAY_ADDRESS" not in env
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "configured", "expected"), [(None, None, 256), (3.4, None, 32), (100.6, None, 201), (900, None, 1024), (5, 7, 7)]
+)
+def test_max_ongoing_requests_follows_the_engine_capacity(concurrency, configured, expected):
+    plan = ServingPlan(1, 1, 1, max_concurrency=concurrency)
+    assert max_ongoing(plan, ServeDefaults(max_ongoing_requests=configured)) == expected
+
+
+def test_deploy_body_defaults_to_port_8000_on_every_interface():
+    body = deploy_body([{"name": "a"}], SimpleNamespace(serve=SimpleNamespace(http_port=None, http_host=None)))
+    assert body == {"proxy_location": "EveryNode", "http_options": {"host": "0.0.0.0", "port": 8000}, "applications": [{"name": "a"}]}
+
+
+def test_mask_api_key_replaces_every_key_in_nested_lists_and_leaves_empty_ones():
+    masked = mask_api_key({"a": [{"api_key": "k1"}, {"api_key": ""}], "api_key": ["k2"], "n": 1})
+    assert masked == {"a": [{"api_key": [API_KEY_PLACEHOLDER]}, {"api_key": ""}], "api_key": [API_KEY_PLACEHOLDER], "n": 1}
+
+
+def test_key_digest_is_16_hex_characters_and_none_without_a_key():
+    digest = key_digest("s3cret")
+    assert len(digest) == 16 and int(digest, 16) >= 0 and digest != key_digest("other")
+    assert key_digest("") is None and key_digest(None) is None
+
+
+def test_renamed_copy_keeps_the_config_and_changes_name_and_route():
+    app = {"name": "a", "route_prefix": "/", "args": {"llm_configs": [{"engine_kwargs": {}}]}}
+    rendered = RenderedApp(app=app, stage_nodes=("n1",), notes=("x",))
+    copy = rendered.renamed("b", "/b")
+    assert (copy.name, copy.app["route_prefix"], copy.stage_nodes, copy.notes) == ("b", "/b", ("n1",), ("x",))
+    assert rendered.name == "a" and copy.fingerprint() == rendered.fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [("max_num_seqs", "--engine-arg 'max_num_seqs': expected KEY=VALUE"), ("=64", "--engine-arg '=64': expected KEY=VALUE"),
+     ("a=&x 1", "--engine-arg a: YAML anchors and aliases (& and *) are not allowed in a value"),
+     ("a=[1, 2", "--engine-arg a: the value is not valid YAML: ")],
+    ids=["no-equals", "no-key", "anchor", "bad-yaml"],
+)  # fmt: skip
+def test_bad_engine_args_are_usage_errors(item, message):
+    with pytest.raises(ServeConfigError) as err:
+        parse_engine_arg(item)
+    assert str(err.value).startswith(message) and err.value.exit_code == 2
+
+
+def test_engine_arg_key_messages():
+    with pytest.raises(ServeConfigError) as err:
+        check_engine_arg_key("Max")
+    assert str(err.value) == "engine argument name 'Max' is not a vLLM engine argument name (lowercase letters, digits and _)"
+    assert err.value.hint == "e.g. --engine-arg max_num_seqs=64 (vLLM's flag --max-num-seqs without the dashes)"
+    with pytest.raises(ServeConfigError) as err:
+        check_engine_arg_key("dtype")
+    assert str(err.value) == "engine argument 'dtype' is set by orch"
+    assert err.value.hint == "use the matching orch flag (--tp, --pp, --max-model-len, --dtype, --served-name)"
