@@ -179,7 +179,7 @@ def parse_topo(text: str) -> TopologyInfo:
     Affinity``/``NUMA Affinity``/``GPU NUMA ID`` columns (empty or ``N/A``), NIC rows, and the
     legend (``NIC0: mlx5_0``). Raises ProbeParseError naming the line and what was expected.
     """
-    lines = [strip_ansi(ln).rstrip("\r") for ln in text.splitlines()]
+    lines = [strip_ansi(ln) for ln in text.splitlines()]  # splitlines() ends lines at \r and \r\n too
     header_idx = next((i for i, ln in enumerate(lines) if re.match(r"^\s*GPU0(?!\d)", ln)), None)
     if header_idx is None:
         first = next(((i, ln) for i, ln in enumerate(lines, 1) if ln.strip()), (1, ""))

@@ -231,3 +231,10 @@ def test_banner_pasted_with_markdown_bold_values():
     assert smi.parse_smi_banner(bold) == ("535.129.03", "12.2")
     label = line.replace("Driver Version:", "**Driver Version**:").replace("CUDA Version:", "**CUDA Version**:")
     assert smi.parse_smi_banner(label) == ("535.129.03", "12.2")
+
+
+def test_topo_with_windows_line_ends_reads_like_the_original():
+    # nvidia-smi on Windows (WDDM) and pastes saved there end lines with \r\n.
+    text = read("topo_2gpu_phb_club3090_1229.txt")
+    crlf = smi.parse_topo(text.replace("\n", "\r\n"))
+    assert crlf == smi.parse_topo(text) and crlf.links == (("X", "PHB"), ("PHB", "X"))
