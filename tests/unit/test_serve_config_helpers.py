@@ -182,3 +182,40 @@ def test_engine_arg_key_messages():
         check_engine_arg_key("dtype")
     assert str(err.value) == "engine argument 'dtype' is set by orch"
     assert err.value.hint == "use the matching orch flag (--tp, --pp, --max-model-len, --dtype, --served-name)"
+
+
+def test_deploy_body_uses_the_manifests_http_port_and_host():
+    body = deploy_body([], SimpleNamespace(serve=SimpleNamespace(http_port=8123, http_host="127.0.0.1")))
+    assert body["http_options"] == {"host": "127.0.0.1", "port": 8123}
+
+
+def test_an_engine_arg_value_may_hold_an_equals_sign():
+    assert parse_engine_arg("download_dir=/data/a=b") == ("download_dir", "/data/a=b")
+
+
+@pytest.mark.parametrize(
+    ("item", "hint"),
+    [("max_num_seqs", "e.g. --engine-arg max_num_seqs=64"), ("a=&x 1", "write the value out in full"),
+     ("a=[1, 2", "quote it, e.g. --engine-arg 'name=\"a value\"'")],
+    ids=["no-equals", "anchor", "bad-yaml"],
+)  # fmt: skip
+def test_bad_engine_args_say_how_to_write_them(item, hint):
+    with pytest.raises(ServeConfigError) as err:
+        parse_engine_arg(item)
+    assert err.value.hint == hint
+
+
+def test_a_bad_yaml_value_quotes_pyyamls_message_on_one_line():
+    with pytest.raises(ServeConfigError) as err:
+        parse_engine_arg("a=[1, 2")
+    # PyYAML 6's message for "[1, 2" (printed over 5 lines), with its line breaks and indents collapsed
+    assert str(err.value) == (
+        "--engine-arg a: the value is not valid YAML: while parsing a flow sequence in \"<unicode string>\", "
+        "line 1, column 1: [1, 2 ^ expected ',' or ']', but got '<stream end>' in \"<unicode string>\", "
+        "line 1, column 6: [1, 2 ^"
+    )
+
+
+def test_a_serve_config_error_lists_its_problems_or_its_own_message():
+    assert ServeConfigError("bad field").problems == ["bad field"]
+    assert ServeConfigError("2 fields", problems=["a: bad", "b: bad"]).problems == ["a: bad", "b: bad"]
