@@ -17,6 +17,7 @@ from orchestrator.serve.config import (
     ServingPlan,
     check_engine_arg_key,
     cluster_ray_address,
+    config_fingerprint,
     deploy_body,
     key_digest,
     mask_api_key,
@@ -219,3 +220,10 @@ def test_a_bad_yaml_value_quotes_pyyamls_message_on_one_line():
 def test_a_serve_config_error_lists_its_problems_or_its_own_message():
     assert ServeConfigError("bad field").problems == ["bad field"]
     assert ServeConfigError("2 fields", problems=["a: bad", "b: bad"]).problems == ["a: bad", "b: bad"]
+
+
+def test_an_app_without_llm_configs_still_has_a_fingerprint():
+    # Ray Serve's config may hold apps orch did not render: an import path with no args, or args without llm_configs
+    plain = {"name": "other", "route_prefix": "/other", "import_path": "mod:app"}
+    with_args = {**plain, "args": {"x": 1}}
+    assert len({config_fingerprint(plain), config_fingerprint(with_args), config_fingerprint({**plain, "import_path": "m:b"})}) == 3
