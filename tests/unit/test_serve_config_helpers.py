@@ -227,3 +227,7 @@ def test_an_app_without_llm_configs_still_has_a_fingerprint():
     plain = {"name": "other", "route_prefix": "/other", "import_path": "mod:app"}
     with_args = {**plain, "args": {"x": 1}}
     assert len({config_fingerprint(plain), config_fingerprint(with_args), config_fingerprint({**plain, "import_path": "m:b"})}) == 3
+
+
+def test_a_plan_object_without_the_fields_gets_the_same_defaults_as_an_empty_dict():
+    assert ServingPlan.from_parallel_plan(SimpleNamespace()) == ServingPlan.from_parallel_plan({})
