@@ -231,3 +231,17 @@ def test_an_app_without_llm_configs_still_has_a_fingerprint():
 
 def test_a_plan_object_without_the_fields_gets_the_same_defaults_as_an_empty_dict():
     assert ServingPlan.from_parallel_plan(SimpleNamespace()) == ServingPlan.from_parallel_plan({})
+
+
+def test_a_plans_replicas_are_kept_and_empty_fields_fall_back_to_the_defaults():
+    assert ServingPlan.from_parallel_plan({"replicas": 2}).replicas == 2
+    sp = ServingPlan.from_parallel_plan({"dtype": None, "gpu_memory_utilization": None, "kv_cache_dtype": None})
+    assert (sp.dtype, sp.gpu_memory_utilization, sp.kv_cache_dtype) == ("bf16", 0.9, "auto")
+
+
+def test_the_fingerprint_counts_each_bundles_resources():
+    def app(bundle):
+        return {"name": "a", "args": {"llm_configs": [{"placement_group_config": {"bundles": [bundle]}}]}}
+
+    prints = {config_fingerprint(app(b)) for b in ({"CPU": 1, "GPU": 1}, {"CPU": 1, "GPU": 2}, {"CPU": 2, "GPU": 1})}
+    assert len(prints) == 3
