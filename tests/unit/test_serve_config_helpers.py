@@ -17,6 +17,7 @@ from orchestrator.serve.config import (
     ServingPlan,
     check_engine_arg_key,
     cluster_ray_address,
+    config_fingerprint,
     deploy_body,
     key_digest,
     mask_api_key,
@@ -182,3 +183,65 @@ def test_engine_arg_key_messages():
         check_engine_arg_key("dtype")
     assert str(err.value) == "engine argument 'dtype' is set by orch"
     assert err.value.hint == "use the matching orch flag (--tp, --pp, --max-model-len, --dtype, --served-name)"
+
+
+def test_deploy_body_uses_the_manifests_http_port_and_host():
+    body = deploy_body([], SimpleNamespace(serve=SimpleNamespace(http_port=8123, http_host="127.0.0.1")))
+    assert body["http_options"] == {"host": "127.0.0.1", "port": 8123}
+
+
+def test_an_engine_arg_value_may_hold_an_equals_sign():
+    assert parse_engine_arg("download_dir=/data/a=b") == ("download_dir", "/data/a=b")
+
+
+@pytest.mark.parametrize(
+    ("item", "hint"),
+    [("max_num_seqs", "e.g. --engine-arg max_num_seqs=64"), ("a=&x 1", "write the value out in full"),
+     ("a=[1, 2", "quote it, e.g. --engine-arg 'name=\"a value\"'")],
+    ids=["no-equals", "anchor", "bad-yaml"],
+)  # fmt: skip
+def test_bad_engine_args_say_how_to_write_them(item, hint):
+    with pytest.raises(ServeConfigError) as err:
+        parse_engine_arg(item)
+    assert err.value.hint == hint
+
+
+def test_a_bad_yaml_value_quotes_pyyamls_message_on_one_line():
+    with pytest.raises(ServeConfigError) as err:
+        parse_engine_arg("a=[1, 2")
+    # PyYAML 6's message for "[1, 2" (printed over 5 lines), with its line breaks and indents collapsed
+    assert str(err.value) == (
+        "--engine-arg a: the value is not valid YAML: while parsing a flow sequence in \"<unicode string>\", "
+        "line 1, column 1: [1, 2 ^ expected ',' or ']', but got '<stream end>' in \"<unicode string>\", "
+        "line 1, column 6: [1, 2 ^"
+    )
+
+
+def test_a_serve_config_error_lists_its_problems_or_its_own_message():
+    assert ServeConfigError("bad field").problems == ["bad field"]
+    assert ServeConfigError("2 fields", problems=["a: bad", "b: bad"]).problems == ["a: bad", "b: bad"]
+
+
+def test_an_app_without_llm_configs_still_has_a_fingerprint():
+    # Ray Serve's config may hold apps orch did not render: an import path with no args, or args without llm_configs
+    plain = {"name": "other", "route_prefix": "/other", "import_path": "mod:app"}
+    with_args = {**plain, "args": {"x": 1}}
+    assert len({config_fingerprint(plain), config_fingerprint(with_args), config_fingerprint({**plain, "import_path": "m:b"})}) == 3
+
+
+def test_a_plan_object_without_the_fields_gets_the_same_defaults_as_an_empty_dict():
+    assert ServingPlan.from_parallel_plan(SimpleNamespace()) == ServingPlan.from_parallel_plan({})
+
+
+def test_a_plans_replicas_are_kept_and_empty_fields_fall_back_to_the_defaults():
+    assert ServingPlan.from_parallel_plan({"replicas": 2}).replicas == 2
+    sp = ServingPlan.from_parallel_plan({"dtype": None, "gpu_memory_utilization": None, "kv_cache_dtype": None})
+    assert (sp.dtype, sp.gpu_memory_utilization, sp.kv_cache_dtype) == ("bf16", 0.9, "auto")
+
+
+def test_the_fingerprint_counts_each_bundles_resources():
+    def app(bundle):
+        return {"name": "a", "args": {"llm_configs": [{"placement_group_config": {"bundles": [bundle]}}]}}
+
+    prints = {config_fingerprint(app(b)) for b in ({"CPU": 1, "GPU": 1}, {"CPU": 1, "GPU": 2}, {"CPU": 2, "GPU": 1})}
+    assert len(prints) == 3
