@@ -116,9 +116,26 @@ def summarize(path: str, notes: dict[str, tuple[str, str]], seconds: float | Non
     }
 
 
-def run_module(path: str, children: int, log: Path) -> float:
+def to_retest(path: str) -> list[str] | None:
+    """The mutants of ``path`` a resumed run tests again: those without a result (new or changed
+    functions, or a run cut short) and the survivors (a test added since may kill them). None when
+    the module has no results yet, so the whole module runs."""
+    meta = REPO / "mutants" / (path + ".meta")
+    if not meta.exists():
+        return None
+    statuses = results(path)
+    return sorted(
+        n for n, s in statuses.items() if s in UNDETECTED or s in {"not checked", "check was interrupted by user"}
+    )
+
+
+def run_module(path: str, children: int, log: Path, resume: bool = False) -> float:
     started = time.monotonic()
-    argv = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), f"{module_of(path)}.*"]
+    names = to_retest(path) if resume else None
+    if names == []:
+        return time.monotonic() - started
+    targets = names if names is not None else [f"{module_of(path)}.*"]
+    argv = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *targets]
     with log.open("a") as out:
         subprocess.run(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, check=False)
     return time.monotonic() - started
@@ -150,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--module", action="append", help="only this module (dotted or path); repeatable")
     ap.add_argument("--summary-only", action="store_true", help="do not run mutmut: summarize the last run")
     ap.add_argument("--no-planted", action="store_true", help="skip the planted mutants")
+    ap.add_argument(
+        "--resume", action="store_true",
+        help="test only the mutants without a result and the survivors of the last run (killed ones stand "
+        "unless their function changed: mutmut resets those by the function's hash)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
 
     paths = scope()
@@ -164,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     summaries = []
     for path in paths:
-        seconds = None if args.summary_only else run_module(path, args.children, log)
+        seconds = None if args.summary_only else run_module(path, args.children, log, args.resume)
         summary = summarize(path, notes, seconds)
         summaries.append(summary)
         print(json.dumps(summary), flush=True)
