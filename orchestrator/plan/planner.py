@@ -163,7 +163,7 @@ def tp_problem(spec: ModelSpec, tp: int) -> str | None:
     return None
 
 
-def _check_options(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> int:
+def _check_options(spec: ModelSpec, options: PlanOptions) -> int:
     if options.gpu_memory_utilization is not None and not 0 < options.gpu_memory_utilization <= 1:
         raise PlanError(f"gpu_memory_utilization must be in (0, 1], got {options.gpu_memory_utilization}")
     for name, value in (("max_num_seqs", options.max_num_seqs), ("max_num_batched_tokens", options.max_num_batched_tokens)):
@@ -337,7 +337,7 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     Raises ``PlanError`` for invalid options and for a forced ``tp``/``pp`` that vLLM would
     refuse or that does not fit (the message says by how much and what would).
     """
-    length = _check_options(spec, shape, options)
+    length = _check_options(spec, options)
     terms_for(spec, options)  # a bad --vllm-version is a PlanError before anything is sized
     _check_forced(spec, shape, options.tp, options.pp)
     reasons: list[str] = list(shape.notes)
