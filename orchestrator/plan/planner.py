@@ -163,7 +163,7 @@ def tp_problem(spec: ModelSpec, tp: int) -> str | None:
     return None
 
 
-def _check_options(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> int:
+def _check_options(spec: ModelSpec, options: PlanOptions) -> int:
     if options.gpu_memory_utilization is not None and not 0 < options.gpu_memory_utilization <= 1:
         raise PlanError(f"gpu_memory_utilization must be in (0, 1], got {options.gpu_memory_utilization}")
     for name, value in (("max_num_seqs", options.max_num_seqs), ("max_num_batched_tokens", options.max_num_batched_tokens)):
@@ -292,10 +292,15 @@ def _suggestions(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, bes
         out.append(f"short by {-t.kv_bytes / GIB:.1f} GiB per GPU on the tightest stage")
     if not shape.is_cpu:
         tp = best.tp
-        for extra_nodes in range(1, 65):
+        # From 0 more nodes: a forced layout that does not fit may fit with a larger PP on this
+        # very cluster (the automatic choice has already tried every PP that fits here).
+        for extra_nodes in range(65):
             bigger = replace(shape, nodes=shape.nodes + extra_nodes)
             pp_max = min(bigger.total_gpus // tp, spec.layers)
             fit = _first_fit([evaluate(spec, bigger, options, tp, p) for p in range(max(2, best.pp), pp_max + 1)])
+            if fit and not extra_nodes:
+                out.append(f"TP={tp} PP={fit.pp} would fit it on this cluster")
+                break
             if fit:
                 out.append(f"{shape.nodes + extra_nodes} nodes of {shape.gpus_per_node} would fit it with TP={tp} PP={fit.pp}")
                 break
@@ -303,11 +308,8 @@ def _suggestions(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, bes
         for dtype in ("fp8", "int8", "int4"):
             if DTYPE_BYTES[dtype] >= DTYPE_BYTES[current]:
                 continue
-            smaller = replace(options, dtype=dtype, tp=None, pp=None)
-            try:
-                cand, _ = _choose(spec, shape, smaller)
-            except PlanError:
-                continue
+            # plan_model checked every option but the dtype already, so the choice cannot refuse it
+            cand, _ = _choose(spec, shape, replace(options, dtype=dtype, tp=None, pp=None))
             if cand.fits:
                 out.append(f"--dtype {dtype} (a {dtype} checkpoint) would fit with TP={cand.tp} PP={cand.pp}")
                 break
@@ -335,7 +337,7 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     Raises ``PlanError`` for invalid options and for a forced ``tp``/``pp`` that vLLM would
     refuse or that does not fit (the message says by how much and what would).
     """
-    length = _check_options(spec, shape, options)
+    length = _check_options(spec, options)
     terms_for(spec, options)  # a bad --vllm-version is a PlanError before anything is sized
     _check_forced(spec, shape, options.tp, options.pp)
     reasons: list[str] = list(shape.notes)
@@ -426,9 +428,8 @@ def _forced(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reasons:
         return found
     assert options.pp is not None
     pp = options.pp
-    tps = [t for t in _valid_tps(spec, min(shape.gpus_per_node, shape.total_gpus // pp))]
-    if not tps:
-        raise PlanError(f"PP={pp} leaves no valid TP size on {shape.describe()}")
+    # TP=1 is always valid and _check_forced made sure PP <= the cluster's GPUs, so tps holds 1
+    tps = _valid_tps(spec, min(shape.gpus_per_node, shape.total_gpus // pp))
     cands = [ev(t, pp) for t in tps]
     found = _first_fit(cands) or cands[-1]
     reasons.append(f"forced PP={pp}; the smallest TP that fits is {found.tp}: {found.summary()}")
