@@ -254,3 +254,8 @@ def test_the_fingerprint_counts_each_bundles_resources():
 def test_a_cpu_plan_without_a_kv_size_gets_the_defaults_kv_space():
     env = serving_env(_manifest(accelerator="cpu", interfaces=()), ServingPlan(1, 1, 1), ServeDefaults(cpu_kv_cache_gib=2.5))
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "3"
+
+
+def test_a_cpu_worker_gets_one_cpu_unless_told_otherwise():
+    # ServeDefaults.cpus_per_cpu_worker's default (1): the same when placement is called without it.
+    assert placement(ServingPlan(tp=3, pp=1, max_model_len=1), "cpu", None, str) == ([{"CPU": 1}] * 3, "STRICT_PACK")
