@@ -26,6 +26,7 @@ from orchestrator.serve.config import (
     max_ongoing,
     parse_engine_arg,
     placement,
+    ray_accelerator_type,
     serving_env,
     stage_nodes_for,
     vllm_dtype,
@@ -259,3 +260,9 @@ def test_a_cpu_plan_without_a_kv_size_gets_the_defaults_kv_space():
 def test_a_cpu_worker_gets_one_cpu_unless_told_otherwise():
     # ServeDefaults.cpus_per_cpu_worker's default (1): the same when placement is called without it.
     assert placement(ServingPlan(tp=3, pp=1, max_model_len=1), "cpu", None, str) == ([{"CPU": 1}] * 3, "STRICT_PACK")
+
+
+def test_a_vendor_prefix_in_any_case_is_dropped_as_ray_does():
+    # Ray 2.60 (ray/_private/accelerators/nvidia_gpu.py) matches the name with
+    # r"\w+\s+((?:[A-Z]+\s+)*[A-Z0-9]*\d[A-Z0-9]*)": any first word, so "Nvidia A100-SXM4-40GB" is A100.
+    assert ray_accelerator_type("Nvidia A100-SXM4-40GB") == "A100"
