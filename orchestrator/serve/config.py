@@ -286,19 +286,19 @@ def placement(
 def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, node_cores: int | None = None) -> dict[str, str]:
     """runtime_env env_vars: the cluster env, NCCL/Gloo interfaces when uniform, CPU KV space."""
     env: dict[str, str] = dict(DIRECT_STREAMING_ENV)
-    nodes = list(getattr(manifest, "nodes", []) or [])
-    if getattr(manifest, "accelerator", "gpu") != "cpu":
+    nodes = list(manifest.nodes)
+    if manifest.accelerator != "cpu":
         ray_address = cluster_ray_address(manifest)
         if ray_address:
             env["RAY_ADDRESS"] = ray_address
-    interfaces = {getattr(n, "interface", None) for n in nodes}
+    interfaces = {n.interface for n in nodes}
     # Per-node values (different NIC names, VLLM_HOST_IP) live in each node's Ray process env
     # (orch up); a runtime_env value would override them on every node alike.
     if len(interfaces) == 1 and None not in interfaces:
         nic = interfaces.pop()
         env["NCCL_SOCKET_IFNAME"] = nic
         env["GLOO_SOCKET_IFNAME"] = nic
-    if getattr(manifest, "accelerator", "gpu") == "cpu":
+    if manifest.accelerator == "cpu":
         gib = plan.kv_cache_gib if plan.kv_cache_gib else defaults.cpu_kv_cache_gib
         env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(math.ceil(gib))))
         # vLLM's CPU backend pins its compute threads to cores it picks on its own ("auto"),
@@ -315,7 +315,7 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
             # barrier (3.3-4.1 CPU-s per round, 1,200-1,600 tok/s); with 1 it used 0.9-1.5 CPU-s
             # and served 2,100-3,150 tok/s (bare vLLM: 2,400-3,700).
             env["OMP_NUM_THREADS"] = str(max(1, int(node_cores) - 1))
-    env.update({str(k): str(v) for k, v in (getattr(manifest, "env", None) or {}).items()})
+    env.update({str(k): str(v) for k, v in manifest.env.items()})
     return env
 
 
@@ -327,10 +327,8 @@ def cluster_ray_address(manifest: Any) -> str | None:
     its default temp dir; orch starts Ray with the manifest's ``ray.temp_dir``, so it finds none
     and starts a second, private Ray that never gets the placement group (measured on the test
     bed, docs/rollout.md)."""
-    head = getattr(manifest, "head", None)
-    ray = getattr(manifest, "ray", None)
-    host = getattr(head, "host", None)
-    port = getattr(ray, "port", None)
+    host = manifest.head.host
+    port = manifest.ray.port
     if not host or not port:
         return None
     if ":" in host and not host.startswith("["):
@@ -367,11 +365,12 @@ def render_app(
     import jinja2
     import yaml
 
-    accelerator = getattr(manifest, "accelerator", "gpu")
+    accelerator = manifest.accelerator
     if plan.tp < 1 or plan.pp < 1:
         raise ServeConfigError(f"invalid plan: tp={plan.tp} pp={plan.pp}", hint="tp and pp are at least 1")
     if stage_nodes is not None and len(stage_nodes) != plan.pp:
-        raise ServeConfigError(f"{len(stage_nodes)} stage nodes given for pp={plan.pp}")
+        raise ServeConfigError(f"{len(stage_nodes)} stage nodes given for pp={plan.pp}",
+                               hint="give one node per pipeline stage (stage_nodes_for picks them)")  # fmt: skip
     bundles, strategy = placement(plan, accelerator, stage_nodes, node_resource, defaults.cpus_per_cpu_worker)
     dtype, quantization = vllm_dtype(plan.dtype)
     engine_extra: dict[str, Any] = {}
@@ -440,9 +439,10 @@ def render_app(
 
 def deploy_body(apps: Sequence[Mapping[str, Any]], manifest: Manifest) -> dict:
     """The body of ``PUT /api/serve/applications/``: every application that should exist."""
-    serve = getattr(manifest, "serve", None)
-    port = int(getattr(serve, "http_port", 8000) or 8000)
-    host = getattr(serve, "http_host", None) or "0.0.0.0"
+    # A manifest's serve section has no host: Serve's proxy listens on every interface. Only a
+    # stand-in manifest (benchmarks/serve_overhead.py) names one.
+    host = getattr(manifest.serve, "http_host", None) or "0.0.0.0"
+    port = manifest.serve.http_port
     return {
         "proxy_location": "EveryNode",
         "http_options": {"host": host, "port": port},

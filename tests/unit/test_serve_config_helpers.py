@@ -5,10 +5,12 @@ and what docs/rollout.md says orch renders."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from orchestrator.manifest.load import load_manifest
 from orchestrator.serve.config import (
     API_KEY_PLACEHOLDER,
     RenderedApp,
@@ -24,6 +26,7 @@ from orchestrator.serve.config import (
     max_ongoing,
     parse_engine_arg,
     placement,
+    ray_accelerator_type,
     serving_env,
     stage_nodes_for,
     vllm_dtype,
@@ -138,7 +141,9 @@ def test_max_ongoing_requests_follows_the_engine_capacity(concurrency, configure
 
 
 def test_deploy_body_defaults_to_port_8000_on_every_interface():
-    body = deploy_body([{"name": "a"}], SimpleNamespace(serve=SimpleNamespace(http_port=None, http_host=None)))
+    # A manifest without a serve section: Serve's proxy on its default port 8000, on every interface.
+    manifest = load_manifest("name: m\nnodes:\n  - {name: n0, host: 10.0.0.1, role: head, gpus: 1}\n", Path("/x/m.yaml"))
+    body = deploy_body([{"name": "a"}], manifest)
     assert body == {"proxy_location": "EveryNode", "http_options": {"host": "0.0.0.0", "port": 8000}, "applications": [{"name": "a"}]}
 
 
@@ -245,3 +250,19 @@ def test_the_fingerprint_counts_each_bundles_resources():
 
     prints = {config_fingerprint(app(b)) for b in ({"CPU": 1, "GPU": 1}, {"CPU": 1, "GPU": 2}, {"CPU": 2, "GPU": 1})}
     assert len(prints) == 3
+
+
+def test_a_cpu_plan_without_a_kv_size_gets_the_defaults_kv_space():
+    env = serving_env(_manifest(accelerator="cpu", interfaces=()), ServingPlan(1, 1, 1), ServeDefaults(cpu_kv_cache_gib=2.5))
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "3"
+
+
+def test_a_cpu_worker_gets_one_cpu_unless_told_otherwise():
+    # ServeDefaults.cpus_per_cpu_worker's default (1): the same when placement is called without it.
+    assert placement(ServingPlan(tp=3, pp=1, max_model_len=1), "cpu", None, str) == ([{"CPU": 1}] * 3, "STRICT_PACK")
+
+
+def test_a_vendor_prefix_in_any_case_is_dropped_as_ray_does():
+    # Ray 2.60 (ray/_private/accelerators/nvidia_gpu.py) matches the name with
+    # r"\w+\s+((?:[A-Z]+\s+)*[A-Z0-9]*\d[A-Z0-9]*)": any first word, so "Nvidia A100-SXM4-40GB" is A100.
+    assert ray_accelerator_type("Nvidia A100-SXM4-40GB") == "A100"

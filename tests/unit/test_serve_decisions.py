@@ -207,3 +207,39 @@ def test_free_resources_reads_every_alive_node_after_a_dead_one():
     dead = NodeState("id2", "b", "10.0.0.2", "DEAD", False, {"CPU": 8.0})
     alive = NodeState("id1", "a", "10.0.0.1", "ALIVE", True, {"CPU": 8.0}, {"CPU": 2.0})
     assert r.free_resources([dead, alive]) == {"a": {"CPU": 6.0}}
+
+
+def test_a_record_without_its_application_name_refuses_or_replaces_with_the_downtime_estimate():
+    # docs/rollout.md, step 8: when the serving revision's application name is unknown the rollout
+    # refuses; with --allow-downtime it deploys fresh, replacing whatever Serve runs. Either way the
+    # caller is told the estimated downtime (the cold load of the model).
+    lost = r.Serving(revision=3, fingerprint="abc", app_name=None, app_status=None)
+    why = "revision 3 is recorded as serving but the name of its Serve application is not (its record is incomplete)"
+    refuse = r.decide("abc", lost, room_for_copy=True, allow_downtime=False, downtime_s=95.0)
+    assert refuse.to_dict() == {
+        "kind": "refuse",
+        "reason": f"{why}: orch will not replace what Serve runs without --allow-downtime",
+        "downtime_s": 95.0,
+        "notes": [],
+    }
+    fresh = r.decide("abc", lost, room_for_copy=True, allow_downtime=True, downtime_s=95.0)
+    assert fresh.to_dict() == {
+        "kind": "fresh",
+        "reason": f"{why}: replacing whatever Serve runs (--allow-downtime)",
+        "downtime_s": 95.0,
+        "notes": [],
+    }
+
+
+def test_a_fresh_deploy_over_running_apps_names_them_all_and_the_downtime():
+    # docs/rollout.md, step 8: a fresh deploy replaces every application Serve runs, so it is refused
+    # while any is RUNNING (unless --allow-downtime); the refusal names them and the estimated downtime.
+    nothing = r.Serving(running_apps=("orch-r7", "orch-r9"))
+    refuse = r.decide("x", nothing, room_for_copy=True, allow_downtime=False, downtime_s=95.0)
+    assert refuse.to_dict() == {
+        "kind": "refuse",
+        "reason": "no revision serves yet, but Serve runs orch-r7, orch-r9: a fresh deploy would delete it",
+        "downtime_s": 95.0,
+        "notes": [],
+    }
+    assert r.decide("x", nothing, room_for_copy=True, allow_downtime=True, downtime_s=95.0).kind == r.FRESH

@@ -1,0 +1,214 @@
+"""serve/config.py's render_app, one behaviour each (issue 17: what the mutation run of the module
+found untested). Expected values: the shipped manifests in cluster-templates/ (hosts, interfaces,
+env), the defaults docs/rollout.md documents (health check every 10 s with a 30 s timeout, 30 s
+graceful shutdown, max_surge_percent 100, direct streaming, RAY_ADDRESS on GPU), vLLM's argument
+names and choices (``--quantization fp8``, ``--kv-cache-dtype fp8_e4m3``) and Ray Serve's
+``autoscaling_config`` field names (min/initial/max_replicas, target_ongoing_requests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from orchestrator.cluster.ray_nodes import node_resource
+from orchestrator.manifest.load import load_manifest_file
+from orchestrator.serve.config import AppTarget, ServeConfigError, ServeDefaults, ServingPlan, render_app
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "cluster-templates"
+TARGET = AppTarget("orch-r2", "/_orch/r2", "llama3-405b", "/mnt/shared/models/Llama-3.1-405B-Instruct")
+
+
+@pytest.fixture(scope="module")
+def gpu_manifest():
+    return load_manifest_file(TEMPLATES / "2x8-h100-405b.yaml")
+
+
+@pytest.fixture(scope="module")
+def cpu_manifest():
+    return load_manifest_file(TEMPLATES / "local.yaml")
+
+
+def _llm(app: dict) -> dict:
+    return app["args"]["llm_configs"][0]
+
+
+def test_the_405b_manifest_renders_in_full(gpu_manifest):
+    # 2 nodes x 8 H100 (gpu-a 10.10.0.11 is the head, both name ib0, env NCCL_DEBUG/NCCL_IB_DISABLE):
+    # TP 8 inside each node, stage i pinned to its node, every default of docs/rollout.md.
+    plan = ServingPlan(tp=8, pp=2, max_model_len=8192, dtype="bf16", gpu_memory_utilization=0.9)
+    rendered = render_app(gpu_manifest, plan, TARGET, node_resource=node_resource, accelerator_type="H100",
+                          stage_nodes=["gpu-a", "gpu-b"])  # fmt: skip
+    pins = [{"GPU": 1, "orch_node_gpu-a": 0.001}] * 8 + [{"GPU": 1, "orch_node_gpu-b": 0.001}] * 8
+    assert rendered.app == {
+        "name": "orch-r2",
+        "route_prefix": "/_orch/r2",
+        "import_path": "ray.serve.llm:build_openai_app",
+        "runtime_env": {
+            "env_vars": {
+                "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
+                "RAY_ADDRESS": "10.10.0.11:6379",
+                "NCCL_SOCKET_IFNAME": "ib0",
+                "GLOO_SOCKET_IFNAME": "ib0",
+                "NCCL_DEBUG": "WARN",
+                "NCCL_IB_DISABLE": "0",
+            }
+        },
+        "args": {
+            "llm_configs": [
+                {
+                    "model_loading_config": {
+                        "model_id": "llama3-405b",
+                        "model_source": "/mnt/shared/models/Llama-3.1-405B-Instruct",
+                    },
+                    "accelerator_type": "H100",
+                    "engine_kwargs": {
+                        "tensor_parallel_size": 8,
+                        "pipeline_parallel_size": 2,
+                        "max_model_len": 8192,
+                        "dtype": "bfloat16",
+                        "gpu_memory_utilization": 0.9,
+                        "distributed_executor_backend": "ray",
+                        "api_key": ["<redacted>"],
+                    },
+                    "placement_group_config": {"strategy": "PACK", "bundles": pins},
+                    "deployment_config": {
+                        "num_replicas": 1,
+                        "max_ongoing_requests": 256,
+                        "health_check_period_s": 10,
+                        "health_check_timeout_s": 30,
+                        "graceful_shutdown_timeout_s": 30,
+                        "max_surge_percent": 100,
+                    },
+                }
+            ]
+        },
+    }
+    assert rendered.stage_nodes == ("gpu-a", "gpu-b")
+    assert rendered.notes == ("pipeline stages pinned to nodes: stage 0: gpu-a, stage 1: gpu-b",)
+
+
+def test_fp8_weights_and_an_fp8_kv_cache_become_vllm_flags(gpu_manifest):
+    plan = ServingPlan(tp=8, pp=1, max_model_len=4096, dtype="fp8", kv_cache_dtype="fp8_e4m3")
+    kw = _llm(render_app(gpu_manifest, plan, TARGET, node_resource=node_resource).app)["engine_kwargs"]
+    assert (kw["dtype"], kw["quantization"], kw["kv_cache_dtype"]) == ("bfloat16", "fp8", "fp8_e4m3")
+    # 16-bit weights and vLLM's own KV dtype ("auto"): neither flag is passed.
+    kw = _llm(
+        render_app(gpu_manifest, ServingPlan(tp=8, pp=1, max_model_len=4096), TARGET, node_resource=node_resource).app
+    )["engine_kwargs"]
+    assert "quantization" not in kw and "kv_cache_dtype" not in kw
+
+
+def test_deployment_settings_come_from_the_defaults_given(gpu_manifest, cpu_manifest):
+    defaults = ServeDefaults(health_check_period_s=5, health_check_timeout_s=60, graceful_shutdown_timeout_s=45,
+                             max_surge_percent=50, max_ongoing_requests=64)  # fmt: skip
+    app = render_app(gpu_manifest, ServingPlan(tp=8, pp=1, max_model_len=4096, replicas=2), TARGET,
+                     node_resource=node_resource, defaults=defaults).app  # fmt: skip
+    assert _llm(app)["deployment_config"] == {
+        "num_replicas": 2, "max_ongoing_requests": 64, "health_check_period_s": 5, "health_check_timeout_s": 60,
+        "graceful_shutdown_timeout_s": 45, "max_surge_percent": 50,
+    }  # fmt: skip
+    cpu = render_app(cpu_manifest, ServingPlan(tp=2, pp=1, max_model_len=1024), TARGET, node_resource=node_resource,
+                     defaults=ServeDefaults(cpus_per_cpu_worker=3, cpu_kv_cache_gib=4)).app  # fmt: skip
+    assert _llm(cpu)["placement_group_config"] == {"strategy": "STRICT_PACK", "bundles": [{"CPU": 3}, {"CPU": 3}]}
+    # The manifest's env (VLLM_CPU_KVCACHE_SPACE: "1") wins over the default the plan falls back to.
+    assert cpu["runtime_env"]["env_vars"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+def test_autoscaling_between_the_plans_replicas_and_the_maximum(gpu_manifest):
+    plan = ServingPlan(tp=8, pp=1, max_model_len=4096, replicas=2)
+    app = render_app(
+        gpu_manifest, plan, TARGET, node_resource=node_resource, defaults=ServeDefaults(autoscaling_max_replicas=4)
+    ).app
+    # Without a plan concurrency a replica takes 256 requests; the autoscaler aims at half of that.
+    assert _llm(app)["deployment_config"] == {
+        "autoscaling_config": {"min_replicas": 2, "initial_replicas": 2, "max_replicas": 4, "target_ongoing_requests": 128},
+        "max_ongoing_requests": 256, "health_check_period_s": 10, "health_check_timeout_s": 30,
+        "graceful_shutdown_timeout_s": 30, "max_surge_percent": 100,
+    }  # fmt: skip
+    # A maximum that is not above the plan's replicas is a fixed count.
+    fixed = render_app(
+        gpu_manifest, plan, TARGET, node_resource=node_resource, defaults=ServeDefaults(autoscaling_max_replicas=2)
+    ).app
+    assert (
+        _llm(fixed)["deployment_config"]["num_replicas"] == 2
+        and "autoscaling_config" not in _llm(fixed)["deployment_config"]
+    )
+    # One request per replica: the target is still at least one.
+    one = render_app(gpu_manifest, plan, TARGET, node_resource=node_resource,
+                     defaults=ServeDefaults(autoscaling_max_replicas=3, max_ongoing_requests=1)).app  # fmt: skip
+    assert _llm(one)["deployment_config"]["autoscaling_config"]["target_ongoing_requests"] == 1
+
+
+@pytest.mark.parametrize(("tp", "pp"), [(0, 1), (1, 0)], ids=["tp0", "pp0"])
+def test_a_plan_without_workers_is_refused(cpu_manifest, tp, pp):
+    with pytest.raises(ServeConfigError) as err:
+        render_app(cpu_manifest, ServingPlan(tp=tp, pp=pp, max_model_len=64), TARGET, node_resource=node_resource)
+    assert (err.value.message, err.value.hint) == (f"invalid plan: tp={tp} pp={pp}", "tp and pp are at least 1")
+
+
+def test_stage_nodes_must_name_one_node_per_stage(gpu_manifest):
+    plan = ServingPlan(tp=8, pp=2, max_model_len=4096)
+    with pytest.raises(ServeConfigError) as err:
+        render_app(gpu_manifest, plan, TARGET, node_resource=node_resource, stage_nodes=["gpu-a"])
+    assert err.value.message == "1 stage nodes given for pp=2"
+    assert err.value.hint == "give one node per pipeline stage (stage_nodes_for picks them)"
+    # No stage nodes at all is not a mismatch: the stages are left unpinned.
+    assert render_app(gpu_manifest, plan, TARGET, node_resource=node_resource).stage_nodes is None
+
+
+def test_unpinned_stages_say_so_on_gpu_only(gpu_manifest, cpu_manifest):
+    plan = ServingPlan(tp=8, pp=2, max_model_len=4096, replicas=2)
+    gpu = render_app(gpu_manifest, plan, TARGET, node_resource=node_resource)
+    assert gpu.notes == ("replicas > 1: pipeline stages are not pinned to nodes (PACK fills one node first)",)
+    assert gpu.stage_nodes is None
+    # The CPU layout is one node per replica (vLLM's mp executor): nothing to pin, nothing to say.
+    cpu = render_app(
+        cpu_manifest, ServingPlan(tp=1, pp=2, max_model_len=64, replicas=2), TARGET, node_resource=node_resource
+    )
+    assert cpu.notes == ()
+
+
+def test_tp_across_nodes_is_warned_about_in_full_on_gpu_only(gpu_manifest, cpu_manifest):
+    plan = ServingPlan(tp=16, pp=1, max_model_len=4096, gpus_per_node=8)
+    rendered = render_app(gpu_manifest, plan, TARGET, node_resource=node_resource)
+    assert rendered.notes == (
+        "warning: tensor parallel 16 spans nodes of 8 GPU(s): every layer's all-reduce crosses the network between "
+        "them (placement PACK); the automatic plan keeps TP inside a node",
+    )
+    cpu = render_app(
+        cpu_manifest, ServingPlan(tp=2, pp=1, max_model_len=64, gpus_per_node=1), TARGET, node_resource=node_resource
+    )
+    assert cpu.notes == ()
+
+
+def test_the_autoscaling_target_is_a_whole_number_of_requests(gpu_manifest):
+    # Half of 5 requests per replica, rounded down: Serve's target_ongoing_requests of 2, not 2.5.
+    defaults = ServeDefaults(autoscaling_max_replicas=3, max_ongoing_requests=5)
+    app = render_app(
+        gpu_manifest,
+        ServingPlan(tp=8, pp=1, max_model_len=4096),
+        TARGET,
+        node_resource=node_resource,
+        defaults=defaults,
+    ).app
+    target = _llm(app)["deployment_config"]["autoscaling_config"]["target_ongoing_requests"]
+    assert (target, type(target)) == (2, int)
+
+
+def test_a_single_stage_gpu_plan_has_nothing_to_note(gpu_manifest):
+    assert (
+        render_app(gpu_manifest, ServingPlan(tp=8, pp=1, max_model_len=4096), TARGET, node_resource=node_resource).notes
+        == ()
+    )
+
+
+def test_a_value_that_breaks_the_yaml_is_reported_as_orchs_bug(cpu_manifest):
+    # Numbers are rendered as they are; a caller that passes text where a number belongs gets an
+    # error that says to report it, not a traceback from the YAML parser.
+    plan = ServingPlan(tp=1, pp=1, max_model_len=cast(Any, "[1, 2"))
+    with pytest.raises(ServeConfigError) as err:
+        render_app(cpu_manifest, plan, TARGET, node_resource=node_resource)
+    assert err.value.message.startswith("the rendered Serve config is not valid YAML: while parsing a flow sequence")
+    assert err.value.hint == "report it with --debug output"
