@@ -1012,3 +1012,15 @@ def test_unknown_node_name_is_a_key_error_naming_it():
     with pytest.raises(KeyError) as info:
         load(TWO_GPU_NODES).node("zz")
     assert info.value.args == ("zz",)
+
+
+def test_serve_url_is_the_heads_address_and_servings_port():
+    # RFC 3986 section 3.2.2: an IPv6 literal in a URL's host is written in square brackets; a name or
+    # an IPv4 address is written as is.
+    def url(host: str, serve: str = "") -> str:
+        return load(f"name: x\n{serve}nodes: [{{name: a, host: '{host}', role: head, gpus: 1}}]\n").serve_url()
+
+    assert url("10.0.0.1") == "http://10.0.0.1:8000"
+    assert url("gpu-a.example.org", "serve: {http_port: 8443}\n") == "http://gpu-a.example.org:8443"
+    assert url("fd00::1") == "http://[fd00::1]:8000"
+    assert url("2001:db8::10", "serve: {http_port: 9000}\n") == "http://[2001:db8::10]:9000"
