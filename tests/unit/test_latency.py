@@ -163,13 +163,22 @@ def test_summarize_a_short_rate_level_with_diagnostics_and_many_errors():
     ]  # fmt: skip
     bad = [RequestRecord(ok=False, error_kind="http", error="HTTP 500")] * 2
     bad += [RequestRecord(ok=False, error_kind="http", error=f"HTTP 50{i}") for i in (2, 3, 4)]
-    bad += [RequestRecord(ok=False, error="IncompleteRead"), RequestRecord(ok=False, error_kind="timeout", error="ReadTimeout")]
+    bad += [
+        RequestRecord(ok=False, error="IncompleteRead"),
+        RequestRecord(ok=False, error_kind="timeout", error="ReadTimeout"),
+    ]
     s = summarize(ok + bad, duration_s=0.5, label="rate=2.0/s", rate=2.0)
     assert (s.label, s.concurrency, s.rate, s.duration_s) == ("rate=2.0/s", None, 2.0, 0.5)
     assert (s.requests, s.succeeded, s.failed, s.output_tokens, s.prompt_tokens) == (9, 2, 7, 4, 128)
     assert (s.output_tok_per_s, s.req_per_s) == (8.0, 4.0)
     assert s.errors == {"http": 5, "timeout": 1, "unknown": 1}
-    assert s.error_samples == ("http: HTTP 500", "http: HTTP 502", "http: HTTP 503", "http: HTTP 504", "unknown: IncompleteRead")
+    assert s.error_samples == (
+        "http: HTTP 500",
+        "http: HTTP 502",
+        "http: HTTP 503",
+        "http: HTTP 504",
+        "unknown: IncompleteRead",
+    )
     assert (s.headers.count, s.headers.min, s.headers.max) == (2, 0.05, 0.15)
     assert s.headers.mean == pytest.approx(0.1)
     assert (s.server_ttft.count, s.server_ttft.min, s.server_ttft.max) == (2, 0.12, 0.3)
