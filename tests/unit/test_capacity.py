@@ -44,10 +44,10 @@ def test_vllm_scheduler_defaults_by_gpu(gpu_type, gib, expected):
 def test_stage_json_contract():
     # docs/planner.md: per stage, its layer range [first, end), GiB rounded to 3 places, bytes per
     # token and the KV tokens.
-    stage = StageCapacity(index=1, first_layer=40, layers=40, weights_bytes=33.8754 * GIB, reserve_bytes=1.5 * GIB,
-                          kv_bytes=-2.25 * GIB, kv_bytes_per_token=163840.0, kv_tokens=0)  # fmt: skip
+    stage = StageCapacity(index=1, first_layer=40, layers=40, weights_bytes=33.8754 * GIB, reserve_bytes=1.23456 * GIB,
+                          kv_bytes=-2.25049 * GIB, kv_bytes_per_token=163840.0, kv_tokens=0)  # fmt: skip
     assert stage.to_json() == {
-        "stage": 1, "layers": [40, 80], "weights_gib": 33.875, "reserve_gib": 1.5, "kv_cache_gib": -2.25,
+        "stage": 1, "layers": [40, 80], "weights_gib": 33.875, "reserve_gib": 1.235, "kv_cache_gib": -2.25,
         "kv_bytes_per_token": 163840.0, "kv_cache_tokens": 0,
     }  # fmt: skip
 
