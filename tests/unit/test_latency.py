@@ -84,7 +84,7 @@ def test_summarize_counts_errors_by_kind_and_rates():
         RequestRecord(ok=False, error_kind="timeout", error="ReadTimeout"),
     ]
     s = summarize(ok + bad, duration_s=2.0, label="concurrency=4", concurrency=4)
-    assert (s.requests, s.succeeded, s.failed) == (11, 8, 3)
+    assert (s.label, s.concurrency, s.rate, s.requests, s.succeeded, s.failed) == ("concurrency=4", 4, None, 11, 8, 3)
     assert s.errors == {"http": 2, "timeout": 1}
     assert s.error_rate == pytest.approx(3 / 11)
     assert s.output_tokens == 80 and s.output_tok_per_s == 40.0
@@ -184,3 +184,4 @@ def test_summarize_a_short_rate_level_with_diagnostics_and_many_errors():
     assert (s.server_ttft.count, s.server_ttft.min, s.server_ttft.max) == (2, 0.12, 0.3)
     assert s.server_ttft.p50 == pytest.approx(0.21)
     assert (s.e2e.min, s.e2e.max) == (0.35, 0.7) and s.ttft.p50 == pytest.approx(0.3)
+    assert s.itl.count == 2 and (s.itl.min, s.itl.max) == (pytest.approx(0.1), pytest.approx(0.2))  # 0.3 - 0.2, 0.6 - 0.4
