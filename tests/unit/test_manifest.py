@@ -1048,6 +1048,7 @@ def test_sizes_beyond_decimal_or_ray_limits_are_refused_with_the_reason(size, pr
 def test_the_largest_size_ray_takes_is_accepted_and_whole_floats_become_ints():
     body = f"name: x\nray: {{object_store_memory: {RAY_INT64_MAX}}}\n" + NODE % ("h", "")
     assert load(body).ray.object_store_memory == RAY_INT64_MAX
+    assert load(body.replace(str(RAY_INT64_MAX), f'"{RAY_INT64_MAX}"')).ray.object_store_memory == RAY_INT64_MAX
     assert load(body.replace(str(RAY_INT64_MAX), '"8191 TiB"')).ray.object_store_memory == 8191 * 2**40
     # YAML reads 0.0 and 8.0e+9 as floats: a whole, non-negative one is a number of bytes (an int)
     assert [(parse_size(v), type(parse_size(v))) for v in (0.0, 8.0e9)] == [(0, int), (8_000_000_000, int)]
