@@ -19,6 +19,7 @@ from orchestrator.plan.capacity import (
     activation_bytes_per_token,
     reserve_bytes,
     stage_capacities,
+    terms_for,
 )
 from orchestrator.plan.catalog import CATALOG, resolve_model, spec_from_config
 from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM, engine_terms, parse_vllm_version
@@ -207,3 +208,23 @@ def test_a_fixed_kv_cache_size_fits_exactly_and_one_byte_short_it_does_not():
     assert (fits.kv_bytes, fits.kv_tokens) == (20 * GIB, 163_840)
     (short,) = stage_capacities(spec, replace(H100, gpu_memory_bytes=int(exact) - 1), options, tp=1, pp=1)
     assert (short.kv_bytes, short.kv_tokens) == (-1, 0)  # short by one byte, and says so
+
+
+def test_the_engine_terms_follow_the_models_architecture_moe_and_sampler():
+    # plan/engine_terms.py (vLLM release notes): Model Runner V2 is the default for Qwen3 dense models from
+    # 0.22, Llama from 0.23, every dense model from 0.25, never for MoE; FlashInfer's sampler when the engine
+    # logs it. The plan's terms must come from the model's own architecture and MoE flag and the options.
+    llama = spec_from_config(LLAMA_8B, "meta-llama/Llama-3.1-8B config.json")
+    qwen3_dense = resolve_model(Path(__file__).resolve().parents[1] / "data" / "planner" / "configs" / "Qwen3-32B")
+    at = PlanOptions
+
+    def engine(spec, options):
+        terms = terms_for(spec, options)
+        return terms.engine, terms.sampler
+
+    assert engine(qwen3_dense, at(vllm_version="0.22.0")) == ("V1 (Model Runner V2)", "mrv2")
+    assert engine(llama, at(vllm_version="0.22.0")) == ("V1", "triton")
+    assert engine(QWEN3_235B, at(vllm_version="0.29.0")) == ("V1", "triton")  # MoE: never Model Runner V2
+    assert engine(llama, at(vllm_version="0.29.0")) == ("V1 (Model Runner V2)", "mrv2")
+    assert engine(llama, at(vllm_version="0.10.1", flashinfer_sampler=True)) == ("V1", "flashinfer")
+    assert engine(llama, at(vllm_version="0.10.1")) == ("V1", "sort")
