@@ -173,7 +173,7 @@ def summarize(
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
     errors = Counter(r.error_kind or "unknown" for r in failed)
-    samples = tuple(dict.fromkeys(f"{r.error_kind}: {r.error}" for r in failed))[:5]
+    samples = tuple(dict.fromkeys(f"{r.error_kind or 'unknown'}: {r.error}" for r in failed))[:5]
     out_tokens = sum(r.output_tokens for r in ok)
     prompt_tokens = sum(r.prompt_tokens or 0 for r in ok)
     per_s = (lambda n: n / duration_s) if duration_s > 0 else (lambda n: 0.0)

@@ -73,7 +73,7 @@ class Manifest(_Frozen):
     def serve_url(self) -> str:
         """The public OpenAI endpoint: the head's address and Serve's HTTP port."""
         host = self.head.host
-        if ":" in host and not host.startswith("["):
+        if ":" in host:  # an IPv6 literal goes in brackets (RFC 3986 3.2.2); the manifest never holds them
             host = f"[{host}]"
         return f"http://{host}:{self.serve.http_port}"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -29,6 +29,7 @@ RAY_CLIENT_SERVER_PORT = 10001  # `ray start --head` default --ray-client-server
 RAY_DASHBOARD_AGENT_PORT = 52365  # DEFAULT_DASHBOARD_AGENT_LISTEN_PORT, on every node
 RAY_WORKER_PORTS = range(10002, 20000)  # --min-worker-port 10002 --max-worker-port 19999
 RAY_MIN_OBJECT_STORE_BYTES = 75 * 1024 * 1024  # OBJECT_STORE_MINIMUM_MEMORY_BYTES
+RAY_MAX_OBJECT_STORE_BYTES = 2**63 - 1  # the raylet reads it as an int64 (src/ray/raylet/main.cc)
 # Ray puts unix sockets at TEMP/session_<26-char date>_<pid>/sockets/plasma_store and refuses
 # paths over 107 bytes (ray/_private/utils.py validate_socket_filepath): 107 - 64 = 43.
 RAY_TEMP_DIR_MAX_BYTES = 43
@@ -49,6 +50,9 @@ _SIZE_UNITS = {
     "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }  # fmt: skip
+# Exact decimal arithmetic for sizes: a result that would need rounding (more digits than any size has,
+# or a fraction far below one byte) or an exponent beyond decimal's range raises instead.
+_SIZE_MATH = Context(prec=60, traps=[InvalidOperation, Overflow, Inexact])
 
 
 # ---- field checks (each raises ValueError with the sentence printed after the field path) ----
@@ -131,7 +135,7 @@ def parse_size(value: Any) -> Any:
     """Bytes from an int or a string like ``8GiB``/``500MB``/``1.5 GB`` (B, KB..TB, KiB..TiB)."""
     if isinstance(value, float) and value.is_integer() and value >= 0:
         return int(value)  # YAML reads 8.0e9 as a float
-    if value is None or isinstance(value, bool) or not isinstance(value, str):
+    if not isinstance(value, str):
         return value  # int, None, and wrong types are left to the type check
     match = _SIZE_RE.fullmatch(value)
     if not match:
@@ -140,17 +144,23 @@ def parse_size(value: Any) -> Any:
     if unit not in _SIZE_UNITS:
         raise ValueError(f"unknown unit '{match[2]}' in '{value}' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)")
     try:
-        size = Decimal(match[1]) * _SIZE_UNITS[unit]
-    except InvalidOperation:  # pragma: no cover - the regex admits only decimals
+        size = _SIZE_MATH.multiply(Decimal(match[1]), _SIZE_UNITS[unit])
+    except (InvalidOperation, Overflow):  # an exponent beyond decimal's range: 1e99999999999999999999, 1e999999GiB
         raise ValueError(f"'{value}' is not a size") from None
+    except Inexact:  # e.g. 1e-9999999 (it would round to 0)
+        raise ValueError(f"'{value}' is not a whole number of bytes") from None
     if size != size.to_integral_value():
         raise ValueError(f"'{value}' is not a whole number of bytes")
+    if size > RAY_MAX_OBJECT_STORE_BYTES:
+        raise ValueError(f"'{value}' is more than {RAY_MAX_OBJECT_STORE_BYTES} bytes, the most Ray takes")
     return int(size)
 
 
 def _check_object_store(value: int | None) -> int | None:
     if value is not None and value < RAY_MIN_OBJECT_STORE_BYTES:
         raise ValueError(f"{value} bytes is below Ray's minimum object store of 75 MiB ({RAY_MIN_OBJECT_STORE_BYTES})")
+    if value is not None and value > RAY_MAX_OBJECT_STORE_BYTES:
+        raise ValueError(f"{value} bytes is more than {RAY_MAX_OBJECT_STORE_BYTES}, the most Ray takes (a 64-bit integer)")
     return value
 
 

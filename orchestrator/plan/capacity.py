@@ -18,8 +18,11 @@ the vLLM version is in ``orchestrator.plan.engine_terms``:
 - peak activation = max(forward pass, sampler warm-up), because the profile runs them one after
   the other:
   - forward: ``max_num_batched_tokens * (3*I/tp + 3*H) * 2`` bytes (gate/up output, activation
-    and hidden-size buffers; MoE: top-k experts' ``3*I_moe/tp + H`` each). Fits vLLM's logged
-    peaks of 2.07 and 2.99 GiB for Llama-3.1-8B at 20,000 and 29,000 tokens (V0 logs).
+    and hidden-size buffers; MoE: top-k experts' ``3*I_moe/tp + H`` each, plus ``3*I_moe/tp`` per
+    shared expert, in place of ``3*I/tp``, whose dense MLP only counts when the model has dense
+    layers (DeepSeek's ``first_k_dense``): then the wider of the two; 4 bytes instead of 2 for an
+    fp32 model). Fits vLLM's logged peaks of 2.07 and 2.99 GiB for Llama-3.1-8B at 20,000 and
+    29,000 tokens (V0 logs).
   - sampler (last stage only): ``max_num_seqs * vocab * bytes per logit``, the bytes depending on
     the version's top-k/top-p path (38.5 for PyTorch's sort, fitted to vLLM 0.11's 4.76 / 5.56 GiB
     at 1,024 sequences for vocab 128,256 / 151,936).

@@ -161,11 +161,11 @@ def stage_layer_ranges(num_layers: int, pp: int) -> tuple[tuple[int, int], ...]:
 
 def _linear_params_per_rank(spec: ModelSpec, layer: int, tp: int) -> float:
     """Linear parameters of one layer on one TP rank. K/V projections are replicated when TP
-    exceeds the KV heads (each rank keeps whole KV heads)."""
+    exceeds the KV heads: each rank keeps one whole KV head (vLLM's QKVParallelLinear)."""
     attn = attention_params(spec)
     if not spec.is_mla and tp > spec.kv_heads:
         kv_full = 2 * spec.hidden * spec.kv_heads * spec.head_dim
-        kv_rank = 2 * spec.hidden * kv_heads_per_gpu(spec, tp) * spec.head_dim
+        kv_rank = 2 * spec.hidden * spec.head_dim  # K and V of the one head (kv_heads_per_gpu is 1 here)
         return (attn - kv_full) / tp + kv_rank + mlp_params(spec, layer) / tp
     return (attn + mlp_params(spec, layer)) / tp
 

@@ -84,7 +84,7 @@ def test_summarize_counts_errors_by_kind_and_rates():
         RequestRecord(ok=False, error_kind="timeout", error="ReadTimeout"),
     ]
     s = summarize(ok + bad, duration_s=2.0, label="concurrency=4", concurrency=4)
-    assert (s.requests, s.succeeded, s.failed) == (11, 8, 3)
+    assert (s.label, s.concurrency, s.rate, s.requests, s.succeeded, s.failed) == ("concurrency=4", 4, None, 11, 8, 3)
     assert s.errors == {"http": 2, "timeout": 1}
     assert s.error_rate == pytest.approx(3 / 11)
     assert s.output_tokens == 80 and s.output_tok_per_s == 40.0
@@ -148,3 +148,40 @@ def test_input_errors_say_what_is_wrong():
     with pytest.raises(ValueError, match=r"^rate must be > 0, got 0$"):
         poisson_arrivals(0, 3, random.Random(1))
     assert len(poisson_arrivals(0.5, 3, random.Random(1))) == 3  # a rate below one per second is fine
+
+
+def test_summarize_a_short_rate_level_with_diagnostics_and_many_errors():
+    # Two successes within half a second: the rates are per second of the level (4 tokens / 0.5 s), prompt
+    # tokens add up where the server reported them, and the header and server TTFT diagnostics summarise
+    # like any other figure. Failures: counted by kind ("unknown" when none was found), and the first five
+    # distinct "kind: error" lines kept in arrival order as samples.
+    ok = [
+        RequestRecord(ok=True, token_times=(0.2, 0.3), chunk_tokens=(1, 1), end=0.35, output_tokens=2,
+                      prompt_tokens=128, headers_at=0.05, server_ttft=0.12),
+        RequestRecord(ok=True, token_times=(0.4, 0.6), chunk_tokens=(1, 1), end=0.7, output_tokens=2,
+                      prompt_tokens=None, headers_at=0.15, server_ttft=0.3),
+    ]  # fmt: skip
+    bad = [RequestRecord(ok=False, error_kind="http", error="HTTP 500")] * 2
+    bad += [RequestRecord(ok=False, error_kind="http", error=f"HTTP 50{i}") for i in (2, 3, 4)]
+    bad += [
+        RequestRecord(ok=False, error="IncompleteRead"),
+        RequestRecord(ok=False, error_kind="timeout", error="ReadTimeout"),
+    ]
+    s = summarize(ok + bad, duration_s=0.5, label="rate=2.0/s", rate=2.0)
+    assert (s.label, s.concurrency, s.rate, s.duration_s) == ("rate=2.0/s", None, 2.0, 0.5)
+    assert (s.requests, s.succeeded, s.failed, s.output_tokens, s.prompt_tokens) == (9, 2, 7, 4, 128)
+    assert (s.output_tok_per_s, s.req_per_s) == (8.0, 4.0)
+    assert s.errors == {"http": 5, "timeout": 1, "unknown": 1}
+    assert s.error_samples == (
+        "http: HTTP 500",
+        "http: HTTP 502",
+        "http: HTTP 503",
+        "http: HTTP 504",
+        "unknown: IncompleteRead",
+    )
+    assert (s.headers.count, s.headers.min, s.headers.max) == (2, 0.05, 0.15)
+    assert s.headers.mean == pytest.approx(0.1)
+    assert (s.server_ttft.count, s.server_ttft.min, s.server_ttft.max) == (2, 0.12, 0.3)
+    assert s.server_ttft.p50 == pytest.approx(0.21)
+    assert (s.e2e.min, s.e2e.max) == (0.35, 0.7) and s.ttft.p50 == pytest.approx(0.3)
+    assert s.itl.count == 2 and (s.itl.min, s.itl.max) == (pytest.approx(0.1), pytest.approx(0.2))  # 0.3 - 0.2, 0.6 - 0.4

@@ -1012,3 +1012,45 @@ def test_unknown_node_name_is_a_key_error_naming_it():
     with pytest.raises(KeyError) as info:
         load(TWO_GPU_NODES).node("zz")
     assert info.value.args == ("zz",)
+
+
+def test_serve_url_is_the_heads_address_and_servings_port():
+    # RFC 3986 section 3.2.2: an IPv6 literal in a URL's host is written in square brackets; a name or
+    # an IPv4 address is written as is.
+    def url(host: str, serve: str = "") -> str:
+        return load(f"name: x\n{serve}nodes: [{{name: a, host: '{host}', role: head, gpus: 1}}]\n").serve_url()
+
+    assert url("10.0.0.1") == "http://10.0.0.1:8000"
+    assert url("gpu-a.example.org", "serve: {http_port: 8443}\n") == "http://gpu-a.example.org:8443"
+    assert url("fd00::1") == "http://[fd00::1]:8000"
+    assert url("2001:db8::10", "serve: {http_port: 9000}\n") == "http://[2001:db8::10]:9000"
+
+
+# Sizes beyond what decimal arithmetic or Ray can hold. The raylet reads --object_store_memory as an int64
+# (src/ray/raylet/main.cc: DEFINE_int64(object_store_memory, -1, ...)), so 2**63 - 1 bytes is the most.
+RAY_INT64_MAX = 9_223_372_036_854_775_807
+
+
+@pytest.mark.parametrize(("size", "problem"), [
+    ('"1e999999GiB"', "'1e999999GiB' is not a size"),  # decimal.Overflow: was an internal error
+    ('"1e99999999999999999999"', "'1e99999999999999999999' is not a size"),  # beyond decimal's exponents
+    ('"1e-9999999"', "'1e-9999999' is not a whole number of bytes"),  # rounded to 0 bytes before
+    ('"1e5000"', f"'1e5000' is more than {RAY_INT64_MAX} bytes, the most Ray takes"),  # was accepted
+    ('"8388608 TiB"', f"'8388608 TiB' is more than {RAY_INT64_MAX} bytes, the most Ray takes"),  # 2**63 bytes
+    ("9223372036854775808", f"9223372036854775808 bytes is more than {RAY_INT64_MAX}, the most Ray takes (a 64-bit integer)"),
+    ("1.0e+30", f"1000000000000000019884624838656 bytes is more than {RAY_INT64_MAX}, the most Ray takes (a 64-bit integer)"),
+])  # fmt: skip
+def test_sizes_beyond_decimal_or_ray_limits_are_refused_with_the_reason(size, problem):
+    problems = problems_of(f"name: x\nray: {{object_store_memory: {size}}}\n" + NODE % ("h", ""))
+    assert len(problems) == 1 and problems[0].split(": ", 1)[1] == f"ray.object_store_memory: {problem}", problems
+
+
+def test_the_largest_size_ray_takes_is_accepted_and_whole_floats_become_ints():
+    body = f"name: x\nray: {{object_store_memory: {RAY_INT64_MAX}}}\n" + NODE % ("h", "")
+    assert load(body).ray.object_store_memory == RAY_INT64_MAX
+    assert load(body.replace(str(RAY_INT64_MAX), f'"{RAY_INT64_MAX}"')).ray.object_store_memory == RAY_INT64_MAX
+    assert load(body.replace(str(RAY_INT64_MAX), '"8191 TiB"')).ray.object_store_memory == 8191 * 2**40
+    # YAML reads 0.0 and 8.0e+9 as floats: a whole, non-negative one is a number of bytes (an int)
+    assert [(parse_size(v), type(parse_size(v))) for v in (0.0, 8.0e9)] == [(0, int), (8_000_000_000, int)]
+    # anything else that is not text is left as it is, for the type check to name
+    assert [parse_size(v) for v in (-1.0, 2.5, None, 7)] == [-1.0, 2.5, None, 7] and parse_size(True) is True

