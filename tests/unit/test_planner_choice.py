@@ -89,6 +89,17 @@ def test_filling_is_judged_per_tp_group_of_one_stage():
     assert "TP=4 PP=1 uses every GPU with as many replicas (3)" in reason(plan, "TP=3 PP=1 would leave GPUs idle")
 
 
+def test_filling_takes_the_first_larger_tp_that_fills_not_only_the_largest():
+    # 455 heads (5 x 7 x 13) on 14-GPU nodes: valid TP sizes 5, 7 and 13. TP=5 is the smallest that fits
+    # and leaves 4 GPUs idle (2 replicas); TP=7 fills the node with the same 2 replicas; TP=13 would not.
+    # 10 layers, hidden 3640 (455 x 8), MLP 8192: 0.265 GiB a layer, 3.09 GiB in all with embedding and
+    # head, 0.555 GiB KV per 4,096 tokens: TP=1 needs 4.64 GiB of the 2.5, TP=5 1.73, TP=7 1.52.
+    wide = ModelSpec("mha-455", 10, 3640, 8192, 455, 455, 8, 32000, max_position=4096)
+    plan = plan_model(wide, gpus(1, 14, 2.5, nvlink=True), EXACT)
+    assert layout(plan) == (7, 1, 2, True)
+    assert "TP=7 PP=1 uses every GPU with as many replicas (2)" in reason(plan, "TP=5 PP=1 would leave GPUs idle")
+
+
 def test_tp_sizes_the_model_cannot_use_are_named_and_pipeline_stages_take_the_largest_valid_tp():
     # GQA24 on 2 nodes of 8 GPUs of 2 GiB: TP 2, 4, 8 break the KV-head rule; TP=3 and TP=6 do not fit
     # (4.5 and 2.37 GiB), so TP=6 per stage and PP=2 (1.69 GiB): 12 GPUs over 2 nodes, 1 replica.
@@ -232,3 +243,82 @@ def test_a_measured_reserve_is_named_instead_of_the_engine_terms():
 def test_forced_tp_that_breaks_the_kv_head_rule_is_refused():
     with pytest.raises(PlanError, match="TP=2 neither divides nor is a multiple of the 3 KV heads"):
         plan_model(GQA24, gpus(1, 8, 8, nvlink=True), replace(EXACT, tp=2))
+
+
+# ---- what the plan hands on: engine_kwargs and the JSON of `orch plan --json` ----
+
+# MHA24 at TP=4 on 8 GPUs of 5 GiB, worked to the byte:
+#   weights per GPU: 40 x 113,246,208 / 4 linear parameters x 2 bytes = 2,264,924,160 B, plus 16-bit
+#   norms (40 x 2 x 3072 + 3072 final) and the vocab-parallel embedding and head (2 x 32000 x 3072 / 4)
+#   = 49,400,832 x 2 = 98,801,664 B: 2,363,725,824 B = 2.2014 GiB;
+#   KV memory: 5 GiB - weights - 1 GiB = 1,931,241,472 B = 1.7986 GiB;
+#   KV per token per GPU: 2 x 40 layers x 6 heads x 128 x 2 bytes = 122,880 B; blocks of 16 tokens:
+#   floor(1,931,241,472 / 1,966,080) = 982 blocks = 15,712 tokens = 3.836 x 4,096;
+#   parameters: 40 x 113,246,208 + 40 x 6144 + 3072 + 2 x 32000 x 3072 = 4,726,705,152;
+#   vLLM 0.29's scheduler defaults below 70 GiB: 2048 batched tokens, 256 sequences.
+TP4_ENGINE_KWARGS = {
+    "tensor_parallel_size": 4,
+    "pipeline_parallel_size": 1,
+    "max_model_len": 4096,
+    "gpu_memory_utilization": 1.0,
+    "kv_cache_dtype": "auto",
+    "max_num_seqs": 256,
+    "max_num_batched_tokens": 2048,
+    "enforce_eager": False,
+}
+
+
+def test_engine_kwargs_are_the_planned_vllm_arguments():
+    plan = plan_model(MHA24, gpus(1, 8, 5, nvlink=True), EXACT)
+    assert plan.engine_kwargs() == TP4_ENGINE_KWARGS  # no block_size: vLLM picks one per attention backend
+    sized = plan_model(MHA24, gpus(1, 8, 5, nvlink=True), replace(EXACT, block_size=32))
+    assert sized.engine_kwargs() == {**TP4_ENGINE_KWARGS, "block_size": 32}
+
+
+def test_a_fixed_kv_cache_on_gpus_becomes_kv_cache_memory_bytes():
+    # One 16 GiB GPU: 16 - 8.80 - 1 = 6.2 GiB of room holds the fixed 2 GiB (4,368 tokens >= 4,096).
+    plan = plan_model(MHA24, gpus(1, 1, 16, nvlink=False), replace(EXACT, kv_cache_gib=2))
+    assert plan.fits is True
+    assert plan.engine_kwargs()["kv_cache_memory_bytes"] == 2 * 2**30
+    cpu = plan_model(
+        CATALOG["tiny"],
+        make_shape(gpu_type_name="cpu", gpus_per_node=0, nodes=1),
+        PlanOptions(max_model_len=1024, kv_cache_gib=2),
+    )
+    assert (
+        cpu.kv_cache_gib_fixed is True and "kv_cache_memory_bytes" not in cpu.engine_kwargs()
+    )  # VLLM_CPU_KVCACHE_SPACE instead
+
+
+def test_plan_json_carries_every_figure_rounded_as_documented():
+    plan = plan_model(MHA24, gpus(1, 8, 5, nvlink=True), EXACT)
+    data = plan.to_json()
+    stage = {"stage": 0, "layers": [0, 40], "weights_gib": 2.201, "reserve_gib": 1.0, "kv_cache_gib": 1.799,
+             "kv_bytes_per_token": 122880, "kv_cache_tokens": 15712}  # fmt: skip
+    expected = {
+        "model": "mha-24", "params": 4_726_705_152, "dtype": "bf16", "kv_cache_dtype": "auto",
+        "tp": 4, "pp": 1, "replicas": 2, "gpus_per_replica": 4, "fits": True,
+        "reasons": list(plan.reasons), "suggestions": [], "stage_layers": [40],
+        "weights_gib_per_gpu": 2.201, "reserve_gib_per_gpu": 1.0, "kv_bytes_per_token_per_gpu": 122880,
+        "kv_cache_gib_per_gpu": 1.799, "kv_cache_tokens": 15712, "max_concurrency": 3.84, "max_model_len": 4096,
+        "gpu_memory_utilization": 1.0, "kv_cache_gib_fixed": False, "gpu_type": "5GiB-GPU", "gpu_memory_gib": 5.0,
+        "gpus_per_node": 8, "nodes": 1, "max_num_batched_tokens": 2048, "max_num_seqs": 256, "block_size": 16,
+        "enforce_eager": False, "vllm_version": "0.29.0", "stages": [stage], "engine_kwargs": TP4_ENGINE_KWARGS,
+    }  # fmt: skip
+    terms = data.pop("engine_terms")
+    assert data == expected
+    assert (terms["engine"], terms["sampler_warmup"], terms["cuda_graph_estimate_subtracted"]) == (
+        "V1 (Model Runner V2)",
+        "mrv2",
+        True,
+    )
+
+
+def test_plan_json_rounds_the_gpu_memory_to_two_decimals():
+    # nvidia-smi's 46,068 MiB less the driver's 0.47 GiB: 44.518 GiB, shown as 44.52.
+    plan = plan_model(
+        CATALOG["llama3-8b"],
+        make_shape(gpu_type_name="L40S-48GB", gpus_per_node=1, nodes=1),
+        PlanOptions(max_model_len=4096),
+    )
+    assert plan.to_json()["gpu_memory_gib"] == 44.52
