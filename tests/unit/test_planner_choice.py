@@ -14,10 +14,11 @@ MHA24: 40 layers, hidden 3072 (24 heads x 128), 24 KV heads, MLP 8192, vocab 320
   KV per token: 2 (K, V) x 40 layers x 3072 x 2 bytes = 480 KiB; 4,096 tokens = 1.875 GiB.
   Needed per GPU (weights + 1 GiB + KV of one sequence), split over TP:
     TP=1 11.7 GiB, TP=2 6.34, TP=3 4.56, TP=4 3.67; PP=2 (20 layers a stage) 6.34;
-    PP=3 (14 layers on the heaviest stage) 4.79; PP=4 (10 layers) 3.77; TP=4 PP=2 2.33.
+    PP=3 (13, 14, 13 layers; the middle stage has no embedding or head) 4.61; PP=4 (10 layers)
+    3.76; TP=4 PP=2 2.33.
 GQA24: the same with 3 KV heads: TP 2, 4 and 8 break vLLM's KV-head rule (3 is neither a multiple
   nor a divisor of them); 3 and 6 are valid (6 replicates each KV head on two ranks).
-  TP=3 4.5 GiB; TP=6: 1.23 GiB of layers + 0.06 of embedding/head + 1 + 0.08 KV = 2.37 GiB;
+  TP=3: 2.52 GiB of weights + 1 + 0.08 KV = 3.60 GiB; TP=6: 1.23 GiB of layers + 0.06 of embedding/head + 1 + 0.08 KV = 2.37 GiB;
   TP=6 PP=2: 0.62 + 0.03 + 1 + 0.04 = 1.69 GiB.
 """
 
@@ -102,7 +103,7 @@ def test_filling_takes_the_first_larger_tp_that_fills_not_only_the_largest():
 
 def test_tp_sizes_the_model_cannot_use_are_named_and_pipeline_stages_take_the_largest_valid_tp():
     # GQA24 on 2 nodes of 8 GPUs of 2 GiB: TP 2, 4, 8 break the KV-head rule; TP=3 and TP=6 do not fit
-    # (4.5 and 2.37 GiB), so TP=6 per stage and PP=2 (1.69 GiB): 12 GPUs over 2 nodes, 1 replica.
+    # (3.60 and 2.37 GiB), so TP=6 per stage and PP=2 (1.69 GiB): 12 GPUs over 2 nodes, 1 replica.
     plan = plan_model(GQA24, gpus(2, 8, 2, nvlink=True), EXACT)
     assert layout(plan) == (6, 2, 1, True)
     assert (
@@ -164,8 +165,8 @@ def test_without_nvlink_two_gpus_of_a_node_take_pipeline_stages_not_tp():
 
 
 def test_without_nvlink_pipeline_stages_may_span_nodes():
-    # 2 nodes of 2 GPUs of 4.5 GiB: PP=2 needs 6.34, PP=3 4.79, PP=4 3.77 GiB: 4 stages on 2 nodes.
-    plan = plan_model(MHA24, gpus(2, 2, 4.5, nvlink=False), EXACT)
+    # 2 nodes of 2 GPUs of 4.3 GiB: PP=2 needs 6.34, PP=3 4.61, PP=4 3.76 GiB: 4 stages on 2 nodes.
+    plan = plan_model(MHA24, gpus(2, 2, 4.3, nvlink=False), EXACT)
     assert layout(plan) == (1, 4, 1, True)
     assert reason(plan, "the node has no NVLink").startswith(
         "the node has no NVLink, so pipeline parallelism across 2 nodes (layers split [10, 10, 10, 10])"
@@ -173,7 +174,7 @@ def test_without_nvlink_pipeline_stages_may_span_nodes():
 
 
 def test_without_nvlink_no_layout_needs_more_gpus_than_the_cluster_has():
-    # 2 GPUs of 5 GiB: PP=2 needs 6.34 and TP=2 6.34 GiB. PP=3 (4.79) would fit, but there are only
+    # 2 GPUs of 5 GiB: PP=2 needs 6.34 and TP=2 6.34 GiB. PP=3 (4.61) would fit, but there are only
     # 2 GPUs: the plan does not fit.
     plan = plan_model(MHA24, gpus(1, 2, 5, nvlink=False), EXACT)
     assert plan.fits is False and plan.replicas == 0
