@@ -234,13 +234,16 @@ def test_the_plan_says_which_engine_terms_it_sized_for(version, eager, expected)
 
 
 def test_a_measured_reserve_is_named_instead_of_the_engine_terms():
-    options = replace(EXACT, reserve_gib=1.23456, vllm_version="0.20.0")
-    plan = plan_model(MHA24, gpus(1, 8, 8, nvlink=True), options)
+    plan = plan_model(MHA24, gpus(1, 8, 8, nvlink=True), replace(EXACT, reserve_gib=1.23456, vllm_version="0.20.0"))
     assert (
         plan.reasons[0]
         == "sized for vLLM 0.20.0 with the reserve the engine measured on this cluster: 1.23 GiB per GPU"
     )
-    assert plan.to_json()["reserve_gib_per_gpu"] == 1.235  # 3 decimals in the JSON
+
+
+def test_plan_json_rounds_the_reserve_to_three_decimals():
+    plan = plan_model(MHA24, gpus(1, 8, 8, nvlink=True), replace(EXACT, reserve_gib=1.23456))
+    assert plan.to_json()["reserve_gib_per_gpu"] == 1.235
 
 
 def test_forced_tp_that_breaks_the_kv_head_rule_is_refused():
