@@ -116,29 +116,34 @@ def summarize(path: str, notes: dict[str, tuple[str, str]], seconds: float | Non
     }
 
 
-def to_retest(path: str) -> list[str] | None:
-    """The mutants of ``path`` a resumed run tests again: those without a result (new or changed
-    functions, or a run cut short) and the survivors (a test added since may kill them). None when
-    the module has no results yet, so the whole module runs."""
-    meta = REPO / "mutants" / (path + ".meta")
-    if not meta.exists():
-        return None
-    statuses = results(path)
-    return sorted(
-        n for n, s in statuses.items() if s in UNDETECTED or s in {"not checked", "check was interrupted by user"}
-    )
+def survivors(path: str) -> list[str]:
+    """The mutants of ``path`` that a test added since the last run may kill: the survivors, and
+    any whose run was cut short."""
+    retest = UNDETECTED | {"not checked", "check was interrupted by user"}
+    return sorted(n for n, s in results(path).items() if s in retest)
 
 
-def run_module(path: str, children: int, log: Path, resume: bool = False) -> float:
+def mutmut_run(names: list[str], children: int, log: Path) -> float:
+    """``mutmut run`` on ``names`` (patterns; none: every mutant without a result)."""
     started = time.monotonic()
-    names = to_retest(path) if resume else None
-    if names == []:
-        return time.monotonic() - started
-    targets = names if names is not None else [f"{module_of(path)}.*"]
-    argv = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *targets]
+    argv = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *names]
     with log.open("a") as out:
         subprocess.run(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, check=False)
     return time.monotonic() - started
+
+
+def run_module(path: str, children: int, log: Path) -> float:
+    return mutmut_run([f"{module_of(path)}.*"], children, log)
+
+
+def resume(paths: list[str], children: int, log: Path) -> float:
+    """Bring the last run up to date in two mutmut runs (each maps new tests and runs the clean
+    suite once): first every mutant without a result (new code; functions whose hash changed,
+    which mutmut resets; a run cut short), then the survivors of ``paths`` against today's tests.
+    Killed mutants of unchanged functions stand."""
+    seconds = mutmut_run([], children, log)
+    names = [n for p in paths for n in survivors(p)]
+    return seconds + (mutmut_run(names, children, log) if names else 0.0)
 
 
 def run_planted(name: str, file: str, old: str, new: str, test: str) -> dict[str, object]:
@@ -169,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-planted", action="store_true", help="skip the planted mutants")
     ap.add_argument(
         "--resume", action="store_true",
-        help="test only the mutants without a result and the survivors of the last run (killed ones stand "
-        "unless their function changed: mutmut resets those by the function's hash)",
+        help="test only the mutants without a result (in the whole scope) and the survivors of the last run; "
+        "killed ones stand unless their function changed (mutmut resets those by the function's hash)",
     )  # fmt: skip
     args = ap.parse_args(argv)
 
@@ -185,8 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     log = REPO / "mutants" / "mutation.log"
     started = time.monotonic()
     summaries = []
+    if args.resume and not args.summary_only:
+        print(json.dumps({"resumed_seconds": round(resume(paths, args.children, log), 1)}), flush=True)
     for path in paths:
-        seconds = None if args.summary_only else run_module(path, args.children, log, args.resume)
+        seconds = None if args.summary_only or args.resume else run_module(path, args.children, log)
         summary = summarize(path, notes, seconds)
         summaries.append(summary)
         print(json.dumps(summary), flush=True)
