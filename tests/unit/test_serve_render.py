@@ -45,6 +45,13 @@ def test_the_405b_manifest_renders_in_full(gpu_manifest):
         "name": "orch-r2",
         "route_prefix": "/_orch/r2",
         "import_path": "ray.serve.llm:build_openai_app",
+        # Serve LLM's router (direct streaming) is replaced with a surge too, and outlives HAProxy's
+        # reloads by 10 s before it exits: Serve's own default (stop first, exit after 2 s) cost a
+        # request "router_unreachable" in a side-by-side switch.
+        "deployments": [
+            {"name": "LLMRouter", "max_surge_percent": 100, "graceful_shutdown_wait_loop_s": 10,
+             "graceful_shutdown_timeout_s": 30}
+        ],  # fmt: skip
         "runtime_env": {
             "env_vars": {
                 "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
@@ -102,13 +109,15 @@ def test_fp8_weights_and_an_fp8_kv_cache_become_vllm_flags(gpu_manifest):
 
 def test_deployment_settings_come_from_the_defaults_given(gpu_manifest, cpu_manifest):
     defaults = ServeDefaults(health_check_period_s=5, health_check_timeout_s=60, graceful_shutdown_timeout_s=45,
-                             max_surge_percent=50, max_ongoing_requests=64)  # fmt: skip
+                             max_surge_percent=50, max_ongoing_requests=64, router_drain_s=4)  # fmt: skip
     app = render_app(gpu_manifest, ServingPlan(tp=8, pp=1, max_model_len=4096, replicas=2), TARGET,
                      node_resource=node_resource, defaults=defaults).app  # fmt: skip
     assert _llm(app)["deployment_config"] == {
         "num_replicas": 2, "max_ongoing_requests": 64, "health_check_period_s": 5, "health_check_timeout_s": 60,
         "graceful_shutdown_timeout_s": 45, "max_surge_percent": 50,
     }  # fmt: skip
+    assert app["deployments"] == [{"name": "LLMRouter", "max_surge_percent": 50, "graceful_shutdown_wait_loop_s": 4,
+                                   "graceful_shutdown_timeout_s": 45}]  # fmt: skip
     cpu = render_app(cpu_manifest, ServingPlan(tp=2, pp=1, max_model_len=1024), TARGET, node_resource=node_resource,
                      defaults=ServeDefaults(cpus_per_cpu_worker=3, cpu_kv_cache_gib=4)).app  # fmt: skip
     assert _llm(cpu)["placement_group_config"] == {"strategy": "STRICT_PACK", "bundles": [{"CPU": 3}, {"CPU": 3}]}
