@@ -10,11 +10,14 @@ rollout` (the calibration record, ``workflows.calibration``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.doctor.diagnose import node_temp_dirs
 from orchestrator.doctor.logscan import ScanLimits, ScanParseError, parse_scan, scan_argv
+from orchestrator.doctor.signatures import LogLine
 from orchestrator.errors import RemoteError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
@@ -39,66 +42,112 @@ def engine_replicas(app: Any, model_ids: list[str] | None = None) -> list[Any]:
     return servers or [r for d in app.deployments for r in d.replicas]
 
 
-def read_replica_log(manifest: Manifest, runners: Mapping[str, Runner], node_name: str, rep: Any) -> tuple[list[str] | None, str | None]:
-    """(lines, error): the engine lines of replica ``rep``'s worker log on manifest node ``node_name``."""
+@dataclass(frozen=True)
+class LogTarget:
+    """One process's worker log on one manifest node: the file name patterns of its stdout and
+    stderr (``fnmatch``, relative to ``<session>/logs``)."""
+
+    node: str
+    patterns: tuple[str, str]
+
+
+def replica_target(node_name: str, rep: Any) -> LogTarget | None:
+    """The worker log of Serve replica ``rep`` (None when Serve did not report its worker id)."""
     if not rep.worker_id:
-        return None, "Serve did not report the replica's worker id"
+        return None
     pid = "*" if rep.pid is None else str(rep.pid)
-    return _scan(manifest, runners, node_name, (f"worker-{rep.worker_id}-*-{pid}.out", f"worker-{rep.worker_id}-*-{pid}.err"))
+    return LogTarget(node_name, (f"worker-{rep.worker_id}-*-{pid}.out", f"worker-{rep.worker_id}-*-{pid}.err"))
 
 
-def read_worker_log(manifest: Manifest, runners: Mapping[str, Runner], node_name: str, pid: int) -> tuple[list[str] | None, str | None]:
-    """(lines, error): the engine lines of one engine worker actor (vLLM's Ray executor runs each
-    rank in its own actor, whose stdout is its own worker log: ``Model loading took``,
-    ``Available KV cache memory`` and the CUDA graph lines are there, not in the replica's)."""
-    return _scan(manifest, runners, node_name, (f"worker-*-{pid}.out", f"worker-*-{pid}.err"))
+def worker_target(node_name: str, pid: int) -> LogTarget:
+    """The worker log of one engine worker actor (vLLM's Ray executor runs each rank in its own
+    actor, whose stdout is its own worker log: ``Model loading took``, ``Available KV cache
+    memory`` and the CUDA graph lines are there, not in the replica's)."""
+    return LogTarget(node_name, (f"worker-*-{pid}.out", f"worker-*-{pid}.err"))
 
 
-def _scan(manifest: Manifest, runners: Mapping[str, Runner], node_name: str, patterns: tuple[str, str]) -> tuple[list[str] | None, str | None]:
+NO_WORKER_ID = "Serve did not report the replica's worker id"
+
+
+def read_logs(manifest: Manifest, runners: Mapping[str, Runner], targets: Sequence[LogTarget]) -> list[tuple[list[str] | None, str | None]]:
+    """(lines, error) of each target, in the order given: one scan per node, whatever the number
+    of targets on it (a TP=8 PP=2 replica has 17 logs on 2 nodes). Each file the scan returns goes
+    to the first target whose patterns it matches, as the scan itself ranked it."""
+    out: list[tuple[list[str] | None, str | None]] = [(None, None)] * len(targets)
+    by_node: dict[str, list[int]] = {}
+    for i, target in enumerate(targets):
+        by_node.setdefault(target.node, []).append(i)
+    for node_name, indexes in by_node.items():
+        patterns = [targets[i].patterns for i in indexes]
+        scanned = _scan_node(manifest, runners, node_name, patterns)
+        if isinstance(scanned, str):
+            for i in indexes:
+                out[i] = (None, scanned)
+            continue
+        session_dir, files, lines = scanned
+        owner = {f: next((k for k, pats in enumerate(patterns) if any(fnmatch.fnmatchcase(f, p) for p in pats)), None) for f in files}
+        for k, i in enumerate(indexes):
+            mine = [ln for ln in lines if owner.get(ln.file.removeprefix("logs/")) == k]
+            if not any(owner[f] == k for f in files):
+                out[i] = (None, f"{node_name}: no worker log {patterns[k][0]} in {session_dir}/logs")
+            else:
+                out[i] = ([ln.text for ln in sorted(mine, key=lambda ln: (ln.file, ln.line_no or 0))], None)
+    return out
+
+
+def _scan_node(manifest: Manifest, runners: Mapping[str, Runner], node_name: str,
+               patterns: list[tuple[str, str]]) -> str | tuple[str, list[str], list[LogLine]]:  # fmt: skip
+    """(session dir, files read relative to logs/, matching lines) on one node, or the error."""
     runner = runners.get(node_name)
     if runner is None:
-        return None, f"no runner for {node_name}"
+        return f"no runner for {node_name}"
     node = manifest.node(node_name)
-    argv = scan_argv(node.python_bin(manifest), node_temp_dirs(manifest, node), KV_KEYWORDS, limits=KV_SCAN_LIMITS, groups=(patterns,))
+    # As many files per process as one scan of it alone would read, in the order of the targets.
+    limits = replace(KV_SCAN_LIMITS, max_files=KV_SCAN_LIMITS.max_files * len(patterns))
+    argv = scan_argv(node.python_bin(manifest), node_temp_dirs(manifest, node), KV_KEYWORDS, limits=limits, groups=tuple(patterns))
     try:
         result = runner.run(argv, timeout=60).check(node_name)
         scan = parse_scan(node_name, result.stdout)
     except RemoteError as exc:
-        return None, f"{node_name}: {exc.message}"
+        return f"{node_name}: {exc.message}"
     except ScanParseError as exc:
-        return None, str(exc)
+        return str(exc)
     if scan.session_dir is None:
-        return None, f"{node_name}: no Ray session logs under {' or '.join(node_temp_dirs(manifest, node))}"
-    if not scan.files:
-        return None, f"{node_name}: no worker log {patterns[0]} in {scan.session_dir}/logs"
-    return [ln.text for ln in sorted(scan.lines, key=lambda ln: (ln.file, ln.line_no or 0))], None
+        return f"{node_name}: no Ray session logs under {' or '.join(node_temp_dirs(manifest, node))}"
+    return scan.session_dir, [f.path.removeprefix("logs/") for f in scan.files], list(scan.lines)
 
 
 def engine_lines(manifest: Manifest, runners: Mapping[str, Runner], node_names: Mapping[str | None, str | None], replicas: list[Any],
                  workers: Mapping[str, list[Any]]) -> tuple[dict[str, list[str]], list[str]]:  # fmt: skip
     """({replica id: the lines of its log and of its engine workers' logs}, errors): what the
     calibration record is made of. ``node_names``: Ray node id -> manifest node name;
-    ``workers``: replica id -> its ``status.workers.EngineWorker``s (empty on the CPU layout)."""
-    logs: dict[str, list[str]] = {}
+    ``workers``: replica id -> its ``status.workers.EngineWorker``s (empty on the CPU layout).
+    Every log is read in one scan per node."""
     errors: list[str] = []
+    targets: list[LogTarget] = []
+    owners: list[str] = []
     for rep in replicas:
         node = node_names.get(rep.node_id)
         if node is None:
             errors.append(f"replica {rep.replica_id} runs on node {rep.node_ip or rep.node_id or '?'}, not a manifest node")
             continue
-        lines, err = read_replica_log(manifest, runners, node, rep)
-        got = list(lines or [])
-        if err:
-            errors.append(err)
+        target = replica_target(node, rep)
+        if target is None:
+            errors.append(NO_WORKER_ID)
+        else:
+            targets.append(target)
+            owners.append(rep.replica_id)
         for worker in workers.get(rep.replica_id, []):
             wnode = node_names.get(worker.node_id)
             if wnode is None or worker.pid is None:
                 errors.append(f"engine worker {worker.name} has no known node or pid")
                 continue
-            wlines, werr = read_worker_log(manifest, runners, wnode, worker.pid)
-            got.extend(wlines or [])
-            if werr:
-                errors.append(werr)
-        if got:
-            logs[rep.replica_id] = got
+            targets.append(worker_target(wnode, worker.pid))
+            owners.append(rep.replica_id)
+    logs: dict[str, list[str]] = {}
+    for owner, (lines, err) in zip(owners, read_logs(manifest, runners, targets)):
+        if lines:
+            logs.setdefault(owner, []).extend(lines)
+        if err and err not in errors:
+            errors.append(err)
     return logs, errors

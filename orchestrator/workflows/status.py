@@ -67,7 +67,14 @@ from orchestrator.status.workers import (
     parse_actors,
 )
 from orchestrator.workflows.calibration import record_calibration, stored_for
-from orchestrator.workflows.engine_logs import engine_replicas, read_replica_log, read_worker_log
+from orchestrator.workflows.engine_logs import (
+    NO_WORKER_ID,
+    LogTarget,
+    engine_replicas,
+    read_logs,
+    replica_target,
+    worker_target,
+)
 
 DISCOVERY_FILE = "prom_metrics_service_discovery.json"
 DEFAULT_WINDOW_S = 300.0
@@ -220,12 +227,7 @@ def gather_serving(
         engines = engine_replicas(app, model_ids) if app is not None else []
         workers = {r.replica_id: engine_workers(r.actor_name, actors) for r in engines}
         by_id = {n.node_id: n for n in nodes if n.node_id}
-        for rep in engines:
-            lines, err = _engine_log(manifest, runners, by_id.get(rep.node_id), rep, deps)
-            if lines is not None:
-                engine_logs[rep.replica_id] = lines
-            if err:
-                log_errors[rep.replica_id] = err
+        engine_logs, log_errors = _engine_logs(manifest, runners, by_id, engines, deps)
         # What the rollout recorded for this revision is shown as it is; without a record (the
         # rollout could not read the logs) status records it, with the engine workers' lines too.
         stored = stored_for(deps.state, name, revision.number) if revision is not None else None
@@ -275,11 +277,15 @@ def _with_worker_lines(manifest: Manifest, runners: Mapping[str, Runner], by_id:
     """Each replica's lines plus its engine workers' (vLLM's Ray executor: weights and KV memory
     are logged by the worker actors); a worker log that cannot be read is left out."""
     out = {rid: list(lines) for rid, lines in engine_logs.items()}
-    for rid, lines in out.items():
+    targets, owners = [], []
+    for rid in out:
         for worker in workers.get(rid, []):
             ref = by_id.get(worker.node_id) if worker.node_id else None
             if ref is not None and worker.pid is not None:
-                lines.extend(read_worker_log(manifest, runners, ref.name, worker.pid)[0] or [])
+                targets.append(worker_target(ref.name, worker.pid))
+                owners.append(rid)
+    for rid, (lines, _) in zip(owners, read_logs(manifest, runners, targets)):
+        out[rid].extend(lines or [])
     return out
 
 
@@ -294,18 +300,37 @@ def _actors(client: Any, manifest: Manifest) -> list[ActorRecord]:
         return []
 
 
-def _engine_log(manifest: Manifest, runners: Mapping[str, Runner], ref: NodeRef | None, rep: Any, deps: StatusDeps):
-    """(lines, error) of the capacity lines in the replica's worker log on its node."""
-    if ref is None:
-        return None, f"node {rep.node_ip or rep.node_id or '?'} of replica {rep.replica_id} is not a manifest node"
-    key = (ref.name, rep.worker_id or rep.replica_id, rep.pid)
-    cached = deps.capacity_cache.get(key)
-    if cached is not None:
-        return list(cached.evidence), None
-    lines, err = read_replica_log(manifest, runners, ref.name, rep)
-    if lines is not None and (capacity := parse_kv_capacity(lines)) is not None:
-        deps.capacity_cache[key] = capacity
-    return lines, err
+def _engine_logs(manifest: Manifest, runners: Mapping[str, Runner], by_id: Mapping[str, NodeRef], engines: list[Any],
+                 deps: StatusDeps) -> tuple[dict[str, list[str]], dict[str, str]]:  # fmt: skip
+    """({replica id: the capacity lines of its worker log}, {replica id: why not}): a replica
+    read before (the same process) from the cache, the others in one scan per node."""
+    logs: dict[str, list[str]] = {}
+    errors: dict[str, str] = {}
+    todo: list[tuple[str, tuple, LogTarget]] = []
+    for rep in engines:
+        ref = by_id.get(rep.node_id)
+        if ref is None:
+            errors[rep.replica_id] = f"node {rep.node_ip or rep.node_id or '?'} of replica {rep.replica_id} is not a manifest node"
+            continue
+        key = (ref.name, rep.worker_id or rep.replica_id, rep.pid)
+        cached = deps.capacity_cache.get(key)
+        if cached is not None:
+            logs[rep.replica_id] = list(cached.evidence)
+            continue
+        target = replica_target(ref.name, rep)
+        if target is None:
+            errors[rep.replica_id] = NO_WORKER_ID
+            continue
+        todo.append((rep.replica_id, key, target))
+    for (rid, key, _), (lines, err) in zip(todo, read_logs(manifest, runners, [t for _, _, t in todo])):
+        if lines is not None:
+            logs[rid] = lines
+            if (capacity := parse_kv_capacity(lines)) is not None:
+                deps.capacity_cache[key] = capacity
+        if err:
+            errors[rid] = err
+    order = [r.replica_id for r in engines]
+    return {rid: logs[rid] for rid in order if rid in logs}, errors
 
 
 def _scrape(manifest, runners, head, ips, by_id, engines, deps: StatusDeps, options: ServingOptions) -> str:
