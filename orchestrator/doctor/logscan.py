@@ -57,7 +57,8 @@ order = sorted(picked.items(), key=lambda kv: (kv[1][0], kv[1][1], kv[0]))
 out["skipped_files"] = max(0, len(order) - cfg["max_files"])
 keys = [k.encode() for k in cfg["keywords"]]
 for rel, (rank, _, full, size, mtime) in order[: cfg["max_files"]]:
-    entry = {"path": rel, "size": size, "mtime": mtime, "first_line": None, "lines": 0, "matches": [], "error": None}
+    entry = {"path": rel, "group": rank, "size": size, "mtime": mtime, "first_line": None, "lines": 0, "matches": [],
+             "error": None}
     try:
         with open(full, "rb") as f:
             start = max(0, size - cfg["max_bytes"])
@@ -130,6 +131,7 @@ class ScannedFile:
     first_line: int | None
     matches: int
     error: str | None = None
+    group: int | None = None  # index of the first of the scan's ``groups`` whose patterns it matched
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,7 @@ def parse_scan(node: str, stdout: str) -> NodeScan:
                 first_line=entry.get("first_line"),
                 matches=len(entry.get("matches") or []),
                 error=entry.get("error"),
+                group=entry.get("group"),
             )
         )
         for line_no, text in entry.get("matches") or []:

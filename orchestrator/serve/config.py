@@ -34,10 +34,8 @@ PUBLIC_ROUTE = "/"
 # FastAPI app, whose `api_key` is what guards the endpoint (stack notes). It needs HAProxy and
 # direct ingress in the Ray processes' environment (ray_cluster.ray_process_env).
 DIRECT_STREAMING_ENV = {"RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
-# With direct streaming, HAProxy asks a replica of this deployment (Serve LLM's router,
-# ray.llm core/ingress/builder.py) which LLMServer replica takes each request. Every HAProxy
-# process keeps the list of routers it was started with, so an old router must outlive the
-# reloads that drop it (see ServeDefaults.router_drain_s).
+# Serve LLM's router under direct streaming: HAProxy asks it which LLMServer replica takes each
+# request (ray.llm core/ingress/builder.py). See ServeDefaults.router_drain_s.
 ROUTER_DEPLOYMENT = "LLMRouter"
 # Fraction of the per-node custom resource each pinned bundle asks for: small enough that any
 # number of bundles (and a second copy during a side-by-side rollout) fit in the 1 unit a node has.
@@ -123,14 +121,10 @@ class ServeDefaults:
     # starts the new replicas beside the old ones and stops an old one only once its replacement
     # is healthy: 100 = a whole second copy, which `orch rollout` checked has room.
     max_surge_percent: int = 100
-    # Serve LLM's router (ROUTER_DEPLOYMENT) is replaced whenever the application's config changes.
-    # Serve's default stops the old router while the new one starts and lets it exit once idle
-    # after a 2 s wait loop; HAProxy drops it from its router list only on its next reload. Measured
-    # on the test bed: the old router exited 12 ms before the reload that dropped it finished, and a
-    # CI run lost one request to 503 "router_unreachable" in that window. So the router gets the
-    # surge too (the new one runs before the old one stops) and waits this long before it checks
-    # for ongoing requests and exits. LLMServer replicas need no such setting: as the direct
-    # ingress, Serve holds them 30 s (RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S).
+    # ROUTER_DEPLOYMENT is replaced on every config change. Serve's default stops the old router
+    # as the new one starts and lets it exit after 2 s, before HAProxy's reload drops it (12 ms
+    # before, measured; a CI run lost a request to "router_unreachable"). So it gets the surge and
+    # waits this long before it exits. (LLMServer, the direct ingress, is held 30 s by Serve.)
     router_drain_s: float = 10
     max_ongoing_requests: int | None = None  # None: from the plan's max concurrency
     cpus_per_cpu_worker: float = 1

@@ -10,14 +10,12 @@ rollout` (the calibration record, ``workflows.calibration``).
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.doctor.diagnose import node_temp_dirs
-from orchestrator.doctor.logscan import ScanLimits, ScanParseError, parse_scan, scan_argv
-from orchestrator.doctor.signatures import LogLine
+from orchestrator.doctor.logscan import NodeScan, ScanLimits, ScanParseError, parse_scan, scan_argv
 from orchestrator.errors import RemoteError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
@@ -69,35 +67,47 @@ def worker_target(node_name: str, pid: int) -> LogTarget:
 NO_WORKER_ID = "Serve did not report the replica's worker id"
 
 
+def worker_targets(workers: Sequence[Any], node_of: Mapping[str | None, str | None]) -> tuple[list[LogTarget], list[str]]:
+    """(targets, errors): the logs of a replica's engine workers (``status.workers.EngineWorker``)
+    on their manifest nodes (``node_of``: Ray node id -> node name); a worker without either is
+    said, not read."""
+    targets, errors = [], []
+    for worker in workers:
+        node = node_of.get(worker.node_id)
+        if node is None or worker.pid is None:
+            errors.append(f"engine worker {worker.name} has no known node or pid")
+        else:
+            targets.append(worker_target(node, worker.pid))
+    return targets, errors
+
+
 def read_logs(manifest: Manifest, runners: Mapping[str, Runner], targets: Sequence[LogTarget]) -> list[tuple[list[str] | None, str | None]]:
     """(lines, error) of each target, in the order given: one scan per node, whatever the number
-    of targets on it (a TP=8 PP=2 replica has 17 logs on 2 nodes). Each file the scan returns goes
-    to the first target whose patterns it matches, as the scan itself ranked it."""
+    of targets on it (a TP=8 PP=2 replica has 17 logs on 2 nodes). Each target is one of the
+    scan's ``groups``; a file belongs to the first group it matched, as the scan reports."""
     out: list[tuple[list[str] | None, str | None]] = [(None, None)] * len(targets)
     by_node: dict[str, list[int]] = {}
     for i, target in enumerate(targets):
         by_node.setdefault(target.node, []).append(i)
     for node_name, indexes in by_node.items():
         patterns = [targets[i].patterns for i in indexes]
-        scanned = _scan_node(manifest, runners, node_name, patterns)
-        if isinstance(scanned, str):
+        scan = _scan_node(manifest, runners, node_name, patterns)
+        if isinstance(scan, str):
             for i in indexes:
-                out[i] = (None, scanned)
+                out[i] = (None, scan)
             continue
-        session_dir, files, lines = scanned
-        owner = {f: next((k for k, pats in enumerate(patterns) if any(fnmatch.fnmatchcase(f, p) for p in pats)), None) for f in files}
+        group_of = {f.path: f.group for f in scan.files}
         for k, i in enumerate(indexes):
-            mine = [ln for ln in lines if owner.get(ln.file.removeprefix("logs/")) == k]
-            if not any(owner[f] == k for f in files):
-                out[i] = (None, f"{node_name}: no worker log {patterns[k][0]} in {session_dir}/logs")
-            else:
-                out[i] = ([ln.text for ln in sorted(mine, key=lambda ln: (ln.file, ln.line_no or 0))], None)
+            if k not in group_of.values():
+                out[i] = (None, f"{node_name}: no worker log {patterns[k][0]} in {scan.session_dir}/logs")
+                continue
+            mine = sorted((ln for ln in scan.lines if group_of.get(ln.file) == k), key=lambda ln: (ln.file, ln.line_no or 0))
+            out[i] = ([ln.text for ln in mine], None)
     return out
 
 
-def _scan_node(manifest: Manifest, runners: Mapping[str, Runner], node_name: str,
-               patterns: list[tuple[str, str]]) -> str | tuple[str, list[str], list[LogLine]]:  # fmt: skip
-    """(session dir, files read relative to logs/, matching lines) on one node, or the error."""
+def _scan_node(manifest: Manifest, runners: Mapping[str, Runner], node_name: str, patterns: list[tuple[str, str]]) -> NodeScan | str:
+    """The scan of the node's session logs for these groups of patterns, or why it failed."""
     runner = runners.get(node_name)
     if runner is None:
         return f"no runner for {node_name}"
@@ -114,7 +124,7 @@ def _scan_node(manifest: Manifest, runners: Mapping[str, Runner], node_name: str
         return str(exc)
     if scan.session_dir is None:
         return f"{node_name}: no Ray session logs under {' or '.join(node_temp_dirs(manifest, node))}"
-    return scan.session_dir, [f.path.removeprefix("logs/") for f in scan.files], list(scan.lines)
+    return scan
 
 
 def engine_lines(manifest: Manifest, runners: Mapping[str, Runner], node_names: Mapping[str | None, str | None], replicas: list[Any],
@@ -137,13 +147,10 @@ def engine_lines(manifest: Manifest, runners: Mapping[str, Runner], node_names: 
         else:
             targets.append(target)
             owners.append(rep.replica_id)
-        for worker in workers.get(rep.replica_id, []):
-            wnode = node_names.get(worker.node_id)
-            if wnode is None or worker.pid is None:
-                errors.append(f"engine worker {worker.name} has no known node or pid")
-                continue
-            targets.append(worker_target(wnode, worker.pid))
-            owners.append(rep.replica_id)
+        found, unknown = worker_targets(workers.get(rep.replica_id, []), node_names)
+        targets += found
+        owners += [rep.replica_id] * len(found)
+        errors += unknown
     logs: dict[str, list[str]] = {}
     for owner, (lines, err) in zip(owners, read_logs(manifest, runners, targets)):
         if lines:

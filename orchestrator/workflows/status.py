@@ -73,7 +73,7 @@ from orchestrator.workflows.engine_logs import (
     engine_replicas,
     read_logs,
     replica_target,
-    worker_target,
+    worker_targets,
 )
 
 DISCOVERY_FILE = "prom_metrics_service_discovery.json"
@@ -227,11 +227,13 @@ def gather_serving(
         engines = engine_replicas(app, model_ids) if app is not None else []
         workers = {r.replica_id: engine_workers(r.actor_name, actors) for r in engines}
         by_id = {n.node_id: n for n in nodes if n.node_id}
-        engine_logs, log_errors = _engine_logs(manifest, runners, by_id, engines, deps)
         # What the rollout recorded for this revision is shown as it is; without a record (the
-        # rollout could not read the logs) status records it, with the engine workers' lines too.
+        # rollout could not read the logs) status records it, with the engine workers' lines too
+        # (vLLM's Ray executor: weights and KV memory are logged by the worker actors).
         stored = stored_for(deps.state, name, revision.number) if revision is not None else None
-        calibration_logs = {} if stored is not None else _with_worker_lines(manifest, runners, by_id, engine_logs, workers)
+        engine_logs, log_errors, worker_lines = _engine_logs(manifest, runners, by_id, engines,
+                                                             {} if stored is not None else workers, deps)  # fmt: skip
+        calibration_logs = {} if stored is not None else {rid: lines + worker_lines.get(rid, []) for rid, lines in engine_logs.items()}
         if engines and head is not None:
             try:
                 text = _scrape(manifest, runners, head, {r.node_ip for r in engines if r.node_ip}, by_id, engines, deps, options)
@@ -272,23 +274,6 @@ def _collect_probe(manifest: Manifest, deps: StatusDeps, options: ServingOptions
     return probe
 
 
-def _with_worker_lines(manifest: Manifest, runners: Mapping[str, Runner], by_id: Mapping[str, NodeRef],
-                       engine_logs: Mapping[str, list[str]], workers: Mapping[str, list[EngineWorker]]) -> dict[str, list[str]]:  # fmt: skip
-    """Each replica's lines plus its engine workers' (vLLM's Ray executor: weights and KV memory
-    are logged by the worker actors); a worker log that cannot be read is left out."""
-    out = {rid: list(lines) for rid, lines in engine_logs.items()}
-    targets, owners = [], []
-    for rid in out:
-        for worker in workers.get(rid, []):
-            ref = by_id.get(worker.node_id) if worker.node_id else None
-            if ref is not None and worker.pid is not None:
-                targets.append(worker_target(ref.name, worker.pid))
-                owners.append(rid)
-    for rid, (lines, _) in zip(owners, read_logs(manifest, runners, targets)):
-        out[rid].extend(lines or [])
-    return out
-
-
 def _actors(client: Any, manifest: Manifest) -> list[ActorRecord]:
     """Ray's actor list (where each engine worker runs) on GPU clusters; the CPU layout's mp
     executor has no worker actors. A failure leaves the workers out, never the rest."""
@@ -301,13 +286,19 @@ def _actors(client: Any, manifest: Manifest) -> list[ActorRecord]:
 
 
 def _engine_logs(manifest: Manifest, runners: Mapping[str, Runner], by_id: Mapping[str, NodeRef], engines: list[Any],
-                 deps: StatusDeps) -> tuple[dict[str, list[str]], dict[str, str]]:  # fmt: skip
-    """({replica id: the capacity lines of its worker log}, {replica id: why not}): a replica
-    read before (the same process) from the cache, the others in one scan per node."""
+                 workers: Mapping[str, list[EngineWorker]], deps: StatusDeps,
+                 ) -> tuple[dict[str, list[str]], dict[str, str], dict[str, list[str]]]:  # fmt: skip
+    """({replica id: the capacity lines of its worker log}, {replica id: why not}, {replica id:
+    its engine workers' lines}), all read in one scan per node. A replica read before (the same
+    process) comes from the cache; a worker log that cannot be read is left out."""
     logs: dict[str, list[str]] = {}
     errors: dict[str, str] = {}
-    todo: list[tuple[str, tuple, LogTarget]] = []
+    worker_lines: dict[str, list[str]] = {}
+    todo: list[tuple[str, tuple | None, LogTarget]] = []  # (replica id, cache key or None for a worker, log)
+    node_of = {nid: ref.name for nid, ref in by_id.items()}
     for rep in engines:
+        found, _ = worker_targets(workers.get(rep.replica_id, []), node_of)
+        todo += [(rep.replica_id, None, t) for t in found]
         ref = by_id.get(rep.node_id)
         if ref is None:
             errors[rep.replica_id] = f"node {rep.node_ip or rep.node_id or '?'} of replica {rep.replica_id} is not a manifest node"
@@ -323,6 +314,9 @@ def _engine_logs(manifest: Manifest, runners: Mapping[str, Runner], by_id: Mappi
             continue
         todo.append((rep.replica_id, key, target))
     for (rid, key, _), (lines, err) in zip(todo, read_logs(manifest, runners, [t for _, _, t in todo])):
+        if key is None:
+            worker_lines.setdefault(rid, []).extend(lines or [])
+            continue
         if lines is not None:
             logs[rid] = lines
             if (capacity := parse_kv_capacity(lines)) is not None:
@@ -330,7 +324,7 @@ def _engine_logs(manifest: Manifest, runners: Mapping[str, Runner], by_id: Mappi
         if err:
             errors[rid] = err
     order = [r.replica_id for r in engines]
-    return {rid: logs[rid] for rid in order if rid in logs}, errors
+    return {rid: logs[rid] for rid in order if rid in logs}, errors, worker_lines
 
 
 def _scrape(manifest, runners, head, ips, by_id, engines, deps: StatusDeps, options: ServingOptions) -> str:
