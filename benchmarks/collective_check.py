@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.manifest.load import load_manifest
-from orchestrator.remote import open_runners
+from orchestrator.remote.connect import open_runners
 from orchestrator.state import StateStore
 from orchestrator.workflows.cluster import ClusterDeps, UpOptions, up
 from orchestrator.workflows.down import down

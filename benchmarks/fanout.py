@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.remote import fan_out
+from orchestrator.remote.runner import fan_out
 from orchestrator.remote.ssh import SshRunner
 from tests.testbed import HostSpec, TestbedFactory, check_capabilities
 

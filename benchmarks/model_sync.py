@@ -38,7 +38,7 @@ import yaml
 from bring_up import host_cpu_seconds
 
 from orchestrator.manifest.load import load_manifest
-from orchestrator.remote import open_runners
+from orchestrator.remote.connect import open_runners
 from orchestrator.remote.local import LocalRunner
 from orchestrator.workflows.model_sync import SyncDeps, SyncOptions, sync_model
 from tests.testbed import HostSpec, TestbedFactory, check_capabilities

@@ -24,7 +24,7 @@ import yaml
 
 from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes import inventory
-from orchestrator.remote import open_runners
+from orchestrator.remote.connect import open_runners
 from tests.testbed import HostSpec, TestbedFactory, check_capabilities
 
 

@@ -23,7 +23,7 @@ def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat
     from orchestrator.cli.wiring import known_hosts_path
     from orchestrator.errors import UsageError
     from orchestrator.manifest.sections import Targets
-    from orchestrator.remote import open_runners
+    from orchestrator.remote.connect import open_runners
     from orchestrator.serve.client import open_serve_client
     from orchestrator.state import StateStore
     from orchestrator.workflows.accept import ClusterAcceptanceEnv, deployed_max_model_len

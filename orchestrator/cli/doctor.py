@@ -101,7 +101,7 @@ def doctor(
     from orchestrator.cli.wiring import known_hosts_path, resolve_manifest
     from orchestrator.doctor.diagnose import diagnose
     from orchestrator.doctor.logscan import ScanLimits
-    from orchestrator.remote import open_runners
+    from orchestrator.remote.connect import open_runners
 
     since_s = parse_duration(since) if since else None
     state_dir: Path = ctx.obj["state_dir"]

@@ -127,7 +127,7 @@ def sync(ctx: click.Context, cluster_yaml: Path, model_ref: str, source: str, dr
 def run_sync(manifest: Any, state_dir: Path, model_ref: str, source: str, dry_run: bool, max_rate: float | None,
              accept_new_host_keys: bool, progress: bool = True) -> Any:  # fmt: skip
     """The sync workflow with its real dependencies (also used by `orch rollout --sync-model`)."""
-    from orchestrator.remote import open_runners
+    from orchestrator.remote.connect import open_runners
     from orchestrator.remote.local import LocalRunner
     from orchestrator.workflows.model_sync import SyncDeps, SyncOptions, sync_model
 

@@ -54,7 +54,7 @@ def resolve_manifest(cluster_yaml: Path | None, state_dir: Path, command: str) -
 
 def cluster_deps(manifest: Manifest, state_dir: Path, accept_new_host_keys: bool, progress: Progress) -> ClusterDeps:
     """The real dependencies of the cluster workflows (up, down, status)."""
-    from orchestrator.remote import open_runners
+    from orchestrator.remote.connect import open_runners
     from orchestrator.state import StateStore
     from orchestrator.workflows.cluster import ClusterDeps
 
@@ -68,7 +68,7 @@ def cluster_deps(manifest: Manifest, state_dir: Path, accept_new_host_keys: bool
 
 def rollout_deps(manifest: Manifest, state_dir: Path, progress: Progress) -> ServingDeps:
     """The real dependencies of the rollout workflows (rollout, rollback)."""
-    from orchestrator.remote import open_runners
+    from orchestrator.remote.connect import open_runners
     from orchestrator.serve.validate import validate_app
     from orchestrator.state import StateStore
     from orchestrator.workflows.rollout import ServingDeps
@@ -136,7 +136,7 @@ def resolve_load_target(
     settle_s = 5.0  # a bare vLLM's page is current at once
     if not metrics and manifest is not None:
         settle_s = 30.0  # Ray exports every few seconds: wait for the run to show up
-        from orchestrator.remote import connect
+        from orchestrator.remote.connect import connect
 
         runner = connect(manifest, manifest.head, known_hosts_path(manifest, state_dir))
         try:

@@ -20,7 +20,7 @@ import pytest
 from orchestrator.bench import prometheus as prom
 from orchestrator.bench.target import discover_metrics_urls
 from orchestrator.cli import main
-from orchestrator.remote import open_runners
+from orchestrator.remote.connect import open_runners
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]

@@ -15,7 +15,7 @@ import yaml
 from orchestrator.cli import main
 from orchestrator.collective.plan import DEADLINE_S, JOB_MARK, RUNNER_GRACE_S
 from orchestrator.manifest.load import load_manifest
-from orchestrator.remote import open_runners
+from orchestrator.remote.connect import open_runners
 from orchestrator.state import StateStore
 from orchestrator.workflows.cluster import ClusterDeps, PreflightStopped, UpOptions, up
 from tests.testbed import HostSpec

@@ -21,7 +21,7 @@ from orchestrator.cli import main
 from orchestrator.cluster.ray_nodes import node_resource, node_token_path, ray_process_env
 from orchestrator.doctor.diagnose import diagnose
 from orchestrator.manifest.load import load_manifest
-from orchestrator.remote import open_runners
+from orchestrator.remote.connect import open_runners
 from orchestrator.state import StateStore
 from orchestrator.workflows.cluster import ClusterDeps, UpOptions, up
 from orchestrator.workflows.down import down

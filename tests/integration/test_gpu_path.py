@@ -30,7 +30,7 @@ from orchestrator.cluster.ray_nodes import node_token_path
 from orchestrator.doctor.diagnose import diagnose
 from orchestrator.errors import RolloutFailed
 from orchestrator.manifest.load import load_manifest_file
-from orchestrator.remote import open_runners
+from orchestrator.remote.connect import open_runners
 from orchestrator.serve.validate import validate_app
 from orchestrator.state import StateStore
 from orchestrator.workflows.cluster import UpOptions, up

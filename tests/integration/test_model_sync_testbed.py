@@ -23,7 +23,7 @@ import yaml
 from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes import inventory
 from orchestrator.preflight.run import run_checks
-from orchestrator.remote import open_runners
+from orchestrator.remote.connect import open_runners
 from tests.conftest import REPO
 from tests.testbed import HostSpec
 

@@ -13,7 +13,7 @@ from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes import inventory
 from orchestrator.nodes.facts import NodeFacts
 from orchestrator.preflight.run import run_checks
-from orchestrator.remote import open_runners
+from orchestrator.remote.connect import open_runners
 from tests.testbed import HostSpec
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,8 @@ from orchestrator.errors import (
     HostKeyUnknownError,
     UnreachableError,
 )
-from orchestrator.remote import fan_out, open_runners
+from orchestrator.remote.connect import open_runners
+from orchestrator.remote.runner import fan_out
 from orchestrator.remote.ssh import SshRunner
 from tests.testbed import HostSpec
 from tests.wait import wait_until

@@ -31,7 +31,7 @@ def test_tiny_model_runs_and_a_completion_answers(served_tiny):
     first = served_tiny.first
     assert first.action == "fresh" and first.revision is not None
     assert first.cold_load_s and first.cold_load_s > 0
-    from orchestrator.remote import open_runners
+    from orchestrator.remote.connect import open_runners
     from orchestrator.serve.client import open_serve_client
     from orchestrator.state import StateStore
 
@@ -136,7 +136,7 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     state = StateStore(served_tiny.cluster.state_dir)
     revisions = {r.number: r.status for r in state.list_revisions(served_tiny.manifest.name)}
     assert revisions[res.revision] == "ready" and revisions[served_tiny.first.revision] == "superseded"
-    from orchestrator.remote import open_runners
+    from orchestrator.remote.connect import open_runners
     from orchestrator.serve.client import open_serve_client
 
     manifest = served_tiny.manifest
@@ -174,7 +174,7 @@ def test_405b_shaped_plan_places_8_bundles_on_each_of_2_nodes(ray_testbed_cluste
 
     from orchestrator.cluster.node_state import current_by_name
     from orchestrator.cluster.ray_nodes import node_token_path
-    from orchestrator.remote import open_runners
+    from orchestrator.remote.connect import open_runners
     from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model
 
     c = ray_testbed_cluster

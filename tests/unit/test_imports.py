@@ -12,8 +12,8 @@ import orchestrator
 PKG = Path(orchestrator.__file__).parent
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(PKG.parent).with_suffix("")
+def _module_name(path: Path, pkg: Path = PKG) -> str:
+    rel = path.relative_to(pkg.parent).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -44,24 +44,31 @@ def _imports(path: Path, modules: set[str]) -> list[tuple[str, bool]]:
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                       for a in node.names]
+            # `from pkg import sub` runs pkg's __init__ before it reads `sub` from it: an edge to
+            # pkg as well as to the submodule (else `remote/__init__ -> ssh -> remote` hides).
+            targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules)]
         for target in targets:
             if target.startswith("orchestrator"):
                 out.append((target, id(node) in in_function))
     return out
 
 
-def _graph() -> tuple[dict[str, set[str]], list[str]]:
-    files = sorted(PKG.rglob("*.py"))
-    modules = {_module_name(f) for f in files}
+def _graph(pkg: Path = PKG) -> tuple[dict[str, set[str]], list[str]]:
+    files = sorted(pkg.rglob("*.py"))
+    modules = {_module_name(f, pkg) for f in files}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     hidden: list[str] = []
     for f in files:
-        name = _module_name(f)
+        name = _module_name(f, pkg)
         for target, inside in _imports(f, modules):
             if target in modules and target != name:
                 graph[name].add(target)
+            # importing a.b.c runs a/__init__ and a/b/__init__ first: edges to those packages too
+            parent = target.rpartition(".")[0]
+            while parent.count(".") >= 1:
+                if parent in modules and parent != name:
+                    graph[name].add(parent)
+                parent = parent.rpartition(".")[0]
             if inside and not name.startswith("orchestrator.cli"):
                 hidden.append(f"{name} imports {target} inside a function")
     return graph, hidden
@@ -102,6 +109,51 @@ def test_the_package_has_no_import_cycle():
 def test_no_orchestrator_module_is_imported_inside_a_function_outside_the_cli():
     _, hidden = _graph()
     assert hidden == []
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root / "orchestrator"
+
+
+def test_a_cycle_through_a_package_init_is_found(tmp_path):
+    """`from orchestrator.remote import known_hosts` runs remote/__init__ first; when that
+    __init__ imports ssh, ssh -> remote -> ssh is a cycle (it hid in the real package once)."""
+    pkg = _tree(tmp_path, {
+        "orchestrator/__init__.py": "",
+        "orchestrator/remote/__init__.py": "from orchestrator.remote.ssh import SshRunner\n",
+        "orchestrator/remote/ssh.py": "from orchestrator.remote import known_hosts\n",
+        "orchestrator/remote/known_hosts.py": "",
+    })
+    graph, _ = _graph(pkg)
+    assert _cycle(graph) == ["orchestrator.remote", "orchestrator.remote.ssh", "orchestrator.remote"]
+
+
+def test_importing_a_submodule_by_its_dotted_name_also_runs_its_package(tmp_path):
+    pkg = _tree(tmp_path, {
+        "orchestrator/__init__.py": "",
+        "orchestrator/a/__init__.py": "import orchestrator.b.c\n",
+        "orchestrator/b/__init__.py": "from orchestrator.a import x\n",
+        "orchestrator/b/c.py": "",
+        "orchestrator/a/x.py": "",
+    })
+    graph, _ = _graph(pkg)
+    assert "orchestrator.b" in graph["orchestrator.a"]
+    assert _cycle(graph) is not None
+
+
+def test_an_init_that_imports_nothing_is_no_cycle(tmp_path):
+    pkg = _tree(tmp_path, {
+        "orchestrator/__init__.py": "",
+        "orchestrator/remote/__init__.py": '"""docs only"""\n',
+        "orchestrator/remote/connect.py": "from orchestrator.remote.ssh import SshRunner\n",
+        "orchestrator/remote/ssh.py": "from orchestrator.remote import known_hosts\n",
+        "orchestrator/remote/known_hosts.py": "",
+    })
+    graph, _ = _graph(pkg)
+    assert _cycle(graph) is None
 
 
 def test_the_cycle_finder_finds_a_planted_cycle():

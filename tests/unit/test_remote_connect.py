@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.manifest.load import load_manifest
-from orchestrator.remote import connect, open_runners
+from orchestrator.remote.connect import connect, open_runners
 from orchestrator.remote.local import LocalRunner
 from orchestrator.remote.ssh import SshRunner
 
