@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from orchestrator.bench import prometheus as prom
+from orchestrator import engine_metrics as prom
 from orchestrator.bench.latency import RequestRecord, percentile
 
 DEFAULT_TOLERANCE = 0.10

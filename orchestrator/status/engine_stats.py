@@ -4,10 +4,9 @@ figures from its Prometheus metrics. Pure, no I/O.
 ``parse_kv_capacity`` reads every known wording of vLLM's capacity line (one line in 0.32, two
 lines in earlier V1 releases, GPU blocks in V0; "GPU", "CPU", "XPU" or "GPU + host" pools).
 ``live_metrics`` reads KV-cache usage, running and waiting requests (gauges, now) and TTFT/TPOT
-p50/p95 from the histogram delta between two scrapes (``prometheus.Histogram.minus``), or since the
-engines started when no earlier scrape is given. Names are looked up in both spellings:
-``vllm:x`` on a bare vLLM server, ``ray_vllm_x`` on a Ray node's metrics export port, where Ray
-Serve LLM publishes them with a ``ReplicaId`` label (vllm/v1/metrics/ray_wrappers.py).
+p50/p95 from the histogram delta between two scrapes (``engine_metrics.Histogram.minus``), or since the
+engines started when no earlier scrape is given. Names and their two spellings (bare vLLM,
+Ray Serve LLM with a ``ReplicaId`` label) are ``orchestrator.engine_metrics``.
 ``pick_baseline`` chooses which kept scrape to diff against.
 """
 
@@ -18,17 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.bench import prometheus as prom
-
-# vLLM metric names (vllm/v1/metrics/loggers.py of 0.32; older names after them).
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-RUNNING = ("vllm:num_requests_running",)
-WAITING = ("vllm:num_requests_waiting",)
-TTFT = (prom.TTFT,)
-TPOT = (prom.TPOT, "vllm:time_per_output_token_seconds")
-CACHE_INFO = "vllm:cache_config_info"
-REPLICA_LABEL = "ReplicaId"  # added by vLLM's RayPrometheusStatLogger under Ray Serve LLM
-MODEL_LABEL = "model_name"
+from orchestrator import engine_metrics as prom
 
 # ----------------------------------------------------------------------------- KV capacity
 
@@ -105,7 +94,7 @@ def parse_kv_capacity(lines: Iterable[str]) -> KvCapacity | None:
 def kv_capacity_from_metrics(samples: Sequence[prom.Sample], model: str | None = None) -> KvCapacity | None:
     """vLLM 0.32 also publishes the capacity as labels of ``vllm:cache_config_info``
     (``kv_cache_size_tokens``, ``kv_cache_max_concurrency``); a fallback when the log is gone."""
-    for s in _select(samples, (CACHE_INFO,), model, None):
+    for s in prom.select(samples, (prom.CACHE_INFO,), model, None):
         tokens = s.label("kv_cache_size_tokens")
         conc = s.label("kv_cache_max_concurrency")
         if tokens and tokens.isdigit():
@@ -167,49 +156,18 @@ class LiveMetrics:
         }
 
 
-def _select(
-    samples: Sequence[prom.Sample], names: Sequence[str], model: str | None, replica_ids: Iterable[str] | None
-) -> list[prom.Sample]:
-    """Samples of the first of ``names`` (bare or Ray spelling, with suffixes) present, for
-    ``model`` when the page labels models, and for the given replicas when it labels replicas."""
-    ids = set(replica_ids) if replica_ids is not None else None
-    for name in names:
-        variants = prom.name_variants(name)
-        hits = [s for s in samples if any(s.name == v or s.name.startswith(v + "_") for v in variants)]
-        hits = [s for s in hits if _base_name(s.name, variants)]
-        if not hits:
-            continue
-        if model is not None and any(s.label(MODEL_LABEL) is not None for s in hits):
-            hits = [s for s in hits if s.label(MODEL_LABEL) == model]  # another model's: not ours
-        if ids is not None and any(s.label(REPLICA_LABEL) for s in hits):
-            hits = [s for s in hits if s.label(REPLICA_LABEL) in ids]
-        return hits
-    return []
-
-
-_SUFFIXES = ("", "_bucket", "_sum", "_count", "_total")
-
-
-def _base_name(name: str, variants: Sequence[str]) -> bool:
-    return any(name == v + suf for v in variants for suf in _SUFFIXES)
-
-
-def _gauge(samples: Sequence[prom.Sample], names: Sequence[str], model: str | None, ids: Iterable[str] | None) -> list[float]:
-    return [s.value for s in _select(samples, names, model, ids) if not s.name.endswith(("_bucket", "_sum", "_count"))]
-
-
 def _latency(
     now: Sequence[prom.Sample], before: Sequence[prom.Sample] | None, names: Sequence[str], model: str | None,
     ids: Iterable[str] | None,
 ) -> Latency | None:  # fmt: skip
-    after_s = _select(now, names, model, ids)
+    after_s = prom.select(now, names, model, ids)
     if not after_s:
         return None
-    name = next(n for n in names if _select(now, (n,), model, ids))
+    name = next(n for n in names if prom.select(now, (n,), model, ids))
     h_after = prom.histogram(after_s, name)
     if h_after is None:
         return None
-    h_before = prom.histogram(_select(before, (name,), model, ids), name) if before is not None else None
+    h_before = prom.histogram(prom.select(before, (name,), model, ids), name) if before is not None else None
     delta = h_after.minus(h_before)
     count = int(round(delta.count))
     return Latency(count, delta.quantile(0.5), delta.quantile(0.95), delta.mean)
@@ -226,11 +184,11 @@ def live_metrics(
     finished since ``before`` (``window_s`` seconds earlier) or, without ``before``, since the
     engines started. None when the page has no vLLM metrics at all."""
     ids = list(replica_ids) if replica_ids is not None else None
-    usage = _gauge(now, KV_USAGE, model, ids)
-    running = _gauge(now, RUNNING, model, ids)
-    waiting = _gauge(now, WAITING, model, ids)
-    ttft = _latency(now, before, TTFT, model, ids)
-    tpot = _latency(now, before, TPOT, model, ids)
+    usage = prom.gauge_values(now, prom.KV_USAGE, model, ids)
+    running = prom.gauge_values(now, prom.RUNNING, model, ids)
+    waiting = prom.gauge_values(now, prom.WAITING, model, ids)
+    ttft = _latency(now, before, (prom.TTFT,), model, ids)
+    tpot = _latency(now, before, prom.TPOT_NAMES, model, ids)
     if not (usage or running or waiting or ttft or tpot):
         return None
     return LiveMetrics(

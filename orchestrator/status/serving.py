@@ -22,11 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.bench import prometheus as prom
+from orchestrator import engine_metrics as prom
 from orchestrator.runbooks import runbook
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.status.engine_stats import (
-    REPLICA_LABEL,
     KvCapacity,
     LiveMetrics,
     kv_capacity_from_metrics,
@@ -487,7 +486,7 @@ def _interrupted_problems(pending: Sequence[tuple[int, str | None]], holder: str
 def _filter_ids(samples: Sequence[prom.Sample], ids: Sequence[str] | None) -> list[prom.Sample]:
     if ids is None:
         return list(samples)
-    return [s for s in samples if s.label(REPLICA_LABEL) in (None, *ids)]
+    return [s for s in samples if s.label(prom.REPLICA_LABEL) in (None, *ids)]
 
 
 def _engine_replicas(deployments: Sequence[DeploymentView], model: str, single: bool) -> list[ReplicaView]:

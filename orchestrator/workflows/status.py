@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import cluster_lock
-from orchestrator.bench import prometheus as prom
+from orchestrator import engine_metrics as prom
 from orchestrator.bench.target import parse_discovery
 from orchestrator.cluster.node_state import DashboardFormatError
 from orchestrator.errors import OrchError, RemoteError

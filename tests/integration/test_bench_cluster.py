@@ -17,7 +17,7 @@ import json
 import httpx
 import pytest
 
-from orchestrator.bench import prometheus as prom
+from orchestrator import engine_metrics as prom
 from orchestrator.bench.target import discover_metrics_urls
 from orchestrator.cli import main
 from orchestrator.remote.connect import open_runners

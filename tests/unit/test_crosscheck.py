@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.bench import prometheus as prom
+from orchestrator import engine_metrics as prom
 from orchestrator.bench.crosscheck import compare_figure
 
 BOUNDS = (0.01, 0.02, 0.04, 0.06, 0.08, 0.1)

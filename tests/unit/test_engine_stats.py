@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bench import prometheus as prom
+from orchestrator import engine_metrics as prom
 from orchestrator.status.engine_stats import (
     KvCapacity,
     keep_metric_lines,

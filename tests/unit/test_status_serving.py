@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.bench import prometheus as prom
+from orchestrator import engine_metrics as prom
 from orchestrator.serve.client import parse_serve_status
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.status.serving import (

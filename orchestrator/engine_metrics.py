@@ -1,13 +1,19 @@
-"""Prometheus text exposition format and histogram arithmetic for vLLM's own latency figures. Pure.
+"""vLLM engine metrics: their names, and the Prometheus text format and histogram arithmetic to
+read them. Pure; the bottom of the house beside ``errors`` (it imports only prometheus_client).
 
-``parse_text`` reads a ``/metrics`` page into samples (with ``prometheus_client``'s parser). ``histogram`` collects one histogram
-family (summed over the series that match a label filter) under any of several names, because
-the same vLLM metric is called ``vllm:time_to_first_token_seconds`` on a bare vLLM server and
-``ray_vllm_time_to_first_token_seconds`` on a Ray node's metrics export port (Ray Serve LLM
-sanitises ``:`` to ``_`` and Ray prefixes ``ray_``). ``Histogram.minus`` gives the delta of two
-scrapes (what one benchmark run added), ``mean`` is exact (sum/count), ``quantile`` interpolates
-linearly inside the bucket as Prometheus' ``histogram_quantile`` does; ``bin_samples`` puts a
-client's own samples into the same buckets so both sides can be compared with one estimator.
+Everything in orch that reads an engine's ``/metrics`` goes through here: ``orch status`` (KV
+usage, running/waiting requests, live TTFT/TPOT, prefix-cache hits), ``orch bench``'s cross-check
+against vLLM's own histograms, and the rollout's measurements.
+
+``parse_text`` reads a ``/metrics`` page into samples (with ``prometheus_client``'s parser).
+``select`` finds a metric's samples under either spelling: ``vllm:x`` on a bare vLLM server and
+``ray_vllm_x`` on a Ray node's metrics export port (Ray Serve LLM sanitises ``:`` to ``_``, Ray
+prefixes ``ray_`` and adds a ``ReplicaId`` label: vllm/v1/metrics/ray_wrappers.py), narrowed to
+one model and to given replicas. ``histogram`` collects one histogram family (summed over the
+series that match a label filter); ``Histogram.minus`` gives the delta of two scrapes (what one
+benchmark run added), ``mean`` is exact (sum/count), ``quantile`` interpolates linearly inside the
+bucket as Prometheus' ``histogram_quantile`` does; ``bin_samples`` puts a client's own samples
+into the same buckets so both sides can be compared with one estimator.
 """
 
 from __future__ import annotations
@@ -18,11 +24,21 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-# vLLM 0.32 names (vllm/v1/metrics/loggers.py) of the figures orch cross-checks.
+# vLLM 0.32 names (vllm/v1/metrics/loggers.py); where a name changed, older spellings follow in
+# the tuples that status looks up (the first one present wins).
 TTFT = "vllm:time_to_first_token_seconds"
 TPOT = "vllm:request_time_per_output_token_seconds"
 ITL = "vllm:inter_token_latency_seconds"
 E2E = "vllm:e2e_request_latency_seconds"
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+RUNNING = ("vllm:num_requests_running",)
+WAITING = ("vllm:num_requests_waiting",)
+TPOT_NAMES = (TPOT, "vllm:time_per_output_token_seconds")
+CACHE_INFO = "vllm:cache_config_info"
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"  # counters, in tokens (vllm/v1/metrics/loggers.py)
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
+REPLICA_LABEL = "ReplicaId"  # added by vLLM's RayPrometheusStatLogger under Ray Serve LLM
+MODEL_LABEL = "model_name"
 
 
 def name_variants(name: str) -> tuple[str, ...]:
@@ -183,3 +199,28 @@ def bin_samples(values: Sequence[float], bounds: Sequence[float], name: str = "c
             j += 1
         buckets.append((le, float(j)))
     return Histogram(name, tuple(buckets), float(sum(xs)), float(len(xs)))
+
+
+_SUFFIXES = ("", "_bucket", "_sum", "_count", "_total")
+
+
+def select(samples: Sequence[Sample], names: Sequence[str], model: str | None = None, replica_ids: Iterable[str] | None = None) -> list[Sample]:
+    """Samples of the first of ``names`` (bare or Ray spelling, with suffixes) present, for
+    ``model`` when the page labels models, and for the given replicas when it labels replicas."""
+    ids = set(replica_ids) if replica_ids is not None else None
+    for name in names:
+        variants = name_variants(name)
+        hits = [s for s in samples if any(s.name == v + suf for v in variants for suf in _SUFFIXES)]
+        if not hits:
+            continue
+        if model is not None and any(s.label(MODEL_LABEL) is not None for s in hits):
+            hits = [s for s in hits if s.label(MODEL_LABEL) == model]  # another model's: not ours
+        if ids is not None and any(s.label(REPLICA_LABEL) for s in hits):
+            hits = [s for s in hits if s.label(REPLICA_LABEL) in ids]
+        return hits
+    return []
+
+
+def gauge_values(samples: Sequence[Sample], names: Sequence[str], model: str | None = None, replica_ids: Iterable[str] | None = None) -> list[float]:
+    """The values of a gauge or counter (``select`` without histogram parts)."""
+    return [s.value for s in select(samples, names, model, replica_ids) if not s.name.endswith(("_bucket", "_sum", "_count"))]

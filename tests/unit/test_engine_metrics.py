@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.bench import prometheus as prom
+from orchestrator import engine_metrics as prom
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
 
