@@ -9,7 +9,6 @@ dependencies and prints the decision, the plan, the rendered config (key redacte
 from __future__ import annotations
 
 import os
-import posixpath
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -117,10 +116,10 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
       orch rollout --model llama3-405b cluster.yaml --dry-run
       orch rollout --model /models/my-llama --served-name my-llama --max-model-len 8192
     """
+    from orchestrator.serve.desired import RolloutRequest, desired_for_model
     from orchestrator.state import StateStore
     from orchestrator.workflows.plan import planning_shape, vllm_version_for
     from orchestrator.workflows.rollout import RolloutOptions, execute
-    from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model
 
     state_dir = ctx.obj["state_dir"]
     manifest = resolve_manifest(cluster_yaml, state_dir, "rollout")
@@ -145,18 +144,16 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
 def _sync_first(manifest: Any, state_dir: Path, request: Any, source: str, dry_run: bool, as_json: bool) -> None:
     """`--sync-model`: the model's folder on the nodes must be <model_store>/<name>; it is synced
     (or, with --dry-run, what would be copied is printed) before anything is planned or deployed."""
-    from orchestrator.cli.model import print_plan, print_summary, run_sync
-    from orchestrator.errors import ModelSyncError, UsageError
-    from orchestrator.workflows.rollout_setup import model_location
+    from orchestrator.cli.sync_display import SyncProgress, print_plan, print_summary
+    from orchestrator.cli.wiring import model_sync_deps
+    from orchestrator.errors import ModelSyncError
+    from orchestrator.serve.desired import model_location
+    from orchestrator.workflows.model_sync import SyncOptions, check_rollout_target, sync_model
 
     _, node_path, _ = model_location(manifest, request.model, request.served_name, request.model_path)
-    store = str(manifest.model_store) if manifest.model_store is not None else None
-    if store is None or posixpath.dirname(node_path.rstrip("/")) != store.rstrip("/"):
-        raise UsageError(
-            f"--sync-model copies models to <model_store>/<name>; {node_path} is not in the manifest's model_store ({store or 'not set'})",
-            hint="set model_store to the folder that holds the model, or pass --model NAME",
-        )
-    result = run_sync(manifest, state_dir, node_path, source, dry_run, None, False, progress=not as_json)
+    check_rollout_target(manifest, node_path)
+    deps = model_sync_deps(manifest, state_dir, False, SyncProgress(not as_json))
+    result = sync_model(manifest, deps, SyncOptions(model=node_path, source=source, dry_run=dry_run))
     if not as_json:
         (print_plan if dry_run else print_summary)(result)
     if not result.ok:
@@ -180,9 +177,9 @@ def rollback(ctx, cluster_yaml, to, dry_run, allow_downtime, timeout_s, as_json)
       orch rollback            # the revision that served before the current one
       orch rollback --to 3 cluster.yaml
     """
+    from orchestrator.serve.desired import desired_for_revision
     from orchestrator.state import StateStore
     from orchestrator.workflows.rollout import RolloutOptions, execute
-    from orchestrator.workflows.rollout_setup import desired_for_revision
 
     state_dir = ctx.obj["state_dir"]
     manifest = resolve_manifest(cluster_yaml, state_dir, "rollout")

@@ -8,10 +8,11 @@ functions so that ``orch --help`` and ``orch validate`` stay fast.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.output import console
 from orchestrator.errors import StateError, UsageError
@@ -19,6 +20,7 @@ from orchestrator.errors import StateError, UsageError
 if TYPE_CHECKING:
     from orchestrator.manifest.model import Manifest
     from orchestrator.workflows.cluster import ClusterDeps
+    from orchestrator.workflows.model_sync import SyncDeps
     from orchestrator.workflows.rollout import ServingDeps
 
 Progress = Callable[[str], None]
@@ -66,13 +68,29 @@ def cluster_deps(manifest: Manifest, state_dir: Path, accept_new_host_keys: bool
     )
 
 
+def model_sync_deps(manifest: Manifest, state_dir: Path, accept_new_host_keys: bool, progress: Callable[[Any], None]) -> SyncDeps:
+    """The real dependencies of `orch model sync` (and `orch rollout --sync-model`): SSH runners
+    with orch's known_hosts, and this machine for ``--from local``."""
+    from orchestrator.remote.connect import open_runners
+    from orchestrator.remote.local import LocalRunner
+    from orchestrator.workflows.model_sync import SyncDeps
+
+    known_hosts = known_hosts_path(manifest, state_dir)
+    return SyncDeps(
+        open_runners=lambda m: open_runners(m, known_hosts, accept_new_host_keys),
+        local=LocalRunner("local"),
+        local_python=sys.executable,
+        progress=progress,
+    )
+
+
 def rollout_deps(manifest: Manifest, state_dir: Path, progress: Progress) -> ServingDeps:
     """The real dependencies of the rollout workflows (rollout, rollback)."""
+    from orchestrator.cli.cluster_apis import open_cluster_apis
     from orchestrator.remote.connect import open_runners
     from orchestrator.serve.validate import validate_app
     from orchestrator.state import StateStore
     from orchestrator.workflows.rollout import ServingDeps
-    from orchestrator.workflows.rollout_setup import open_cluster_apis
 
     known_hosts = known_hosts_path(manifest, state_dir)
     return ServingDeps(

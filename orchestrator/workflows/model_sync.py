@@ -146,6 +146,8 @@ class SyncResult:
 
 def resolve(manifest: Manifest, options: SyncOptions) -> tuple[ModelPaths, str]:
     """(paths on the nodes, the source folder) for ``--model NAME|PATH``."""
+    if not options.model.strip():
+        raise UsageError("--model is empty", hint="--model NAME or --model /path/to/model")
     if manifest.model_store is None:
         raise UsageError(
             "the manifest sets no model_store: orch model sync copies models to <model_store>/<name> on every node",
@@ -167,6 +169,17 @@ def resolve(manifest: Manifest, options: SyncOptions) -> tuple[ModelPaths, str]:
     if problem:
         raise UsageError(problem, hint="pass --model NAME (a folder of the model store) or --model /path/to/NAME")
     return ModelPaths(store, name), src
+
+
+def check_rollout_target(manifest: Manifest, node_path: str) -> None:
+    """`orch rollout --sync-model`: the model's folder on the nodes must be <model_store>/<name>,
+    where a sync puts it."""
+    store = str(manifest.model_store) if manifest.model_store is not None else None
+    if store is None or posixpath.dirname(node_path.rstrip("/")) != store.rstrip("/"):
+        raise UsageError(
+            f"--sync-model copies models to <model_store>/<name>; {node_path} is not in the manifest's model_store ({store or 'not set'})",
+            hint="set model_store to the folder that holds the model, or pass --model NAME",
+        )
 
 
 def agent_argv(python: str, *args: str) -> list[str]:

@@ -40,6 +40,7 @@ from orchestrator.runbooks import runbook
 from orchestrator.serve import decisions
 from orchestrator.serve.client import ServeStatus
 from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp
+from orchestrator.serve.desired import Desired
 from orchestrator.serve.secrets import fill_secrets, for_display, unfilled
 from orchestrator.state import Revision, StateStore
 from orchestrator.workflows.calibration import calibrate_rollout
@@ -61,22 +62,9 @@ from orchestrator.workflows.rollout_steps import (
     wait_for_app,
 )
 
-__all__ = ["ClusterApis", "Desired", "RolloutOptions", "RolloutResult", "ServingDeps", "execute"]
+__all__ = ["ClusterApis", "RolloutOptions", "RolloutResult", "ServingDeps", "execute"]
 
 RUNBOOK = "see " + runbook("ROLLOUT_FAILED")
-
-
-@dataclass(frozen=True)
-class Desired:
-    """What should serve: a rendered app (placeholder key) and what it came from."""
-
-    model: str
-    served_name: str
-    model_source: str
-    rendered: RenderedApp
-    plan: dict
-    weights_gib_per_node: float | None = None
-    rollback_of: int | None = None  # the revision whose config this is (orch rollback)
 
 
 @dataclass

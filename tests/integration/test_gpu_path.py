@@ -25,18 +25,19 @@ import httpx
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.cli.cluster_apis import open_cluster_apis
 from orchestrator.cluster.node_state import current_by_name
 from orchestrator.cluster.ray_nodes import node_token_path
 from orchestrator.doctor.diagnose import diagnose
 from orchestrator.errors import RolloutFailed
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.remote.connect import open_runners
+from orchestrator.serve.desired import RolloutRequest, desired_for_model
 from orchestrator.serve.validate import validate_app
 from orchestrator.state import StateStore
 from orchestrator.workflows.cluster import UpOptions, up
 from orchestrator.workflows.down import down
 from orchestrator.workflows.rollout import RolloutOptions
-from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model, open_cluster_apis
 from tests.fixtures.cluster import RayTestbedCluster
 from tests.fixtures.cluster import testbed_manifest as manifest_text
 from tests.fixtures.serving import MAX_MODEL_LEN, ServedTiny

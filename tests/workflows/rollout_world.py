@@ -14,10 +14,10 @@ from orchestrator.cluster.node_state import NodeState
 from orchestrator.manifest.load import load_manifest
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
+from orchestrator.serve.desired import RolloutRequest, desired_for_model
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.state import StateStore
 from orchestrator.workflows.rollout import ClusterApis, RolloutOptions, ServingDeps, execute
-from orchestrator.workflows.rollout_setup import RolloutRequest, desired_for_model
 
 KEY = "key-for-tests-0123456789"
 MANIFEST = """

@@ -11,8 +11,8 @@ from dataclasses import replace
 import pytest
 
 from orchestrator.errors import UsageError
+from orchestrator.serve.desired import desired_for_revision
 from orchestrator.workflows.rollout import RolloutOptions, execute
-from orchestrator.workflows.rollout_setup import desired_for_revision
 from tests.workflows.rollout_world import KEY, MANIFEST, _nodes, make_world
 
 OPTIONS = RolloutOptions(timeout_s=60, probe_timeout_s=10)

@@ -1,24 +1,19 @@
-"""What a rollout deploys, and the real adapters the serving workflow runs with.
+"""What a rollout deploys: the desired Serve application, from a model or a recorded revision. Pure.
 
 ``desired_for_model``: model name/path -> served name + path on the nodes -> planner ParallelPlan
 -> rendered Serve app (stage pins from the free GPUs Ray reports). ``desired_for_revision``: a
-recorded revision's stored config (orch rollback). Both are pure given their inputs (the tiny
-model's folder is built on the spot for the local demo, which writes files).
-
-``open_cluster_apis``: the Serve REST client and the dashboard's node list through one SSH tunnel
-to the head's 127.0.0.1 (directly for a local head), and the public endpoint at the head's
-address and the manifest's Serve port.
+recorded revision's stored config (orch rollback). Each returns a factory (Ray's node list, the
+nodes' cores -> ``Desired``) that the rollout workflow calls once it has read the cluster. Pure
+given their inputs, except that the local demo's tiny model is built on the spot (it writes
+files) and ``desired_for_revision`` reads the state store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cluster.dashboard import open_dashboard
 from orchestrator.cluster.node_state import current_by_name
 from orchestrator.cluster.ray_nodes import node_resource
 from orchestrator.errors import PlanError, StateError, UsageError
@@ -30,9 +25,6 @@ from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
-from orchestrator.remote.runner import Runner
-from orchestrator.serve import readiness
-from orchestrator.serve.client import open_serve_client
 from orchestrator.serve.config import (
     AppTarget,
     RenderedApp,
@@ -44,8 +36,19 @@ from orchestrator.serve.config import (
     stage_nodes_for,
 )
 from orchestrator.state import StateStore
-from orchestrator.status.workers import ACTORS_PARAMS, ACTORS_PATH, parse_actors
-from orchestrator.workflows.rollout import ClusterApis, Desired
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What should serve: a rendered app (placeholder key) and what it came from."""
+
+    model: str
+    served_name: str
+    model_source: str
+    rendered: RenderedApp
+    plan: dict
+    weights_gib_per_node: float | None = None
+    rollback_of: int | None = None  # the revision whose config this is (orch rollback)
 
 
 @dataclass(frozen=True)
@@ -229,25 +232,3 @@ def desired_for_revision(state: StateStore, cluster: str, to: int | None):
                        plan=dict(target.plan), rollback_of=target.number)  # fmt: skip
 
     return build
-
-
-class HttpEndpoint:
-    """readiness.* bound to the public base URL."""
-
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
-
-    def probe(self, route_prefix: str, model: str, api_key: str | None):
-        return readiness.probe_completion(self.base_url, route_prefix, model, api_key)
-
-    def unauthenticated_status(self, route_prefix: str, model: str) -> int | None:
-        return readiness.unauthenticated_status(self.base_url, route_prefix, model)
-
-
-@contextmanager
-def open_cluster_apis(manifest: Manifest, runners: Mapping[str, Runner], token: str | None) -> Iterator[ClusterApis]:
-
-    head = runners[manifest.head.name]
-    with open_dashboard(head, manifest.ray.dashboard_port, token) as dash, open_serve_client(head, manifest.ray.dashboard_port, token) as serve:
-        yield ClusterApis(serve=serve, nodes=dash.nodes_with_usage, endpoint=HttpEndpoint(manifest.serve_url()),
-                          actors=lambda: parse_actors(dash.get_json(ACTORS_PATH, ACTORS_PARAMS)))  # fmt: skip

@@ -1,0 +1,40 @@
+"""The real cluster APIs a rollout runs against: Serve REST and the dashboard's node and actor
+lists through one SSH tunnel to the head's 127.0.0.1 (directly for a local head), and the public
+endpoint at the head's address and the manifest's Serve port. I/O; the adapters behind
+``workflows.rollout_steps.ClusterApis``, wired by ``cli.wiring.serving_deps``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from orchestrator.cluster.dashboard import open_dashboard
+from orchestrator.manifest.model import Manifest
+from orchestrator.remote.runner import Runner
+from orchestrator.serve import readiness
+from orchestrator.serve.client import open_serve_client
+from orchestrator.status.workers import ACTORS_PARAMS, ACTORS_PATH, parse_actors
+from orchestrator.workflows.rollout_steps import ClusterApis
+
+
+class HttpEndpoint:
+    """readiness.* bound to the public base URL."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+
+    def probe(self, route_prefix: str, model: str, api_key: str | None):
+        return readiness.probe_completion(self.base_url, route_prefix, model, api_key)
+
+    def unauthenticated_status(self, route_prefix: str, model: str) -> int | None:
+        return readiness.unauthenticated_status(self.base_url, route_prefix, model)
+
+
+@contextmanager
+def open_cluster_apis(manifest: Manifest, runners: Mapping[str, Runner], token: str | None) -> Iterator[ClusterApis]:
+
+    head = runners[manifest.head.name]
+    with open_dashboard(head, manifest.ray.dashboard_port, token) as dash, open_serve_client(head, manifest.ray.dashboard_port, token) as serve:
+        yield ClusterApis(serve=serve, nodes=dash.nodes_with_usage, endpoint=HttpEndpoint(manifest.serve_url()),
+                          actors=lambda: parse_actors(dash.get_json(ACTORS_PATH, ACTORS_PARAMS)))  # fmt: skip
