@@ -4,7 +4,7 @@
 
 Starts, on this machine, a bare ``python -m vllm.entrypoints.openai.api_server`` and one local
 Ray cluster per Serve variant running the same tiny model through ``ray.serve.llm`` with the
-config orch renders (``serve_config.render_app``, CPU layout, vLLM's api_key on). Both servers
+config orch renders (``serve.config.render_app``, CPU layout, vLLM's api_key on). Both servers
 are up at once and measured in alternating rounds (bare, serve, bare, serve, ...), so both see
 the same cores (the idle one does not compete) and the same machine noise. Each round sends the
 same load with orch's own load generator (``orchestrator.bench.loadgen``): 64 streamed completions of 64

@@ -112,6 +112,16 @@ class ServeError(OrchError):
     exit_code = 6
 
 
+class ServeConfigError(OrchError):
+    """The rendered Serve config is invalid (Ray Serve LLM's own validation refused a field)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None, problems: list[str] | None = None) -> None:
+        super().__init__(message, hint)
+        self.problems = problems or [message]
+
+
 class RolloutFailed(OrchError):
     """A new revision failed its gate; ``rolled_back`` says whether the previous one is back."""
 

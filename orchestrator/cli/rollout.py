@@ -23,7 +23,7 @@ from orchestrator.cli.wiring import progress_display, resolve_manifest, rollout_
 
 
 def _engine_args(values: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
-    from orchestrator.serve.config import parse_engine_arg
+    from orchestrator.serve.engine_args import parse_engine_arg
 
     return tuple(parse_engine_arg(item) for item in values)
 

@@ -26,7 +26,7 @@ import httpx
 from orchestrator.cluster.dashboard import DashboardClient
 from orchestrator.errors import ServeError
 from orchestrator.runbooks import runbook
-from orchestrator.serve.config import mask_api_key
+from orchestrator.serve.fingerprint import mask_api_key
 
 APPLICATIONS_PATH = "/api/serve/applications/"
 RUNBOOK = runbook("SERVE_API_ERROR")

@@ -1,11 +1,15 @@
 """Plan + manifest + facts -> the Ray Serve LLM application config. Pure.
 
-Owns the rendering of ``cluster-templates/serve-app.yaml.j2`` (package data: ``orchestrator.resources``; one Serve application running one
-model through ``ray.serve.llm:build_openai_app``), the placement layout (TP inside a node, stage
-*i* of the pipeline pinned to its node through the per-node custom resource that ``orch up``
-registered), the API-key handling (the rendered config carries a placeholder; the real key only
-exists in the body of the PUT) and the config fingerprint that makes a rollout idempotent.
-Validation with Ray Serve LLM's own ``LLMConfig`` lives in ``serve_validate``.
+Owns the rendering of ``cluster-templates/serve-app.yaml.j2`` (package data:
+``orchestrator.resources``; one Serve application running one model through
+``ray.serve.llm:build_openai_app``): the engine arguments, the runtime env (collective
+interfaces, RAY_ADDRESS, the CPU engine's threads), the deployment settings (``ServeDefaults``)
+and the body of the deploy request. The rendered config carries an API-key placeholder; the real
+key only exists in the body of the PUT (``RenderedApp.with_api_key``).
+
+Beside it: ``placement`` (bundles, stage pins), ``engine_args`` (--engine-arg, dtype),
+``fingerprint`` (what makes two configs the same revision; the key masked), ``validate`` (Ray
+Serve LLM's own ``LLMConfig``).
 
 No I/O except reading the template (through ``orchestrator.resources``).
 """
@@ -13,22 +17,20 @@ No I/O except reading the template (through ``orchestrator.resources``).
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.cluster.ray_nodes import NODE_RESOURCE_PREFIX
-from orchestrator.errors import OrchError
+from orchestrator.errors import ServeConfigError
 from orchestrator.manifest.model import Manifest
 from orchestrator.resources import read_text
+from orchestrator.serve.engine_args import check_engine_arg_key, vllm_dtype
+from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint
+from orchestrator.serve.placement import placement
 
 TEMPLATE_NAME = "serve-app.yaml.j2"
 IMPORT_PATH = "ray.serve.llm:build_openai_app"
-API_KEY_PLACEHOLDER = "<redacted>"
 PUBLIC_ROUTE = "/"
 # Serve LLM's direct streaming makes the LLMServer replica the ingress and serves vLLM's own
 # FastAPI app, whose `api_key` is what guards the endpoint (stack notes). It needs HAProxy and
@@ -37,25 +39,6 @@ DIRECT_STREAMING_ENV = {"RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
 # Serve LLM's router under direct streaming: HAProxy asks it which LLMServer replica takes each
 # request (ray.llm core/ingress/builder.py). See ServeDefaults.router_drain_s.
 ROUTER_DEPLOYMENT = "LLMRouter"
-# Fraction of the per-node custom resource each pinned bundle asks for: small enough that any
-# number of bundles (and a second copy during a side-by-side rollout) fit in the 1 unit a node has.
-NODE_PIN_AMOUNT = 0.001
-NODE_PIN_KEY = "<node>"
-
-_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
-           "half": "float16", "fp32": "float32", "float32": "float32", "auto": "auto"}
-# Planner dtypes that are a weight quantization rather than an activation dtype.
-_QUANTIZATIONS = {"fp8": "fp8"}
-
-
-class ServeConfigError(OrchError):
-    """The rendered Serve config is invalid (Ray Serve LLM's own validation refused a field)."""
-
-    exit_code = 2
-
-    def __init__(self, message: str, hint: str | None = None, problems: list[str] | None = None) -> None:
-        super().__init__(message, hint)
-        self.problems = problems or [message]
 
 
 @dataclass(frozen=True)
@@ -173,122 +156,8 @@ class RenderedApp:
         return RenderedApp(app=app, stage_nodes=self.stage_nodes, notes=self.notes)
 
 
-# vLLM engine argument names are Python identifiers in snake case (``AsyncEngineArgs`` fields);
-# anything else (quotes, spaces, YAML syntax) is refused before it gets near the template.
-ENGINE_ARG_KEY = re.compile(r"[a-z][a-z0-9_]*\Z")
-# Set by orch from the plan, the flags or the key: an --engine-arg may not override them.
-RESERVED_ENGINE_ARGS = ("api_key", "model", "served_model_name", "tensor_parallel_size", "pipeline_parallel_size",
-                        "max_model_len", "dtype")  # fmt: skip
-
-
-def check_engine_arg_key(key: str) -> None:
-    """Refuse an engine argument name that is not a plain vLLM name, or one orch sets itself."""
-    if not isinstance(key, str) or not ENGINE_ARG_KEY.match(key):
-        raise ServeConfigError(
-            f"engine argument name {key!r} is not a vLLM engine argument name (lowercase letters, digits and _)",
-            hint="e.g. --engine-arg max_num_seqs=64 (vLLM's flag --max-num-seqs without the dashes)",
-        )
-    if key in RESERVED_ENGINE_ARGS:
-        raise ServeConfigError(f"engine argument {key!r} is set by orch", hint="use the matching orch flag (--tp, --pp, --max-model-len, --dtype, --served-name)")
-
-
-def parse_engine_arg(item: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` of --engine-arg -> (vLLM name, value). The value is YAML (``64``, ``true``,
-    ``[1, 2]``, ``{a: 1}``) without anchors or aliases; bad input is a ServeConfigError (exit 2)."""
-    import yaml
-
-    key, sep, raw = item.partition("=")
-    key = key.strip().replace("-", "_")
-    if not sep or not key:
-        raise ServeConfigError(f"--engine-arg {item!r}: expected KEY=VALUE", hint="e.g. --engine-arg max_num_seqs=64")
-    check_engine_arg_key(key)
-    try:
-        if any(isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None) for ev in yaml.parse(raw, Loader=yaml.SafeLoader)):
-            raise ServeConfigError(f"--engine-arg {key}: YAML anchors and aliases (& and *) are not allowed in a value",
-                                   hint="write the value out in full")  # fmt: skip
-        return key, yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise ServeConfigError(f"--engine-arg {key}: the value is not valid YAML: {' '.join(str(exc).split())}",
-                               hint="quote it, e.g. --engine-arg 'name=\"a value\"'") from exc  # fmt: skip
-
-
 # ----------------------------------------------------------------------------------------------
 # Pure helpers
-
-
-def ray_accelerator_type(gpu_name: str | None) -> str | None:
-    """Ray's accelerator type for a GPU name, as Ray derives it on the node (``H100``, ``A100``, ``L4``).
-
-    Accepts nvidia-smi names ("NVIDIA H100 80GB HBM3") and manifest gpu_type ("H100-80GB").
-    Mirrors ray._private.accelerators.nvidia_gpu's name pattern, so the value matches the
-    ``accelerator_type:X`` resource Ray registers on real GPU nodes.
-    """
-    if not gpu_name:
-        return None
-    name = re.sub(r"^(NVIDIA|Tesla)\s+", "", gpu_name.strip(), flags=re.I)
-    name = re.sub(r"^Tesla\s+", "", name, flags=re.I)
-    token = re.split(r"[\s\-_]", name, maxsplit=1)[0]
-    if re.fullmatch(r"[A-Z]*\d[A-Z0-9]*", token):
-        return token
-    return None
-
-
-def vllm_dtype(dtype: str) -> tuple[str, str | None]:
-    """Planner dtype -> (vLLM --dtype, --quantization or None)."""
-    key = dtype.lower()
-    if key in _QUANTIZATIONS:
-        return "bfloat16", _QUANTIZATIONS[key]
-    if key in ("int8", "int4"):
-        # Integer weights come from a pre-quantized checkpoint (AWQ/GPTQ): vLLM reads its method
-        # from the model's config; the activation dtype stays 16-bit.
-        return "auto", None
-    return _DTYPES.get(key, key), None
-
-
-def stage_nodes_for(plan: ServingPlan, free_gpus: Mapping[str, float]) -> tuple[str, ...] | None:
-    """Pick one node per pipeline stage (TP bundles stay inside that node), in the given order.
-
-    Returns None when there is nothing to pin (PP 1: STRICT_PACK keeps TP inside one node) or when
-    replicas > 1 (one placement-group layout serves every replica, so pins would stack them on
-    the same nodes). Raises ServeConfigError when fewer nodes than stages have tp free GPUs.
-    """
-    if plan.pp <= 1 or plan.replicas > 1:
-        return None
-    fitting = [node for node, free in free_gpus.items() if free >= plan.tp]
-    if len(fitting) < plan.pp:
-        have = ", ".join(f"{n}: {g:g}" for n, g in free_gpus.items()) or "none"
-        raise ServeConfigError(
-            f"pipeline parallel {plan.pp} x tensor parallel {plan.tp} needs {plan.pp} nodes with "
-            f"{plan.tp} free GPUs each; free GPUs per node: {have}",
-            hint="free GPUs (orch rollback, or stop other applications) or plan fewer stages",
-        )
-    return tuple(fitting[: plan.pp])
-
-
-def placement(
-    plan: ServingPlan,
-    accelerator: str,
-    stage_nodes: Sequence[str] | None,
-    node_resource: Callable[[str], str],
-    cpus_per_cpu_worker: float = 1,
-) -> tuple[list[dict], str]:
-    """(bundles, strategy): one bundle per vLLM worker, in rank order (stage 0 first)."""
-    if accelerator == "cpu":
-        # Serve LLM forces vLLM's mp executor on CPU: the whole replica lives on one node.
-        return [{"CPU": cpus_per_cpu_worker} for _ in range(plan.workers)], "STRICT_PACK"
-    if plan.pp <= 1:
-        # TP inside a node: STRICT_PACK. An explicit TP larger than a node (planner warning):
-        # PACK fills a node before it spills onto the next, so the group spans as few as it can.
-        return [{"GPU": 1} for _ in range(plan.tp)], "PACK" if plan.tp_spans_nodes else "STRICT_PACK"
-    if not stage_nodes:
-        # Replicas > 1: no per-replica pins exist; PACK fills one node before the next.
-        return [{"GPU": 1} for _ in range(plan.workers)], "PACK"
-    bundles = [
-        {"GPU": 1, node_resource(node): NODE_PIN_AMOUNT}
-        for node in stage_nodes
-        for _ in range(plan.tp)
-    ]
-    return bundles, "PACK"
 
 
 def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, node_cores: int | None = None) -> dict[str, str]:
@@ -464,42 +333,3 @@ def deploy_body(apps: Sequence[Mapping[str, Any]], manifest: Manifest) -> dict:
 # Secrets and fingerprints
 
 
-def mask_api_key(obj: Any) -> Any:
-    """A copy of any config/status structure with every ``api_key`` value replaced."""
-    if isinstance(obj, Mapping):
-        out = {}
-        for key, value in obj.items():
-            if key == "api_key" and value:
-                # Always the list form vLLM needs (the state store writes its own string marker).
-                out[key] = [API_KEY_PLACEHOLDER]
-            else:
-                out[key] = mask_api_key(value)
-        return out
-    if isinstance(obj, list):
-        return [mask_api_key(v) for v in obj]
-    return obj
-
-
-def key_digest(api_key: str | None) -> str | None:
-    if not api_key:
-        return None
-    return hashlib.sha256(("orch-api-key:" + api_key).encode()).hexdigest()[:16]
-
-
-def config_fingerprint(app: Mapping[str, Any], api_key: str | None = None) -> str:
-    """sha256 of what the revision serves: the config without its name/route, plus a key digest.
-
-    The app name and route change with each revision (side-by-side rollout) and must not make
-    an identical config look new; a rotated API key must.
-    """
-    body = {k: v for k, v in mask_api_key(app).items() if k not in ("name", "route_prefix")}
-    # Which nodes the stages are pinned to depends on what is free at the time (a side-by-side
-    # copy lands on other nodes): the layout counts, not the node names.
-    for cfg in body.get("args", {}).get("llm_configs", []):
-        pg = cfg.get("placement_group_config") or {}
-        if pg.get("bundles"):
-            pg["bundles"] = [
-                {(NODE_PIN_KEY if str(k).startswith(NODE_RESOURCE_PREFIX) else k): v for k, v in b.items()} for b in pg["bundles"]
-            ]
-    blob = json.dumps({"app": body, "key": key_digest(api_key)}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()

@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator.cluster.node_state import current_by_name
 from orchestrator.cluster.ray_nodes import node_resource
-from orchestrator.errors import PlanError, StateError, UsageError
+from orchestrator.errors import PlanError, ServeConfigError, StateError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.plan.calibration import model_fingerprint
 from orchestrator.plan.capacity import PlanOptions
@@ -25,16 +25,8 @@ from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
-from orchestrator.serve.config import (
-    AppTarget,
-    RenderedApp,
-    ServeConfigError,
-    ServeDefaults,
-    ServingPlan,
-    ray_accelerator_type,
-    render_app,
-    stage_nodes_for,
-)
+from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, ServingPlan, render_app
+from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
 from orchestrator.state import StateStore
 
 

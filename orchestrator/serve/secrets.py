@@ -20,7 +20,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.serve.config import API_KEY_PLACEHOLDER, mask_api_key
+from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, mask_api_key
 from orchestrator.state import REDACTED, redact_secrets
 
 PLACEHOLDERS = frozenset({REDACTED, API_KEY_PLACEHOLDER})

@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from orchestrator.serve.config import ServeConfigError
+from orchestrator.errors import ServeConfigError
 
 _FIELD_HINTS = {
     "engine_kwargs": "an engine argument vLLM does not accept: check --max-model-len/--dtype/--engine-arg",

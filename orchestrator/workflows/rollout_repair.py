@@ -20,7 +20,8 @@ from orchestrator.errors import RolloutFailed, StateError
 from orchestrator.manifest.model import Manifest
 from orchestrator.runbooks import runbook
 from orchestrator.serve.client import ServeStatus
-from orchestrator.serve.config import PUBLIC_ROUTE, config_fingerprint
+from orchestrator.serve.config import PUBLIC_ROUTE
+from orchestrator.serve.fingerprint import config_fingerprint
 from orchestrator.state import Revision
 from orchestrator.workflows.rollout_steps import (
     ClusterApis,

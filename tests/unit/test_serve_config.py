@@ -8,25 +8,16 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cluster.ray_nodes import node_resource
+from orchestrator.errors import ServeConfigError
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import resolve_model
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.shape import shape_from_manifest
-from orchestrator.serve.config import (
-    API_KEY_PLACEHOLDER,
-    AppTarget,
-    ServeConfigError,
-    ServingPlan,
-    check_engine_arg_key,
-    config_fingerprint,
-    deploy_body,
-    mask_api_key,
-    parse_engine_arg,
-    ray_accelerator_type,
-    render_app,
-    stage_nodes_for,
-)
+from orchestrator.serve.config import AppTarget, ServingPlan, deploy_body, render_app
+from orchestrator.serve.engine_args import check_engine_arg_key, parse_engine_arg
+from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint, mask_api_key
+from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
 from orchestrator.serve.validate import validate_app
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "cluster-templates"

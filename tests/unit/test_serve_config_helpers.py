@@ -10,27 +10,20 @@ from types import SimpleNamespace
 
 import pytest
 
+from orchestrator.errors import ServeConfigError
 from orchestrator.manifest.load import load_manifest
 from orchestrator.serve.config import (
-    API_KEY_PLACEHOLDER,
     RenderedApp,
-    ServeConfigError,
     ServeDefaults,
     ServingPlan,
-    check_engine_arg_key,
     cluster_ray_address,
-    config_fingerprint,
     deploy_body,
-    key_digest,
-    mask_api_key,
     max_ongoing,
-    parse_engine_arg,
-    placement,
-    ray_accelerator_type,
     serving_env,
-    stage_nodes_for,
-    vllm_dtype,
 )
+from orchestrator.serve.engine_args import check_engine_arg_key, parse_engine_arg, vllm_dtype
+from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint, key_digest, mask_api_key
+from orchestrator.serve.placement import placement, ray_accelerator_type, stage_nodes_for
 
 
 def test_a_planner_plan_as_a_dict_gets_the_documented_defaults():

@@ -13,8 +13,9 @@ from typing import Any, cast
 import pytest
 
 from orchestrator.cluster.ray_nodes import node_resource
+from orchestrator.errors import ServeConfigError
 from orchestrator.manifest.load import load_manifest_file
-from orchestrator.serve.config import AppTarget, ServeConfigError, ServeDefaults, ServingPlan, render_app
+from orchestrator.serve.config import AppTarget, ServeDefaults, ServingPlan, render_app
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "cluster-templates"
 TARGET = AppTarget("orch-r2", "/_orch/r2", "llama3-405b", "/mnt/shared/models/Llama-3.1-405B-Instruct")
