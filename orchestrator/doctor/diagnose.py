@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.doctor.logscan import DEFAULT_GROUPS, NodeScan, ScanLimits, ScanParseError, parse_scan, scan_argv
-from orchestrator.doctor.signatures import SIGNATURE_CODES, SIGNATURES, DoctorFinding, LogLine, match_logs
+from orchestrator.doctor.matching import DoctorFinding, LogLine, match_logs
+from orchestrator.doctor.signatures import SIGNATURE_CODES, SIGNATURES
 from orchestrator.errors import CommandFailedError, RemoteError
 from orchestrator.manifest.model import Manifest
 from orchestrator.nodes.inventory import gather_facts
@@ -258,7 +259,7 @@ def diagnose(
                 skipped_files=scan.skipped_files,
             )
         )
-    findings.extend(match_logs(lines))
+    findings.extend(match_logs(lines, SIGNATURES))
     notes: list[str] = []
     if with_preflight and reachable:
         pre, notes = preflight_findings(manifest, reachable)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from orchestrator.doctor.signatures import LogLine
+from orchestrator.doctor.matching import LogLine
 
 # Runs on the node. Plain stdlib, Python >= 3.8. Configuration comes as one JSON argument.
 SCAN_SCRIPT = r"""

@@ -10,18 +10,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.doctor.diagnose import CODES
-from orchestrator.doctor.signatures import (
+from orchestrator.doctor.matching import (
     EVIDENCE_MAX_CHARS,
-    SIGNATURE_CODES,
-    SIGNATURES,
     DoctorFinding,
     LogLine,
-    _looks_like_path,
-    _sig,
     clean_evidence,
     match_line,
     match_logs,
 )
+from orchestrator.doctor.signatures import SIGNATURE_CODES, SIGNATURES, _looks_like_path, _sig
 
 LOGS = Path(__file__).resolve().parent.parent / "data" / "logs"
 NORMAL = LOGS / "normal"
@@ -42,10 +39,14 @@ def test_every_signature_code_has_real_log_lines_with_sources(code):
 @pytest.mark.parametrize(
     "code,line",
     # ids: the code and the line's number in <CODE>.log (plain text: mutmut selects tests by id)
-    [pytest.param(code, line, id=f"{code}-{n}") for code in sorted(SIGNATURE_CODES) for n, line in enumerate(_real_lines(code), 1)],
+    [
+        pytest.param(code, line, id=f"{code}-{n}")
+        for code in sorted(SIGNATURE_CODES)
+        for n, line in enumerate(_real_lines(code), 1)
+    ],
 )
 def test_real_line_matches_its_code_and_no_other(code, line):
-    assert [s.code for s in match_line(line)] == [code]
+    assert [s.code for s in match_line(line, SIGNATURES)] == [code]
 
 
 def test_every_signature_pattern_is_exercised_by_a_real_line():
@@ -65,7 +66,7 @@ def test_normal_logs_exist_and_show_no_failure():
         rel = str(path.relative_to(NORMAL))
         lines += [LogLine("head", rel, i, t) for i, t in enumerate(path.read_text(errors="replace").splitlines(), 1)]
     assert len(lines) > 1000
-    findings = match_logs(lines)
+    findings = match_logs(lines, SIGNATURES)
     assert [(f.code, f.severity) for f in findings] == [("PLACEMENT_INFEASIBLE", "warn")]
     assert "taken more than 30s to be scheduled" in findings[0].evidence
 
@@ -90,7 +91,7 @@ def test_normal_logs_exist_and_show_no_failure():
     ],
 )
 def test_healthy_lines_match_nothing(line):
-    assert match_line(line) == []
+    assert match_line(line, SIGNATURES) == []
 
 
 def test_match_logs_dedups_per_node_and_code_and_counts():
@@ -100,7 +101,7 @@ def test_match_logs_dedups_per_node_and_code_and_counts():
         LogLine("w1", "logs/worker-b.err", 3, oom[0]),
         LogLine("w2", "logs/worker-c.err", 7, oom[1]),
     ]
-    findings = match_logs(lines)
+    findings = match_logs(lines, SIGNATURES)
     assert [(f.node, f.code, f.count, f.where) for f in findings] == [
         ("w1", "CUDA_OOM", 2, "logs/worker-a.err:10"),
         ("w2", "CUDA_OOM", 1, "logs/worker-c.err:7"),
@@ -111,7 +112,9 @@ def test_match_logs_dedups_per_node_and_code_and_counts():
 
 def test_match_logs_prefers_a_failing_line_over_an_earlier_warning():
     warn, fail = _real_lines("NODE_HEARTBEAT_LOST")[3], _real_lines("NODE_HEARTBEAT_LOST")[4]
-    findings = match_logs([LogLine("w", "logs/raylet.out", 1, warn), LogLine("w", "logs/raylet.out", 9, fail)])
+    findings = match_logs(
+        [LogLine("w", "logs/raylet.out", 1, warn), LogLine("w", "logs/raylet.out", 9, fail)], SIGNATURES
+    )
     assert len(findings) == 1
     assert (findings[0].severity, findings[0].line_no, findings[0].count) == ("fail", 9, 2)
 
@@ -119,8 +122,11 @@ def test_match_logs_prefers_a_failing_line_over_an_earlier_warning():
 def test_findings_are_ordered_failures_first():
     warn = next(x for x in _real_lines("COLLECTIVE_CONNECT_FAILED") if "Connection closed by remote peer" in x)
     fail = _real_lines("GCS_UNREACHABLE")[0]
-    findings = match_logs([LogLine("a", "f", 1, warn), LogLine("b", "f", 1, fail)])
-    assert [(f.severity, f.code) for f in findings] == [("fail", "GCS_UNREACHABLE"), ("warn", "COLLECTIVE_CONNECT_FAILED")]
+    findings = match_logs([LogLine("a", "f", 1, warn), LogLine("b", "f", 1, fail)], SIGNATURES)
+    assert [(f.severity, f.code) for f in findings] == [
+        ("fail", "GCS_UNREACHABLE"),
+        ("warn", "COLLECTIVE_CONNECT_FAILED"),
+    ]
 
 
 def test_evidence_is_cleaned_and_bounded():
@@ -142,11 +148,20 @@ def test_every_hint_links_its_runbook_and_doctor_exports_all_codes():
 def test_a_signature_is_built_with_its_codes_title_and_runbook_hint():
     # SIGNATURES is built once at import; the builder itself is checked here
     sig = _sig("CUDA_OOM", r"CUDA out of memory", ("CUDA out of memory",), "vllm")
-    assert (sig.code, sig.title, sig.component, sig.severity) == ("CUDA_OOM", SIGNATURE_CODES["CUDA_OOM"], "vllm", "fail")
+    assert (sig.code, sig.title, sig.component, sig.severity) == (
+        "CUDA_OOM",
+        SIGNATURE_CODES["CUDA_OOM"],
+        "vllm",
+        "fail",
+    )
     assert sig.pattern == re.compile(r"CUDA out of memory") and sig.keywords == ("CUDA out of memory",)
-    assert "gpu_memory_utilization" in sig.hint and sig.hint.endswith("; see `orch runbook CUDA_OOM` or runbooks/CUDA_OOM.md")
+    assert "gpu_memory_utilization" in sig.hint and sig.hint.endswith(
+        "; see `orch runbook CUDA_OOM` or runbooks/CUDA_OOM.md"
+    )
     assert sig.predicate is None
-    path_sig = _sig("MODEL_PATH_NOT_FOUND", r"'(?P<value>[^']+)'", ("'",), "vllm", severity="warn", predicate=_looks_like_path)
+    path_sig = _sig(
+        "MODEL_PATH_NOT_FOUND", r"'(?P<value>[^']+)'", ("'",), "vllm", severity="warn", predicate=_looks_like_path
+    )
     assert path_sig.severity == "warn" and path_sig.predicate is _looks_like_path
     assert path_sig.match("'/models/x'") is not None and path_sig.match("'org/model'") is None
 
@@ -176,9 +191,14 @@ def test_match_logs_uses_the_signatures_it_is_given():
 
 def test_a_finding_carries_the_signature_title_component_file_evidence_and_hint():
     oom = min(_real_lines("CUDA_OOM"), key=len)  # 497 characters: the evidence is the line cut to the limit
-    (f,) = match_logs([LogLine("w1", "logs/worker-a.err", 10, "\x1b[31m" + oom + "  ")])
-    sig = match_line(oom)[0]
-    assert (f.title, f.component, f.file, f.hint) == (SIGNATURE_CODES["CUDA_OOM"], "vllm", "logs/worker-a.err", sig.hint)
+    (f,) = match_logs([LogLine("w1", "logs/worker-a.err", 10, "\x1b[31m" + oom + "  ")], SIGNATURES)
+    sig = match_line(oom, SIGNATURES)[0]
+    assert (f.title, f.component, f.file, f.hint) == (
+        SIGNATURE_CODES["CUDA_OOM"],
+        "vllm",
+        "logs/worker-a.err",
+        sig.hint,
+    )
     assert f.evidence == oom[: EVIDENCE_MAX_CHARS - 3] + "..."  # colour code dropped, cut to the limit
 
 
@@ -189,23 +209,32 @@ def test_a_failing_line_after_a_warning_replaces_the_evidence_file_and_hint():
             LogLine("w", "logs/raylet.out", 1, warn),
             LogLine("w", "logs/gcs_server.out", 9, fail),
             LogLine("x", "logs/raylet.out", 2, warn),  # later lines are still read
-        ]
+        ],
+        SIGNATURES,
     )
     f = next(f for f in findings if f.node == "w")
-    fail_sig = match_line(fail)[0]
-    assert (f.file, f.line_no, f.evidence, f.hint, f.severity) == ("logs/gcs_server.out", 9, fail.strip(), fail_sig.hint, "fail")
+    fail_sig = match_line(fail, SIGNATURES)[0]
+    assert (f.file, f.line_no, f.evidence, f.hint, f.severity) == (
+        "logs/gcs_server.out",
+        9,
+        fail.strip(),
+        fail_sig.hint,
+        "fail",
+    )
     assert (f.title, f.component, f.count) == (SIGNATURE_CODES["NODE_HEARTBEAT_LOST"], "ray", 2)
     assert [(g.node, g.severity) for g in findings] == [("w", "fail"), ("x", "warn")]
 
 
 def test_a_second_node_after_a_repeated_line_is_still_reported():
     oom = _real_lines("CUDA_OOM")[0]
-    findings = match_logs([LogLine("a", "f", 1, oom), LogLine("a", "f", 2, oom), LogLine("b", "f", 1, oom)])
+    findings = match_logs([LogLine("a", "f", 1, oom), LogLine("a", "f", 2, oom), LogLine("b", "f", 1, oom)], SIGNATURES)
     assert [(f.node, f.count) for f in findings] == [("a", 2), ("b", 1)]
 
 
 def test_finding_json_names_every_field():
-    f = DoctorFinding("CUDA_OOM", "w1", "logs/a.err", 3, "boom", "hint text", "warn", "CUDA out of memory", "vllm", 2, "logs")
+    f = DoctorFinding(
+        "CUDA_OOM", "w1", "logs/a.err", 3, "boom", "hint text", "warn", "CUDA out of memory", "vllm", 2, "logs"
+    )
     assert f.to_dict() == {
         "code": "CUDA_OOM",
         "severity": "warn",
@@ -224,7 +253,9 @@ def test_finding_json_names_every_field():
 def test_the_failing_signature_hint_replaces_the_warning_hint():
     # signatures given to match_logs may carry their own hints: the upgrade takes the failing one's
     line = min(_real_lines("CUDA_OOM"), key=len)
-    warn = replace(_sig("CUDA_OOM", r"OutOfMemoryError", ("OutOfMemoryError",), "vllm", severity="warn"), hint="warn hint")
+    warn = replace(
+        _sig("CUDA_OOM", r"OutOfMemoryError", ("OutOfMemoryError",), "vllm", severity="warn"), hint="warn hint"
+    )
     fail = replace(_sig("CUDA_OOM", r"CUDA out of memory", ("CUDA out of memory",), "vllm"), hint="fail hint")
     # the first line shows only the warning's pattern, the second (a real OOM line) the failing one's
     upgraded = match_logs([LogLine("w", "a", 1, "torch.OutOfMemoryError"), LogLine("w", "b", 2, line)], [fail, warn])
