@@ -4,6 +4,7 @@ token, the atomic swap of an older copy, and no listener left behind."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -162,3 +163,20 @@ def test_a_node_whose_next_hop_dies_still_completes_its_own_copy(tmp_path):
     res = a.event("result")
     assert res["ok"], res
     assert sha256sum(tmp_path / "a" / "m") == sha256sum(src)
+
+
+def test_the_joined_agent_runs_where_orch_is_not_installed(tmp_path):
+    """Both parts of the agent go to the node as one program: it must run in an isolated
+    interpreter (-I: no site-packages, not the checkout) from a folder without orch in it."""
+    from orchestrator.sync.agent_source import agent_source
+
+    src = agent_source()
+    assert src.startswith("# orch-sync-agent")  # what `ps` shows on the nodes
+    assert "from orchestrator" not in src and "import orchestrator" not in src
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "w.bin").write_bytes(b"\0" * 1000)
+    res = subprocess.run([sys.executable, "-I", "-c", src, "fingerprint", str(tmp_path / "m")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=DEADLINE_S)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    files = json.loads(res.stdout.splitlines()[-1])["files"]
+    assert files == [["w.bin", 1000, hashlib.sha256(b"\0" * 1000).hexdigest()]]
