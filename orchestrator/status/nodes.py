@@ -105,7 +105,7 @@ class StatusReport:
     cluster: str
     nodes: NodesSection
     recorded: Mapping[str, Any] | None = None  # ClusterRecord.to_dict() of the last `orch up`
-    serving: Any | None = None  # the serving section (status.serving.ServingStatus), added by with_serving
+    serving: Any | None = None  # the serving section (status.views.ServingStatus), added by with_serving
     extra: Mapping[str, Any] = field(default_factory=dict)  # further sections: name -> value
 
     def with_serving(self, serving: Any) -> StatusReport:

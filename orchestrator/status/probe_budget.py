@@ -11,7 +11,8 @@ the time `orch status` took to show the outage. Then status waits only ``BROKEN_
 
 from __future__ import annotations
 
-from orchestrator.status.serving import ServingStatus, model_of_deployment
+from orchestrator.status.serving import model_of_deployment
+from orchestrator.status.views import ServingStatus
 
 BROKEN_GRACE_S = 2.0
 

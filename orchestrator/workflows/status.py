@@ -50,14 +50,8 @@ from orchestrator.serve.client import open_serve_client
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.status.engine_stats import KvCapacity, keep_metric_lines, parse_kv_capacity, pick_baseline
 from orchestrator.status.probe_budget import BROKEN_GRACE_S, probe_wait_s
-from orchestrator.status.serving import (
-    NodeRef,
-    ServingStatus,
-    build_serving_status,
-    model_of_deployment,
-    pick_app,
-    revision_app,
-)
+from orchestrator.status.serving import build_serving_status, model_of_deployment, pick_app, revision_app
+from orchestrator.status.views import NodeRef, ServingStatus
 from orchestrator.status.workers import (
     ACTORS_PARAMS,
     ACTORS_PATH,

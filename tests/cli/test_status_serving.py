@@ -8,7 +8,7 @@ from rich.console import Console
 
 from orchestrator.cli.status_serving import render_serving, render_serving_to, serving_json
 from orchestrator.serve.readiness import ProbeResult
-from orchestrator.status.serving import NodeRef
+from orchestrator.status.views import NodeRef
 from tests.unit.test_status_serving import LOGGED, NODE_ID, build, payload
 
 

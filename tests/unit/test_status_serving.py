@@ -21,11 +21,11 @@ from orchestrator.status.serving import (
     REPLICA_UNHEALTHY,
     SERVE_API_ERROR,
     SERVE_APP_NOT_RUNNING,
-    NodeRef,
     build_serving_status,
     model_of_deployment,
     revision_app,
 )
+from orchestrator.status.views import NodeRef
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 REPO = DATA.parent.parent

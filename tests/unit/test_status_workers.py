@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.cluster.node_state import DashboardFormatError, parse_nodes
-from orchestrator.status.serving import NodeRef, build_serving_status
+from orchestrator.status.serving import build_serving_status
+from orchestrator.status.views import NodeRef
 from orchestrator.status.workers import engine_workers, parse_actors, rank_of
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "ray_dashboard"

@@ -23,7 +23,8 @@ from orchestrator.serve import readiness
 from orchestrator.serve.client import ServeApiError, parse_serve_status
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.state import StateStore
-from orchestrator.status.serving import ENDPOINT_PROBE_FAILED, ROLLOUT_INTERRUPTED, SERVE_API_ERROR, NodeRef
+from orchestrator.status.serving import ENDPOINT_PROBE_FAILED, ROLLOUT_INTERRUPTED, SERVE_API_ERROR
+from orchestrator.status.views import NodeRef
 from orchestrator.workflows.status import ServingOptions, StatusDeps, gather_serving, probe_public, start_probe
 
 DATA = Path(__file__).resolve().parent.parent / "data"
