@@ -3,7 +3,7 @@
 Does I/O (HTTP) in ``ServeClient`` only; ``parse_serve_status`` and the value classes are pure and
 tested against real answers of Ray 2.60 (tests/data/serve/). The dashboard is reached on the
 head's 127.0.0.1 through an SSH tunnel (``open_serve_client`` uses the runner's ``forward``, as
-``ray_dashboard.open_dashboard`` does) with the cluster's bearer token.
+``cluster.dashboard.open_dashboard`` does) with the cluster's bearer token.
 
 Serve's REST API is declarative: ``PUT /api/serve/applications/`` takes the full list of
 applications; an application missing from the list is deleted, one whose import path, runtime

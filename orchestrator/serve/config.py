@@ -34,7 +34,7 @@ IMPORT_PATH = "ray.serve.llm:build_openai_app"
 PUBLIC_ROUTE = "/"
 # Serve LLM's direct streaming makes the LLMServer replica the ingress and serves vLLM's own
 # FastAPI app, whose `api_key` is what guards the endpoint (stack notes). It needs HAProxy and
-# direct ingress in the Ray processes' environment (ray_cluster.ray_process_env).
+# direct ingress in the Ray processes' environment (cluster.ray_nodes.ray_process_env).
 DIRECT_STREAMING_ENV = {"RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
 # Serve LLM's router under direct streaming: HAProxy asks it which LLMServer replica takes each
 # request (ray.llm core/ingress/builder.py). See ServeDefaults.router_drain_s.

@@ -215,7 +215,7 @@ def fits(groups: Sequence[Sequence[Mapping[str, float]]], strategy: str, free_by
 
 
 def free_resources(nodes: Sequence[Any]) -> dict[str, dict[str, float]]:
-    """Orch node name -> available resources, from ray_cluster.NodeState values (ALIVE ones)."""
+    """Orch node name -> available resources, from cluster.node_state.NodeState values (ALIVE ones)."""
     out: dict[str, dict[str, float]] = {}
     for state in nodes:
         if not getattr(state, "alive", False):

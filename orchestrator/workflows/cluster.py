@@ -3,8 +3,8 @@
 
 I/O only through what ``ClusterDeps`` provides: runners (SSH/local/fake) opened per command, the
 state store, a dashboard opener (an SSH tunnel to the head's 127.0.0.1 in real use), a clock, a
-sleep and a progress callback. Decisions are made by the pure ``cluster_plan.plan_up`` and
-``preflight``; argv and environments come from ``ray_cluster``.
+sleep and a progress callback. Decisions are made by the pure ``cluster.up_plan.plan_up`` and
+``preflight``; argv and environments come from ``cluster.ray_nodes``.
 
 up: probe every node (in parallel) -> preflight (failures stop; warnings stop without force)
 -> compare with the recorded state (nothing / heal the sick workers / restart all / start)
@@ -107,7 +107,7 @@ class UpOptions:
     force: bool = False
     dry_run: bool = False
     timeout: float = 300.0  # for every node to be ALIVE after the starts
-    serve_env: Mapping[str, str] | None = None  # replaces ray_cluster.SERVE_ENV_DEFAULTS
+    serve_env: Mapping[str, str] | None = None  # replaces cluster.ray_nodes.SERVE_ENV_DEFAULTS
     collective_check: bool = True  # the all-reduce between the nodes before Ray starts
 
 

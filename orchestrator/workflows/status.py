@@ -1,6 +1,6 @@
 """The serving part of `orch status`: gather its inputs over the existing seams. Does I/O.
 
-- Serve's application status: ``serve_client.open_serve_client`` over the head's runner (an SSH
+- Serve's application status: ``serve.client.open_serve_client`` over the head's runner (an SSH
   tunnel to the dashboard on the head's 127.0.0.1) with the cluster's token.
 - The engine's KV-cache capacity line: read on the replica's node through its runner, from the
   replica's worker log (``workflows.engine_logs``). A replica's capacity never changes, so it is

@@ -160,3 +160,41 @@ def test_the_cycle_finder_finds_a_planted_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
     assert _cycle(graph) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# The layers of docs/architecture.md, bottom first: each may import its own layer and those below.
+BASE = {"errors", "resources", "local_disk", "state_files", "state", "polling", "engine_metrics", "remote", "runbooks",
+        "cluster_lock", "orchestrator"}  # fmt: skip
+LAYERS = [BASE, {"manifest"}, {"plan", "nodes", "sync", "cluster", "preflight", "collective", "doctor", "bench", "accept",
+                               "serve", "status"}, {"workflows"}, {"cli", "__main__"}]  # fmt: skip
+
+
+def _layer(top: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if top in layer)
+
+
+def _layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    def top(m: str) -> str:
+        parts = m.split(".")
+        return parts[1] if len(parts) > 1 else "orchestrator"
+
+    return sorted(f"{a} -> {b}" for a, bs in graph.items() for b in bs if _layer(top(b)) > _layer(top(a)))
+
+
+def test_every_top_level_module_has_a_layer():
+    tops = [p.stem for p in PKG.glob("*.py") if p.stem != "__init__"] + [p.parent.name for p in PKG.glob("*/__init__.py")]
+    missing = [t for t in tops if not any(t in layer for layer in LAYERS)]
+    assert missing == []
+
+
+def test_the_layers_point_down():
+    graph, _ = _graph()
+    assert _layer_violations(graph) == []
+
+
+def test_the_layer_rule_finds_an_upward_import():
+    assert _layer_violations({"orchestrator.plan.memory": {"orchestrator.workflows.plan"}}) == [
+        "orchestrator.plan.memory -> orchestrator.workflows.plan"
+    ]
+    assert _layer_violations({"orchestrator.errors": {"orchestrator.manifest.model"}}) != []
+    assert _layer_violations({"orchestrator.serve.config": {"orchestrator.plan.layout", "orchestrator.errors"}}) == []
