@@ -198,3 +198,12 @@ def test_the_layer_rule_finds_an_upward_import():
     ]
     assert _layer_violations({"orchestrator.errors": {"orchestrator.manifest.model"}}) != []
     assert _layer_violations({"orchestrator.serve.config": {"orchestrator.plan.layout", "orchestrator.errors"}}) == []
+
+
+def test_the_readme_layout_names_every_top_level_module():
+    """README's Layout is where a newcomer looks for a module: every folder and top-level file."""
+    readme = (PKG.parent / "README.md").read_text()
+    layout = readme[readme.index("## Layout"):]
+    layout = layout[: layout.index("```", layout.index("```") + 3)]
+    names = [p.name for p in PKG.glob("*.py") if p.name != "__init__.py"] + [p.parent.name + "/" for p in PKG.glob("*/__init__.py")]
+    assert [n for n in sorted(names) if n not in layout] == []
