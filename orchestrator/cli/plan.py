@@ -113,6 +113,8 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -
         f"[bold]{spec.name}[/bold]: {p.params / 1e9:.2f}B parameters, {spec.layers} layers, {spec.heads} heads / {spec.kv_heads} KV heads "
         f"x {spec.head_dim}, vocab {spec.vocab:,}{', ' + '; '.join(kind) if kind else ''}. Checkpoint dtype {spec.dtype}."
     )
+    if spec.quantization is not None:
+        out.print(f"Quantization: {spec.quantization.describe()}", markup=False)
     out.print(f"Cluster: {shape.describe()}")
 
     weights = Table(title="Weights  M_w = Psi * s", title_justify="left")

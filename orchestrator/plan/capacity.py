@@ -152,10 +152,19 @@ def reserve_bytes(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *,
     return non_torch * GIB + max(forward, sampler) + pipeline + graphs * GIB
 
 
+def resolved_kv_cache_dtype(spec: ModelSpec, options: PlanOptions) -> str:
+    """vLLM's ``auto`` KV cache dtype becomes fp8 for a checkpoint that says so (ModelOpt's
+    ``kv_cache_quant_algo: FP8``; ``vllm/utils/torch_utils.py resolve_kv_cache_dtype_string``)."""
+    quant = spec.quantization
+    if options.kv_cache_dtype == "auto" and quant is not None and quant.kv_cache_dtype and options.dtype in (None, spec.dtype):
+        return quant.kv_cache_dtype
+    return options.kv_cache_dtype
+
+
 def stage_capacities(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *, tp: int, pp: int) -> tuple[StageCapacity, ...]:
     """Weights, reserve, KV memory and KV tokens of one GPU in each pipeline stage."""
     dtype = options.dtype or spec.dtype
-    s_kv = kv_dtype_bytes(dtype, options.kv_cache_dtype)
+    s_kv = kv_dtype_bytes(dtype, resolved_kv_cache_dtype(spec, options))
     block = options.block_size or VLLM_BLOCK_SIZE
     out = []
     for i, (start, end) in enumerate(stage_layer_ranges(spec.layers, pp)):

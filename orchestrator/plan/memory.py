@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
+from orchestrator.plan.modules import head_bytes_per_param, quantized_layer_bytes_per_rank
 
 GIB = 2**30
 KIB = 2**10
@@ -179,17 +180,25 @@ def stage_weight_bytes(spec: ModelSpec, start: int, end: int, *, tp: int, first:
     the first stage is also the last, and loaded again on the last stage otherwise (as vLLM does).
     """
     dtype = dtype or spec.dtype
-    s_linear = DTYPE_BYTES[dtype]
     s_dense = 4 if dtype == "fp32" else 2
-    linear: float = sum(_linear_params_per_rank(spec, i, tp) for i in range(start, end))
+    if spec.quantization is not None and dtype == spec.dtype:
+        # The checkpoint's own quantization, module by module (orchestrator.plan.modules)
+        linear_bytes = sum(quantized_layer_bytes_per_rank(spec, i, tp) for i in range(start, end))
+    else:
+        linear_bytes = sum(_linear_params_per_rank(spec, i, tp) for i in range(start, end)) * DTYPE_BYTES[dtype]
     dense: float = (end - start) * norm_params(spec)
+    head = 0.0
     if first:
         dense += spec.vocab * spec.hidden / tp
     if last:
         dense += spec.hidden
         if not (spec.tie_embeddings and first):
-            dense += spec.vocab * spec.hidden / tp
-    return linear * s_linear + dense * s_dense
+            head_quantized = head_bytes_per_param(spec) if dtype == spec.dtype else None
+            if head_quantized is None:
+                dense += spec.vocab * spec.hidden / tp
+            else:
+                head = spec.vocab * spec.hidden / tp * head_quantized
+    return linear_bytes + dense * s_dense + head
 
 
 def gib(value: float) -> float:

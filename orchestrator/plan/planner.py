@@ -36,6 +36,7 @@ from orchestrator.plan.capacity import (
     utilization,
 )
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
+from orchestrator.plan.dtype_rules import check_dtype, online_quantization, quantization_json, weights_reason
 from orchestrator.plan.layout import Candidate, fill_nodes, idle_gpus, replicas_for
 from orchestrator.plan.memory import GIB, count_params
 from orchestrator.plan.shape import ClusterShape, make_shape, shape_from_facts, shape_from_manifest
@@ -59,6 +60,7 @@ PLANNED_ENGINE_ARGS: tuple[tuple[str, str], ...] = (
     ("max_num_batched_tokens", "max_num_batched_tokens"),
     ("enforce_eager", "enforce_eager"),
     ("block_size", "block_size"),  # only when set: vLLM picks per attention backend otherwise
+    ("online_quantization", "quantization"),  # only when vLLM quantizes an unquantized checkpoint on load
 )
 
 
@@ -99,6 +101,8 @@ class ParallelPlan:
     block_size_set: bool = False
     vllm_version: str = ""
     engine_terms: dict | None = None
+    quantization: dict | None = None  # the checkpoint's own (method, scheme, source), None if unquantized
+    online_quantization: str | None = None  # vLLM's --quantization for on-the-fly fp8 of a 16-bit checkpoint
 
     @property
     def gpus_per_replica(self) -> int:
@@ -106,7 +110,8 @@ class ParallelPlan:
 
     def engine_kwargs(self) -> dict:
         """The vLLM engine arguments this plan stands for (for Ray Serve LLM's engine_kwargs)."""
-        out: dict = {arg: getattr(self, field) for field, arg in PLANNED_ENGINE_ARGS if field != "block_size" or self.block_size_set}
+        optional = {"block_size": self.block_size_set, "online_quantization": self.online_quantization is not None}
+        out: dict = {arg: getattr(self, field) for field, arg in PLANNED_ENGINE_ARGS if optional.get(field, True)}
         if self.kv_cache_gib_fixed and self.gpu_type != "cpu":
             out["kv_cache_memory_bytes"] = int(self.kv_cache_gib_per_gpu * GIB)
         return out
@@ -144,6 +149,7 @@ class ParallelPlan:
             "enforce_eager": self.enforce_eager,
             "vllm_version": self.vllm_version,
             "engine_terms": self.engine_terms,
+            "quantization": self.quantization,
             "stages": [s.to_json() for s in self.stages],
             "engine_kwargs": self.engine_kwargs(),
         }
@@ -175,6 +181,7 @@ def _check_options(spec: ModelSpec, options: PlanOptions) -> int:
         raise PlanError(f"--kv-cache-gib must be positive, got {options.kv_cache_gib}")
     if options.dtype is not None and options.dtype not in DTYPE_BYTES:
         raise PlanError(f"unknown dtype '{options.dtype}'", hint=f"use one of {', '.join(DTYPE_BYTES)}")
+    check_dtype(spec, options.dtype)
     if options.kv_cache_dtype not in ("auto", "fp8"):
         raise PlanError(f"unknown kv cache dtype '{options.kv_cache_dtype}'", hint="use auto or fp8")
     length = options.max_model_len or spec.max_position
@@ -311,7 +318,10 @@ def _suggestions(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, bes
             # plan_model checked every option but the dtype already, so the choice cannot refuse it
             cand, _ = _choose(spec, shape, replace(options, dtype=dtype, tp=None, pp=None))
             if cand.fits:
-                out.append(f"--dtype {dtype} (a {dtype} checkpoint) would fit with TP={cand.tp} PP={cand.pp}")
+                if dtype == "fp8" and spec.quantization is None:
+                    out.append(f"--dtype fp8 (vLLM quantizes the linear layers on load) would fit with TP={cand.tp} PP={cand.pp}")
+                else:
+                    out.append(f"an {dtype} checkpoint of the model (AWQ, GPTQ, compressed-tensors) would fit with TP={cand.tp} PP={cand.pp}")
                 break
         if options.kv_cache_dtype == "auto" and best.weights_fit:
             cand = evaluate(spec, shape, replace(options, kv_cache_dtype="fp8"), best.tp, best.pp)
@@ -343,6 +353,9 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     reasons: list[str] = list(shape.notes)
     if not shape.is_cpu:
         reasons.append(_terms_reason(spec, options))
+    weights = weights_reason(spec, options)
+    if weights:
+        reasons.append(weights)
     assumption = shape.interconnect_assumption()
     if assumption:
         reasons.append(assumption)
@@ -404,6 +417,8 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         block_size_set=options.block_size is not None,
         vllm_version=options.vllm_version,
         engine_terms=terms.to_json(),
+        quantization=quantization_json(spec) if dtype == spec.dtype else None,
+        online_quantization=online_quantization(spec, dtype, options.vllm_version),
     )
 
 

@@ -249,10 +249,8 @@ def render_app(
         raise ServeConfigError(f"{len(stage_nodes)} stage nodes given for pp={plan.pp}",
                                hint="give one node per pipeline stage (stage_nodes_for picks them)")  # fmt: skip
     bundles, strategy = placement(plan, accelerator, stage_nodes, node_resource, defaults.cpus_per_cpu_worker)
-    dtype, quantization = vllm_dtype(plan.dtype)
+    dtype = vllm_dtype(plan.dtype)
     engine_extra: dict[str, Any] = {}
-    if quantization:
-        engine_extra["quantization"] = quantization
     if plan.kv_cache_dtype and plan.kv_cache_dtype != "auto":
         engine_extra["kv_cache_dtype"] = plan.kv_cache_dtype
     engine_extra.update(dict(extra_engine_kwargs or {}))

@@ -141,7 +141,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     planned = {arg: flag for flag, arg in PLANNED_ENGINE_ARGS}
     for key, _ in request.engine_args:
         if key in planned:
-            flag = {"tp": "tp", "pp": "pp"}.get(planned[key], planned[key]).replace("_", "-")
+            flag = {"tp": "tp", "pp": "pp", "online_quantization": "dtype"}.get(planned[key], planned[key]).replace("_", "-")
             raise UsageError(
                 f"--engine-arg {key} sizes the engine's memory, so the plan must know it",
                 hint=f"use --{flag} instead: the planner sizes with it and the rollout passes it to vLLM",
