@@ -30,11 +30,12 @@ from orchestrator.plan.shape import (
     shape_from_manifest,
 )
 from orchestrator.state import StateStore
+from orchestrator.workflows.hf_fetch import fetch_repo_config
 from orchestrator.workflows.plan import calibrated, planning_shape, vllm_version_for
 
 
 @click.command("plan")
-@click.option("--model", "model", required=True, help=f"Catalog name ({', '.join(CATALOG)}), a Hugging Face model folder, or a config.json.")
+@click.option("--model", "model", required=True, help=f"Catalog name ({', '.join(CATALOG)}), a Hugging Face repo id (org/name: the local HF cache, else the Hub), a model folder, or a config.json.")
 @click.option("--cluster", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Take the shape from this cluster.yaml (from the GPUs `orch up` probed when it is up).")
 @click.option("--gpu-type", default=None, help=f"GPU type: {', '.join(GPU_TYPES)} or {CPU} [default {DEFAULT_GPU_TYPE}].")
 @click.option("--gpu-memory-gib", type=FiniteFloat(min=0, min_open=True), default=None, help="Memory per GPU in GiB (CUDA's total), instead of the type's.")
@@ -63,6 +64,7 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
     """
     if gpu_type is not None and gpu_type.lower() == CPU and (tp or 1) * (pp or 1) > 1:
         raise UsageError("--tp/--pp do not apply to --gpu-type cpu (one replica per node)")
+    fetched = fetch_repo_config(model)  # a Hugging Face repo id not in the local cache: its config files
     spec = resolve_model(model)
     state_dir = ctx.obj.get("state_dir") if isinstance(ctx.obj, dict) else None
     manifest = load_manifest_file(cluster) if cluster is not None else None
@@ -85,7 +87,7 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
         enforce_eager=enforce_eager,
         block_size=int(block_size) if block_size else None,
     )
-    shape = replace(shape, notes=(*shape.notes, f"vLLM {version}: {version_source}"))
+    shape = replace(shape, notes=(*shape.notes, f"vLLM {version}: {version_source}", *([fetched] if fetched else [])))
     result = plan_model(spec, shape, options)
     if manifest is not None and state_dir is not None and result.fits:
         result = calibrated(spec, shape, options, result, manifest, StateStore(state_dir))

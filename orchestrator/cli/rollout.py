@@ -118,6 +118,7 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
     """
     from orchestrator.serve.desired import RolloutRequest, desired_for_model
     from orchestrator.state import StateStore
+    from orchestrator.workflows.hf_fetch import fetch_repo_config
     from orchestrator.workflows.plan import planning_shape, vllm_version_for
     from orchestrator.workflows.rollout import RolloutOptions, execute
 
@@ -133,6 +134,8 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
     )  # fmt: skip
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s)
     api_key = os.environ.get(manifest.serve.api_key_env) or None
+    if model_path is None:
+        fetch_repo_config(model)  # a Hugging Face repo id: its config into the local cache, for the planner
     if sync_model:
         _sync_first(manifest, state_dir, request, sync_from, dry_run, as_json)
     with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():

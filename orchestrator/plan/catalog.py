@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ModelSpecError
+from orchestrator.plan.hf_cache import cached_snapshot, is_repo_id, not_cached_error
 from orchestrator.plan.quantization import Quantization, parse_quantization
 from orchestrator.plan.tinymodel import TINY_CONFIG
 
@@ -31,7 +33,7 @@ _TORCH_DTYPES = {
 }  # fmt: skip
 
 QUANT_CONFIG_FILE = "hf_quant_config.json"  # ModelOpt (<= 0.29) writes its quantization here
-HINT = "use a catalog name (see `orch plan --help`) or a local Hugging Face model folder / config.json"
+HINT = "use a catalog name (see `orch plan --help`), a Hugging Face repo id (org/name) or a local model folder / config.json"
 
 
 @dataclass(frozen=True)
@@ -307,7 +309,8 @@ def closest_name(name: str) -> str | None:
 
 
 def resolve_model(name_or_path: str | Path) -> ModelSpec:
-    """A catalog name, a local Hugging Face model folder, or a config.json path -> ModelSpec.
+    """A catalog name, a local Hugging Face model folder, a config.json path, or a Hugging Face
+    repo id (``org/name`` that is no local path) found in the local Hugging Face cache -> ModelSpec.
 
     Reads the config.json and, beside it, ModelOpt's hf_quant_config.json. Raises ``ModelSpecError`` naming the catalog and the closest name for
     an unknown name, or the missing field and the file for a config orch cannot size.
@@ -318,6 +321,12 @@ def resolve_model(name_or_path: str | Path) -> ModelSpec:
     if text.lower() in CATALOG:
         return CATALOG[text.lower()]
     path = Path(text).expanduser()
+    if not path.exists() and is_repo_id(text):
+        # a Hugging Face repo id: its config.json from the local cache (orchestrator.plan.hf_cache)
+        snapshot = cached_snapshot(text, os.environ)
+        if snapshot is None:
+            raise not_cached_error(text, os.environ)
+        return spec_from_files(snapshot / "config.json", text)
     looks_like_path = path.exists() or "/" in text or text.endswith(".json")
     if not looks_like_path:
         guess = closest_name(text)
