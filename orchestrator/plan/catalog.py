@@ -24,6 +24,7 @@ from orchestrator.errors import ModelSpecError
 from orchestrator.plan.hf_cache import cached_snapshot, is_repo_id, not_cached_error
 from orchestrator.plan.quantization import Quantization, parse_quantization
 from orchestrator.plan.tinymodel import TINY_CONFIG
+from orchestrator.plan.towers import towers_from_config
 
 # bytes per stored number; "auto" is resolved by the caller from the model's dtype.
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
@@ -72,6 +73,9 @@ class ModelSpec:
     architecture: str = ""  # config.json's model_type (decides vLLM's Model Runner V2 default)
     # The checkpoint's own quantization (None: unquantized, or a catalog entry sized uniformly at dtype)
     quantization: Quantization | None = None
+    # A multimodal checkpoint's vision/audio towers and projector (16-bit, on every stage, split over TP)
+    tower_params: int = 0
+    towers: str = ""  # which families they were counted as (orchestrator.plan.towers)
 
     @property
     def is_moe(self) -> bool:
@@ -120,11 +124,22 @@ CATALOG: dict[str, ModelSpec] = {
 # ---- config.json -> ModelSpec (pure) ----
 
 
+# Fields a text_config may leave to its transformers class's defaults (transformers 5.19:
+# configuration_gemma3.py Gemma3TextConfig: vocab_size 262208, tie_word_embeddings True,
+# max_position_embeddings 131072) or that
+# vLLM builds without a config field (llama4.py: one shared expert in every MoE layer).
+_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262_208, "tie_word_embeddings": True, "max_position_embeddings": 131_072},
+    "llama4_text": {"n_shared_experts": 1},
+}
+
+
 def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """Multimodal checkpoints nest the language model's numbers under ``text_config``."""
     inner = config.get("text_config")
     if isinstance(inner, Mapping) and "num_hidden_layers" in inner:
         merged = dict(config)
+        merged.update(_TEXT_DEFAULTS.get(str(inner.get("model_type")), {}))
         merged.update(inner)
         return merged
     return config
@@ -249,6 +264,7 @@ def spec_from_config(
         raise ModelSpecError(f"{source}: num_experts_per_tok must be between 1 and the {num_experts} experts", hint=HINT)
     max_pos = _int(cfg, "max_position_embeddings", source, default=0) or _int(cfg, "max_sequence_length", source, default=4096)
     quantization = _quantization(cfg, source, quant_file, quant_source)
+    towers = towers_from_config(config, hidden)
     # Each field is in range, but together they can still describe an impossible model.
     rough = layers * (4 * hidden * heads * head_dim + 3 * hidden * (intermediate + (num_experts + 1) * moe_inter)) + 2 * vocab * hidden
     if rough > MAX_PARAMS:
@@ -281,6 +297,8 @@ def spec_from_config(
         source=source,
         architecture=_architecture(cfg),
         quantization=quantization,
+        tower_params=towers.total,
+        towers=towers.kind,
     )
 
 

@@ -38,10 +38,11 @@ class ParamCount:
     attention: int
     mlp: int
     norms: int
+    towers: int = 0  # a multimodal checkpoint's vision/audio towers and projector
 
     @property
     def total(self) -> int:
-        return self.embedding + self.lm_head + self.attention + self.mlp + self.norms
+        return self.embedding + self.lm_head + self.attention + self.mlp + self.norms + self.towers
 
     @property
     def linear(self) -> int:
@@ -90,7 +91,7 @@ def count_params(spec: ModelSpec, *, include_norms: bool = True) -> ParamCount:
     norms = (spec.layers * norm_params(spec) + spec.hidden) if include_norms else 0
     embedding = spec.vocab * spec.hidden
     lm_head = 0 if spec.tie_embeddings else spec.vocab * spec.hidden
-    return ParamCount(embedding=embedding, lm_head=lm_head, attention=attention, mlp=mlp, norms=norms)
+    return ParamCount(embedding=embedding, lm_head=lm_head, attention=attention, mlp=mlp, norms=norms, towers=spec.tower_params)
 
 
 def weight_bytes(params: int, dtype: str) -> float:
@@ -198,6 +199,8 @@ def stage_weight_bytes(spec: ModelSpec, start: int, end: int, *, tp: int, first:
                 dense += spec.vocab * spec.hidden / tp
             else:
                 head = spec.vocab * spec.hidden / tp * head_quantized
+    # vLLM builds a multimodal checkpoint's towers on every stage, their linear layers split over TP
+    dense += spec.tower_params / tp
     return linear_bytes + dense * s_dense + head
 
 
