@@ -31,7 +31,7 @@ from orchestrator.plan.shape import (
 )
 from orchestrator.state import StateStore
 from orchestrator.workflows.hf_fetch import fetch_repo_config
-from orchestrator.workflows.plan import calibrated, planning_shape, vllm_version_for
+from orchestrator.workflows.plan import calibrated, planning_shape, sampler_for, vllm_version_for
 
 
 @click.command("plan")
@@ -53,7 +53,7 @@ from orchestrator.workflows.plan import calibrated, planning_shape, vllm_version
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (exit 2 when nothing fits, after printing it).")
 @click.pass_context
 def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype, nvlink,
-         vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, as_json) -> None:  # fmt: skip
+         vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, sampler, as_json) -> None:  # fmt: skip
     """Size MODEL on a cluster: weights, KV cache, B_max, and the TP/PP choice with its reasons.
 
     \b
@@ -73,6 +73,7 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
         base = planning_shape(manifest, StateStore(state_dir)) if state_dir is not None else shape_from_manifest(manifest)
     shape = shape_from_flags(base, gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink)
     version, version_source = vllm_version_for(vllm_version, manifest, state_dir)
+    flashinfer, sampler_source = sampler_for(sampler, version, manifest, state_dir)
     options = PlanOptions(
         tp=tp,
         pp=pp,
@@ -86,8 +87,10 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
         max_num_batched_tokens=max_num_batched_tokens,
         enforce_eager=enforce_eager,
         block_size=int(block_size) if block_size else None,
+        flashinfer_sampler=flashinfer,
     )
-    shape = replace(shape, notes=(*shape.notes, f"vLLM {version}: {version_source}", *([fetched] if fetched else [])))
+    sampler_note = f"sampler: {'FlashInfer' if flashinfer else 'PyTorch/Triton'} ({sampler_source}); the rollout sets VLLM_USE_FLASHINFER_SAMPLER={int(flashinfer)}"
+    shape = replace(shape, notes=(*shape.notes, f"vLLM {version}: {version_source}", *([] if shape.is_cpu else [sampler_note]), *([fetched] if fetched else [])))
     result = plan_model(spec, shape, options)
     if manifest is not None and state_dir is not None and result.fits:
         result = calibrated(spec, shape, options, result, manifest, StateStore(state_dir))

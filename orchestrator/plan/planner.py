@@ -108,6 +108,14 @@ class ParallelPlan:
     def gpus_per_replica(self) -> int:
         return self.tp * self.pp
 
+    @property
+    def engine_env(self) -> dict[str, str]:
+        """Environment the engine needs to behave as planned: the sampler whose warm-up the reserve
+        assumed (VLLM_USE_FLASHINFER_SAMPLER, read by vllm/envs.py in 0.11.0, 0.29.0 and 0.32.0)."""
+        if self.gpu_type == "cpu" or not self.engine_terms:
+            return {}
+        return {"VLLM_USE_FLASHINFER_SAMPLER": "1" if self.engine_terms.get("flashinfer_sampler") else "0"}
+
     def engine_kwargs(self) -> dict:
         """The vLLM engine arguments this plan stands for (for Ray Serve LLM's engine_kwargs)."""
         optional = {"block_size": self.block_size_set, "online_quantization": self.online_quantization is not None}
@@ -150,6 +158,7 @@ class ParallelPlan:
             "vllm_version": self.vllm_version,
             "engine_terms": self.engine_terms,
             "quantization": self.quantization,
+            "engine_env": self.engine_env,
             "stages": [s.to_json() for s in self.stages],
             "engine_kwargs": self.engine_kwargs(),
         }

@@ -65,6 +65,7 @@ class RolloutRequest:
     enforce_eager: bool = False
     block_size: int | None = None
     vllm_version: str | None = None  # None: the planner's default (the gpu extra's pin)
+    flashinfer_sampler: bool | None = None  # None: the version's default (engine_terms.default_flashinfer_sampler)
 
 
 def _looks_like_path(model: str) -> bool:
@@ -167,6 +168,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
         gpu_memory_utilization=request.gpu_memory_utilization, max_num_seqs=request.max_num_seqs,
         max_num_batched_tokens=request.max_num_batched_tokens, enforce_eager=request.enforce_eager,
         block_size=request.block_size, vllm_version=request.vllm_version or GPU_EXTRA_VLLM,
+        flashinfer_sampler=request.flashinfer_sampler,
     )  # fmt: skip
     plan = plan_model(spec, shape if shape is not None else shape_from_manifest(manifest), options)
     if not plan.fits:

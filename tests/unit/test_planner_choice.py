@@ -311,6 +311,8 @@ def test_plan_json_carries_every_figure_rounded_as_documented():
         "gpus_per_node": 8, "nodes": 1, "max_num_batched_tokens": 2048, "max_num_seqs": 256, "block_size": 16,
         "enforce_eager": False, "vllm_version": "0.29.0", "stages": [stage], "engine_kwargs": TP4_ENGINE_KWARGS,
         "quantization": None,  # an unquantized checkpoint
+        # vLLM 0.29 requires flashinfer and samples with it by default: the rollout says so explicitly
+        "engine_env": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},
     }  # fmt: skip
     terms = data.pop("engine_terms")
     assert data == expected
