@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, replace
 
 from orchestrator.errors import PlanError
+from orchestrator.plan.alternatives import alternatives, why_chosen
 from orchestrator.plan.capacity import (
     VLLM_BLOCK_SIZE,
     PlanOptions,
@@ -102,6 +103,7 @@ class ParallelPlan:
     vllm_version: str = ""
     engine_terms: dict | None = None
     quantization: dict | None = None  # the checkpoint's own (method, scheme, source), None if unquantized
+    alternatives: tuple[dict, ...] = ()  # other layouts of the same GPUs, when stages share a node
     online_quantization: str | None = None  # vLLM's --quantization for on-the-fly fp8 of a 16-bit checkpoint
 
     @property
@@ -159,6 +161,7 @@ class ParallelPlan:
             "engine_terms": self.engine_terms,
             "quantization": self.quantization,
             "engine_env": self.engine_env,
+            "alternatives": list(self.alternatives),
             "stages": [s.to_json() for s in self.stages],
             "engine_kwargs": self.engine_kwargs(),
         }
@@ -384,6 +387,11 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         if not chosen.fits:
             raise PlanError(f"the forced layout does not fit: {chosen.summary()}", hint="; ".join(suggestions) or None)
     replicas = replicas_for(shape, chosen.tp, chosen.pp) if chosen.fits else 0
+    alts = () if options.tp is not None or options.pp is not None else alternatives(
+        shape, options, chosen, lambda tp, pp, opts: evaluate(spec, shape, opts, tp, pp), lambda tp: tp_problem(spec, tp) is None,
+    )  # fmt: skip
+    chosen_why = why_chosen(shape, chosen, alts) if chosen.fits else None
+    reasons.extend([a.describe() for a in alts] + ([chosen_why] if chosen_why else []))
     if chosen.fits and not shape.is_cpu:
         reasons.append(f"{shape.total_gpus} GPU(s) / {chosen.tp * chosen.pp} per replica = {replicas} replica(s)")
         idle = idle_gpus(shape, chosen.tp, chosen.pp)
@@ -428,6 +436,7 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         engine_terms=terms.to_json(),
         quantization=quantization_json(spec) if dtype == spec.dtype else None,
         online_quantization=online_quantization(spec, dtype, options.vllm_version),
+        alternatives=tuple(a.to_json() for a in alts),
     )
 
 

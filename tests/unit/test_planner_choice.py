@@ -313,6 +313,7 @@ def test_plan_json_carries_every_figure_rounded_as_documented():
         "quantization": None,  # an unquantized checkpoint
         # vLLM 0.29 requires flashinfer and samples with it by default: the rollout says so explicitly
         "engine_env": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},
+        "alternatives": [],  # TP inside a node: nothing to weigh against pipeline stages
     }  # fmt: skip
     terms = data.pop("engine_terms")
     assert data == expected
