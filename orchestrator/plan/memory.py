@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
+from orchestrator.plan.modules import head_bytes_per_param, quantized_layer_bytes_per_rank
 
 GIB = 2**30
 KIB = 2**10
@@ -37,10 +38,11 @@ class ParamCount:
     attention: int
     mlp: int
     norms: int
+    towers: int = 0  # a multimodal checkpoint's vision/audio towers and projector
 
     @property
     def total(self) -> int:
-        return self.embedding + self.lm_head + self.attention + self.mlp + self.norms
+        return self.embedding + self.lm_head + self.attention + self.mlp + self.norms + self.towers
 
     @property
     def linear(self) -> int:
@@ -89,7 +91,7 @@ def count_params(spec: ModelSpec, *, include_norms: bool = True) -> ParamCount:
     norms = (spec.layers * norm_params(spec) + spec.hidden) if include_norms else 0
     embedding = spec.vocab * spec.hidden
     lm_head = 0 if spec.tie_embeddings else spec.vocab * spec.hidden
-    return ParamCount(embedding=embedding, lm_head=lm_head, attention=attention, mlp=mlp, norms=norms)
+    return ParamCount(embedding=embedding, lm_head=lm_head, attention=attention, mlp=mlp, norms=norms, towers=spec.tower_params)
 
 
 def weight_bytes(params: int, dtype: str) -> float:
@@ -179,17 +181,27 @@ def stage_weight_bytes(spec: ModelSpec, start: int, end: int, *, tp: int, first:
     the first stage is also the last, and loaded again on the last stage otherwise (as vLLM does).
     """
     dtype = dtype or spec.dtype
-    s_linear = DTYPE_BYTES[dtype]
     s_dense = 4 if dtype == "fp32" else 2
-    linear: float = sum(_linear_params_per_rank(spec, i, tp) for i in range(start, end))
+    if spec.quantization is not None and dtype == spec.dtype:
+        # The checkpoint's own quantization, module by module (orchestrator.plan.modules)
+        linear_bytes = sum(quantized_layer_bytes_per_rank(spec, i, tp) for i in range(start, end))
+    else:
+        linear_bytes = sum(_linear_params_per_rank(spec, i, tp) for i in range(start, end)) * DTYPE_BYTES[dtype]
     dense: float = (end - start) * norm_params(spec)
+    head = 0.0
     if first:
         dense += spec.vocab * spec.hidden / tp
     if last:
         dense += spec.hidden
         if not (spec.tie_embeddings and first):
-            dense += spec.vocab * spec.hidden / tp
-    return linear * s_linear + dense * s_dense
+            head_quantized = head_bytes_per_param(spec) if dtype == spec.dtype else None
+            if head_quantized is None:
+                dense += spec.vocab * spec.hidden / tp
+            else:
+                head = spec.vocab * spec.hidden / tp * head_quantized
+    # vLLM builds a multimodal checkpoint's towers on every stage, their linear layers split over TP
+    dense += spec.tower_params / tp
+    return linear_bytes + dense * s_dense + head
 
 
 def gib(value: float) -> float:
