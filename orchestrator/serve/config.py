@@ -39,6 +39,15 @@ DIRECT_STREAMING_ENV = {"RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
 # Serve LLM's router under direct streaming: HAProxy asks it which LLMServer replica takes each
 # request (ray.llm core/ingress/builder.py). See ServeDefaults.router_drain_s.
 ROUTER_DEPLOYMENT = "LLMRouter"
+# The request routers orch renders (manifest serve.request_router, `orch rollout --request-router`)
+# -> the class set as the LLMServer deployment's request_router_config; None: not set, so Serve LLM
+# sets its own (RoundRobinRouter under direct streaming, ray.llm core/ingress/builder.py). LLMRouter
+# asks the LLMServer deployment's router (handle.choose_replica), so that is where it goes.
+REQUEST_ROUTER_CLASSES: dict[str, str | None] = {
+    "default": None,
+    "prefix_affinity": "ray.serve.llm.request_router.PrefixCacheAffinityRouter",
+    "session_affinity": "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter",
+}
 
 
 @dataclass(frozen=True)
@@ -114,7 +123,11 @@ class ServeDefaults:
     max_ongoing_requests: int | None = None  # None: from the plan's max concurrency
     cpus_per_cpu_worker: float = 1
     cpu_kv_cache_gib: float = 1  # VLLM_CPU_KVCACHE_SPACE when the plan gives none
-    autoscaling_max_replicas: int | None = None  # set: autoscale between plan.replicas and this
+    autoscaling_max_replicas: int | None = None  # set: autoscale between the minimum and this
+    autoscaling_min_replicas: int | None = None  # None: the plan's replicas (serve/scaling.py sets both)
+    autoscaling_target_ongoing: int | None = None  # per replica; None: half of max_ongoing_requests
+    # The LLMServer deployment's request router (REQUEST_ROUTERS; docs/rollout.md, "Request routing").
+    request_router: str = "default"
 
 
 @dataclass(frozen=True)
@@ -260,13 +273,17 @@ def render_app(
     for key in engine_extra:
         check_engine_arg_key(key)
     autoscaling = None
-    if defaults.autoscaling_max_replicas and defaults.autoscaling_max_replicas > plan.replicas:
+    low = defaults.autoscaling_min_replicas or plan.replicas
+    if defaults.autoscaling_max_replicas and defaults.autoscaling_max_replicas > low:
         autoscaling = {
-            "min_replicas": plan.replicas,
-            "initial_replicas": plan.replicas,
+            "min_replicas": low,
+            "initial_replicas": low,
             "max_replicas": defaults.autoscaling_max_replicas,
-            "target_ongoing_requests": max(1, max_ongoing(plan, defaults) // 2),
+            "target_ongoing_requests": defaults.autoscaling_target_ongoing or max(1, max_ongoing(plan, defaults) // 2),
         }
+    if defaults.request_router not in REQUEST_ROUTER_CLASSES:
+        raise ServeConfigError(f"unknown request router {defaults.request_router!r}",
+                               hint="use one of: " + ", ".join(REQUEST_ROUTER_CLASSES))  # fmt: skip
     context = {
         "app_name": target.app_name,
         "route_prefix": target.route_prefix,
@@ -284,7 +301,8 @@ def render_app(
         "bundles": bundles,
         "strategy": strategy,
         "env_vars": serving_env(manifest, plan, defaults, node_cores),
-        "num_replicas": plan.replicas,
+        "num_replicas": low,
+        "request_router_class": REQUEST_ROUTER_CLASSES[defaults.request_router],
         "autoscaling": autoscaling,
         "max_ongoing_requests": max_ongoing(plan, defaults),
         "health_check_period_s": defaults.health_check_period_s,

@@ -10,7 +10,7 @@ files) and ``desired_for_revision`` reads the state store.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ class RolloutRequest:
     block_size: int | None = None
     vllm_version: str | None = None  # None: the planner's default (the gpu extra's pin)
     flashinfer_sampler: bool | None = None  # None: the version's default (engine_terms.default_flashinfer_sampler)
+    request_router: str | None = None  # None: the manifest's serve.request_router
 
 
 def _looks_like_path(model: str) -> bool:
@@ -152,6 +153,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     """A factory (Ray nodes -> Desired) for `orch rollout --model ...`. ``shape``: the cluster
     shape to plan on (``workflows.plan.planning_shape``); default: the manifest's."""
 
+    defaults = replace(defaults, request_router=request.request_router or manifest.serve.request_router)
     served, source, spec_ref = model_location(manifest, request.model, request.served_name, request.model_path)
     spec = resolve_model(spec_ref)
     planned = {arg: flag for flag, arg in PLANNED_ENGINE_ARGS}
