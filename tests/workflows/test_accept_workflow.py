@@ -28,7 +28,7 @@ from orchestrator.errors import RemoteError
 def level(c=4, ttft95=100.0, tpot95=10.0, error_rate=0.0, succeeded=16, errors=None):
     return {
         "label": f"concurrency={c}", "concurrency": c, "requests": 16, "succeeded": succeeded, "errors": errors or {},
-        "error_rate": error_rate, "output_tok_per_s": 100.0 * c,
+        "error_rate": error_rate, "output_tok_per_s": 100.0 * c, "req_per_s": 0.5 * c,
         "ttft_ms": {"p50": ttft95 / 2, "p95": ttft95}, "tpot_ms": {"p50": tpot95 / 2, "p95": tpot95},
     }  # fmt: skip
 
@@ -108,7 +108,12 @@ def test_sweep_doubles_until_a_target_is_crossed_and_reports_the_highest_level_m
     env = FakeEnv(ttft_per_c=50.0)  # ttft p95 = 50*c: 8 -> 400 ok, 16 -> 800 crosses 500
     res = sweep_stage(env, AcceptancePlan(targets=TARGETS, max_concurrency=64))
     assert res.verdict == PASS
+    goodput = res.metrics.pop("goodput")
     assert res.metrics == {"highest_concurrency_meeting_targets": 8, "crossed_at": 16}
+    # The scripted levels serve 0.5 req/s per request in flight: concurrency 8 (4 req/s) is the
+    # heaviest that met the targets, on the plan's one replica.
+    assert (goodput["per_replica_req_per_s"], goodput["per_replica_concurrency"], goodput["missed_at"]) == (4.0, 8.0, "concurrency=16")
+    assert "goodput 4.00 req/s per replica at concurrency 8" in res.summary
     assert [s.concurrency for s in env.shapes] == [(1,), (2,), (4,), (8,), (16,)]
     assert "crossed at 16" in res.summary and "TTFT p95 800 ms > 500 ms" in res.summary
 
