@@ -28,6 +28,7 @@ from orchestrator.resources import read_text
 from orchestrator.serve.engine_args import check_engine_arg_key, vllm_dtype
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint
 from orchestrator.serve.placement import placement
+from orchestrator.serve.routing import router_class
 
 TEMPLATE_NAME = "serve-app.yaml.j2"
 IMPORT_PATH = "ray.serve.llm:build_openai_app"
@@ -39,17 +40,6 @@ DIRECT_STREAMING_ENV = {"RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
 # Serve LLM's router under direct streaming: HAProxy asks it which LLMServer replica takes each
 # request (ray.llm core/ingress/builder.py). See ServeDefaults.router_drain_s.
 ROUTER_DEPLOYMENT = "LLMRouter"
-# The request routers orch renders (manifest serve.request_router, `orch rollout --request-router`)
-# -> the class set as the LLMServer deployment's request_router_config; None: not set, so Serve LLM
-# sets its own (RoundRobinRouter under direct streaming, ray.llm core/ingress/builder.py). LLMRouter
-# asks the LLMServer deployment's router (handle.choose_replica), so that is where it goes.
-REQUEST_ROUTER_CLASSES: dict[str, str | None] = {
-    "default": None,
-    "prefix_affinity": "ray.serve.llm.request_router.PrefixCacheAffinityRouter",
-    "session_affinity": "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter",
-}
-
-
 @dataclass(frozen=True)
 class ServingPlan:
     """What the serve config needs from the planner's ParallelPlan (adapter: from_parallel_plan)."""
@@ -126,7 +116,7 @@ class ServeDefaults:
     autoscaling_max_replicas: int | None = None  # set: autoscale between the minimum and this
     autoscaling_min_replicas: int | None = None  # None: the plan's replicas (serve/scaling.py sets both)
     autoscaling_target_ongoing: int | None = None  # per replica; None: half of max_ongoing_requests
-    # The LLMServer deployment's request router (REQUEST_ROUTERS; docs/rollout.md, "Request routing").
+    # The LLMServer deployment's request router (serve/routing.py; docs/rollout.md, "Request routing").
     request_router: str = "default"
 
 
@@ -281,9 +271,7 @@ def render_app(
             "max_replicas": defaults.autoscaling_max_replicas,
             "target_ongoing_requests": defaults.autoscaling_target_ongoing or max(1, max_ongoing(plan, defaults) // 2),
         }
-    if defaults.request_router not in REQUEST_ROUTER_CLASSES:
-        raise ServeConfigError(f"unknown request router {defaults.request_router!r}",
-                               hint="use one of: " + ", ".join(REQUEST_ROUTER_CLASSES))  # fmt: skip
+    request_router = router_class(defaults.request_router)
     context = {
         "app_name": target.app_name,
         "route_prefix": target.route_prefix,
@@ -302,7 +290,7 @@ def render_app(
         "strategy": strategy,
         "env_vars": serving_env(manifest, plan, defaults, node_cores),
         "num_replicas": low,
-        "request_router_class": REQUEST_ROUTER_CLASSES[defaults.request_router],
+        "request_router_class": request_router,
         "autoscaling": autoscaling,
         "max_ongoing_requests": max_ongoing(plan, defaults),
         "health_check_period_s": defaults.health_check_period_s,

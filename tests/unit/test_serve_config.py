@@ -271,9 +271,9 @@ def test_a_request_router_class_serve_cannot_load_is_refused_by_its_validation(l
     from orchestrator.serve.config import ServeDefaults
 
     app = render_app(local_manifest, ServingPlan(tp=1, pp=1, max_model_len=64, replicas=2), _target(), node_resource=node_resource,
-                     defaults=ServeDefaults(request_router="prefix_affinity")).app  # fmt: skip
-    validate_app(app)  # the class Ray Serve LLM ships loads
-    app["args"]["llm_configs"][0]["deployment_config"]["request_router_config"]["request_router_class"] = "ray.serve.llm.request_router.Nope"
+                     defaults=ServeDefaults(request_router="session_affinity")).app  # fmt: skip
+    validate_app(app)  # the class Ray Serve ships loads
+    app["args"]["llm_configs"][0]["deployment_config"]["request_router_config"]["request_router_class"] = "ray.serve.experimental.nope.Router"
     with pytest.raises(ServeConfigError) as err:
         validate_app(app)
     assert "llm_configs[0].deployment_config" in err.value.message and "Invalid deployment config" in err.value.message

@@ -227,7 +227,6 @@ def test_a_value_that_breaks_the_yaml_is_reported_as_orchs_bug(cpu_manifest):
 
 
 @pytest.mark.parametrize(("router", "cls"), [
-    ("prefix_affinity", "ray.serve.llm.request_router.PrefixCacheAffinityRouter"),  # ray/serve/llm/request_router.py
     ("session_affinity", "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"),  # Ray 2.60's experimental module
 ])  # fmt: skip
 def test_a_request_router_goes_on_the_llm_server_deployment(cpu_manifest, router, cls):
@@ -247,7 +246,18 @@ def test_an_unknown_request_router_is_refused(cpu_manifest):
         render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024), TARGET, node_resource=node_resource,
                    defaults=ServeDefaults(request_router="prefix"))  # fmt: skip
     assert err.value.message == "unknown request router 'prefix'"
-    assert err.value.hint == "use one of: default, prefix_affinity, session_affinity"
+    assert err.value.hint == "use one of: default, session_affinity"
+
+
+def test_prefix_cache_affinity_is_refused_with_why_it_cannot_work_behind_direct_streaming(cpu_manifest):
+    # LLMRouter's pick-only choose_replica(_reserve=False) never calls on_request_routed, where
+    # PrefixCacheAffinityRouter learns prompts (ray/serve/_private/router.py, Ray 2.60): measured,
+    # every request went to one replica. The rendered config must not claim an affinity it lacks.
+    with pytest.raises(ServeConfigError) as err:
+        render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024, replicas=2), TARGET, node_resource=node_resource,
+                   defaults=ServeDefaults(request_router="prefix_affinity"))  # fmt: skip
+    assert "on_request_routed" in err.value.message and "one replica" in err.value.message
+    assert err.value.hint.startswith("use session_affinity and send one x-session-id per shared prefix")
 
 
 def test_autoscaling_bounds_and_target_from_a_measured_policy(gpu_manifest):
