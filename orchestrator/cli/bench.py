@@ -93,19 +93,9 @@ def print_results(result: dict) -> None:
     else:
         out.print("cross-check: no metrics page (give --metrics-url)")
     if result.get("goodput") is not None:
-        out.print(goodput_line(result["goodput"]), markup=False)
+        from orchestrator.bench.report import goodput_text
 
-
-def goodput_line(info: dict) -> str:
-    """What the run says one replica sustains with the manifest's objective met."""
-    from orchestrator.bench.goodput import Goodput
-
-    where = f"; recorded against revision {info['revision']}" if info.get("revision") is not None else ""
-    if info.get("objective") is None:
-        return "goodput: the manifest sets no slo: (or targets:) to judge the levels by" + where
-    if info.get("goodput") is None:
-        return "goodput: no level met the objective" + where
-    return "goodput: " + Goodput.from_dict(info["goodput"]).describe() + where
+        out.print(goodput_text(result["goodput"]), markup=False)
 
 
 @click.command("bench")
