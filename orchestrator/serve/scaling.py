@@ -5,10 +5,10 @@ The per-replica capacity is a recorded goodput (``bench.goodput``: requests/s an
 flight one replica sustained with the latency objective met). A target rate needs
 ``ceil(target / per-replica rate)`` replicas; each takes the plan's TP x PP GPUs.
 
-How many replicas the cluster holds: a replica inside a node takes ``tp*pp`` of its GPUs, so a
-node holds ``gpus_per_node // (tp*pp)``; a replica larger than a node takes whole nodes
-(``ceil(tp*pp / gpus_per_node)``). On a CPU cluster the CPU plan's convention holds: one engine
-per node.
+How many replicas the cluster holds is the planner's count (``plan.layout.replicas_for``): a
+replica inside a node takes ``tp*pp`` of its GPUs, so a node holds ``gpus_per_node // (tp*pp)``;
+a larger one counts ``total GPUs // (tp*pp)``. On a CPU cluster the CPU plan's convention holds:
+one engine per node.
 
 Autoscaling (manifest ``serve.autoscaling: true``): Serve adds a replica when the average requests
 in flight per replica pass ``target_ongoing_requests``, which is set to the per-replica
@@ -24,18 +24,16 @@ from dataclasses import dataclass
 
 from orchestrator.bench.goodput import Goodput, replicas_for
 from orchestrator.errors import PlanError
+from orchestrator.plan.layout import replicas_for as groups_held
 from orchestrator.plan.shape import ClusterShape
 
 
 def replicas_that_fit(gpus_per_replica: int, shape: ClusterShape) -> int:
-    """Replicas of ``gpus_per_replica`` GPUs the cluster's GPUs hold at once."""
-    if shape.is_cpu:
-        return shape.nodes
+    """Replicas of ``gpus_per_replica`` GPUs the cluster's GPUs hold at once (the planner's count,
+    ``plan.layout.replicas_for``)."""
     if gpus_per_replica < 1:
         raise ValueError("a replica takes at least one GPU")
-    if gpus_per_replica <= shape.gpus_per_node:
-        return (shape.gpus_per_node // gpus_per_replica) * shape.nodes
-    return shape.nodes // math.ceil(gpus_per_replica / shape.gpus_per_node)
+    return groups_held(shape, gpus_per_replica, 1)
 
 
 @dataclass(frozen=True)
