@@ -196,3 +196,22 @@ def test_load_stage_fails_on_the_error_budget():
     res = run_acceptance(Erroring(), AcceptancePlan(targets=TARGETS, skip=tuple(s for s in STAGES if s != "short_prompts")))
     short = next(r for r in res if r.name == "short_prompts")
     assert short.verdict == FAIL and "error rate 25.0% > 1.0%" in short.summary
+
+
+def test_the_sweep_is_recorded_against_the_serving_revision(tmp_path):
+    from orchestrator.state import StateStore
+    from orchestrator.workflows.load_record import record_sweep, recorded_load
+
+    state = StateStore(tmp_path / "state", clock=lambda: 1000.0)
+    rev = state.add_revision("c", "tiny", plan={}, config_fingerprint="f", config={})
+    state.update_revision("c", rev.number, "ready")
+    plan = AcceptancePlan(targets=TARGETS, max_concurrency=64, replicas=2)
+    results = [sweep_stage(FakeEnv(ttft_per_c=50.0), plan)]
+    assert record_sweep(state, state.current_revision("c"), results, plan, "completions", 1234.0) == rev.number
+    entry = recorded_load(state, "c", rev.number)
+    assert (entry["source"], entry["at"], entry["replicas"]) == ("orch accept", 1234.0, 2)
+    assert [lv["concurrency"] for lv in entry["levels"]] == [1, 2, 4, 8, 16]
+    assert entry["shape"] == {"prompt_tokens": 32, "output_tokens": 64, "workload": "random", "endpoint": "completions"}
+    # concurrency 8 (4 req/s in the scripted levels) met the targets, on 2 replicas: 2 req/s, 4 in flight each
+    assert (entry["goodput"]["per_replica_req_per_s"], entry["goodput"]["per_replica_concurrency"]) == (2.0, 4.0)
+    assert record_sweep(state, state.current_revision("c"), [], plan, "completions", 1.0) is None  # --skip concurrency_sweep
