@@ -28,6 +28,7 @@ from orchestrator.resources import read_text
 from orchestrator.serve.engine_args import check_engine_arg_key, vllm_dtype
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint
 from orchestrator.serve.placement import placement
+from orchestrator.serve.routing import router_class
 
 TEMPLATE_NAME = "serve-app.yaml.j2"
 IMPORT_PATH = "ray.serve.llm:build_openai_app"
@@ -39,8 +40,6 @@ DIRECT_STREAMING_ENV = {"RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
 # Serve LLM's router under direct streaming: HAProxy asks it which LLMServer replica takes each
 # request (ray.llm core/ingress/builder.py). See ServeDefaults.router_drain_s.
 ROUTER_DEPLOYMENT = "LLMRouter"
-
-
 @dataclass(frozen=True)
 class ServingPlan:
     """What the serve config needs from the planner's ParallelPlan (adapter: from_parallel_plan)."""
@@ -114,7 +113,11 @@ class ServeDefaults:
     max_ongoing_requests: int | None = None  # None: from the plan's max concurrency
     cpus_per_cpu_worker: float = 1
     cpu_kv_cache_gib: float = 1  # VLLM_CPU_KVCACHE_SPACE when the plan gives none
-    autoscaling_max_replicas: int | None = None  # set: autoscale between plan.replicas and this
+    autoscaling_max_replicas: int | None = None  # set: autoscale between the minimum and this
+    autoscaling_min_replicas: int | None = None  # None: the plan's replicas (serve/scaling.py sets both)
+    autoscaling_target_ongoing: int | None = None  # per replica; None: half of max_ongoing_requests
+    # The LLMServer deployment's request router (serve/routing.py; docs/rollout.md, "Request routing").
+    request_router: str = "default"
 
 
 @dataclass(frozen=True)
@@ -260,13 +263,15 @@ def render_app(
     for key in engine_extra:
         check_engine_arg_key(key)
     autoscaling = None
-    if defaults.autoscaling_max_replicas and defaults.autoscaling_max_replicas > plan.replicas:
+    low = defaults.autoscaling_min_replicas or plan.replicas
+    if defaults.autoscaling_max_replicas and defaults.autoscaling_max_replicas > low:
         autoscaling = {
-            "min_replicas": plan.replicas,
-            "initial_replicas": plan.replicas,
+            "min_replicas": low,
+            "initial_replicas": low,
             "max_replicas": defaults.autoscaling_max_replicas,
-            "target_ongoing_requests": max(1, max_ongoing(plan, defaults) // 2),
+            "target_ongoing_requests": defaults.autoscaling_target_ongoing or max(1, max_ongoing(plan, defaults) // 2),
         }
+    request_router = router_class(defaults.request_router)
     context = {
         "app_name": target.app_name,
         "route_prefix": target.route_prefix,
@@ -284,7 +289,8 @@ def render_app(
         "bundles": bundles,
         "strategy": strategy,
         "env_vars": serving_env(manifest, plan, defaults, node_cores),
-        "num_replicas": plan.replicas,
+        "num_replicas": low,
+        "request_router_class": request_router,
         "autoscaling": autoscaling,
         "max_ongoing_requests": max_ongoing(plan, defaults),
         "health_check_period_s": defaults.health_check_period_s,

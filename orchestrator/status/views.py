@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.serve.readiness import ProbeResult
-from orchestrator.status.engine_stats import KvCapacity, LiveMetrics
+from orchestrator.status.engine_stats import KvCapacity, LiveMetrics, PrefixCache
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,12 @@ class ReplicaView:
     capacity: KvCapacity | None = None
     log_error: str | None = None  # why its engine log could not be read
     workers: tuple[WorkerView, ...] = ()  # the engine's Ray worker actors (GPU layout), rank order
+    prefix_cache: PrefixCache | None = None  # its engine's prefix-cache counters since it started
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "workers": [w.to_dict() for w in self.workers],
+            "prefix_cache": self.prefix_cache.to_dict() if self.prefix_cache else None,
             "replica_id": self.replica_id,
             "deployment": self.deployment,
             "state": self.state,
@@ -88,6 +90,7 @@ class ModelView:
     max_model_len: int | None  # as configured in the revision
     capacity: KvCapacity | None
     live: LiveMetrics | None
+    slo: SloView | None = None  # the live p95s against the manifest's objective
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,7 +98,23 @@ class ModelView:
             "max_model_len": self.max_model_len,
             "kv_cache": self.capacity.to_dict() if self.capacity else None,
             "live": self.live.to_dict() if self.live else None,
+            "slo": self.slo.to_dict() if self.slo else None,
         }
+
+@dataclass(frozen=True)
+class SloView:
+    """The engines' live TTFT/TPOT p95 (vLLM's histograms over the status window) against the
+    objective's bounds; ``met`` None when there is no figure to judge (no request finished)."""
+
+    ttft_p95_ms: float | None  # the bound
+    tpot_p95_ms: float | None
+    live_ttft_p95_ms: float | None
+    live_tpot_p95_ms: float | None
+    met: bool | None
+    misses: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "misses": list(self.misses)}
 
 @dataclass(frozen=True)
 class RevisionView:

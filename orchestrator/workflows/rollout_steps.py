@@ -47,6 +47,9 @@ class Endpoint(Protocol):
 
     def probe(self, route_prefix: str, model: str, api_key: str | None) -> ProbeResult: ...
     def unauthenticated_status(self, route_prefix: str, model: str) -> int | None: ...
+    def load(self, route_prefix: str, model: str, api_key: str, gate: Any) -> dict:
+        """The SLO gate's load (``serve.slo_gate.GatePlan``) through a route: a bench results dict."""
+        ...
 
 
 @dataclass
@@ -83,6 +86,7 @@ class RolloutOptions:
     poll_s: float = 2.0
     check_model_path: bool = True
     command: str = "rollout"  # what the cluster lock says holds it
+    slo_gate: bool = False  # the candidate must meet the manifest's slo at the live revision's recorded level
 
 
 class Failure(Exception):

@@ -239,3 +239,36 @@ def test_plan_on_a_cluster_with_a_matching_record_uses_the_measured_reserve(caps
     assert stood_in["reserve_gib_per_gpu"] == pytest.approx(modelled["reserve_gib_per_gpu"], abs=0.001)
     assert any("not calibrated: the record of revision 4 of this configuration is not used (its engine ran on vLLM's cpu platform, not on H100-80GB)" in r
                for r in stood_in["reasons"]), stood_in["reasons"]  # fmt: skip
+
+
+def test_a_target_rate_is_sized_with_the_goodput_recorded_on_the_cluster(capsys, tmp_path):
+    from orchestrator.bench.goodput import LoadLevel
+    from orchestrator.plan.calibration import model_fingerprint
+    from orchestrator.plan.catalog import resolve_model
+    from orchestrator.state import StateStore
+    from orchestrator.workflows.load_record import record_load
+
+    assert main(["plan", "--model", "llama3-8b", "--target-rps", "10"]) == 2
+    assert "--target-rps needs --cluster" in capsys.readouterr().err
+    manifest = tmp_path / "c.yaml"
+    manifest.write_text("name: c\nnodes:\n  - {name: a, host: 10.0.0.1, role: head, gpus: 8, gpu_type: H100-80GB}\n"
+                        "  - {name: b, host: 10.0.0.2, gpus: 8, gpu_type: H100-80GB}\nslo: {ttft_p95_ms: 500}\n")  # fmt: skip
+    state_dir = tmp_path / "state"
+    args = ["--state-dir", str(state_dir), "plan", "--model", "llama3-8b", "--cluster", str(manifest), "--json"]
+    assert main([*args, "--target-rps", "40"]) == 0
+    assert "no goodput: no revision serves" in json.loads(capsys.readouterr().out)["target"]["summary"]
+    state = StateStore(state_dir)
+    rev = state.add_revision("c", "llama3-8b", plan={"model_fingerprint": model_fingerprint(resolve_model("llama3-8b")), "tp": 1, "pp": 1})
+    state.update_revision("c", rev.number, "ready")
+    # 2 replicas carried 6 req/s at 8 in flight within TTFT p95 500 ms; 16 in flight missed (900 ms).
+    levels = [LoadLevel("concurrency=8", 8, None, 32, 32, 0.0, 6.0, 300.0, 9.0, 1300.0),
+              LoadLevel("concurrency=16", 16, None, 32, 32, 0.0, 9.0, 900.0, 12.0, 1800.0)]  # fmt: skip
+    record_load(state, state.current_revision("c"), levels, {"prompt_tokens": 128, "output_tokens": 64}, 2, None, "orch bench", 1.0)
+    # 40 req/s at 3 req/s per replica: ceil(13.3) = 14 replicas of TP 1 = 14 GPUs; 2 x 8 H100 hold 16.
+    assert main([*args, "--target-rps", "40"]) == 0
+    target = json.loads(capsys.readouterr().out)["target"]
+    assert (target["replicas"], target["gpus_needed"], target["gpus_total"], target["max_replicas"], target["fits"]) == (14, 14, 16, 16, True)
+    # 50 req/s: ceil(16.7) = 17 replicas; the plan is printed, then exit 2.
+    assert main([*args, "--target-rps", "50"]) == 2
+    out = capsys.readouterr()
+    assert json.loads(out.out)["target"]["replicas"] == 17 and "the target needs 17 replica(s) and the cluster holds 16" in out.err

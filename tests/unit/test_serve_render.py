@@ -224,3 +224,49 @@ def test_a_value_that_breaks_the_yaml_is_reported_as_orchs_bug(cpu_manifest):
         render_app(cpu_manifest, plan, TARGET, node_resource=node_resource)
     assert err.value.message.startswith("the rendered Serve config is not valid YAML: while parsing a flow sequence")
     assert err.value.hint == "report it with --debug output"
+
+
+@pytest.mark.parametrize(("router", "cls"), [
+    ("session_affinity", "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"),  # Ray 2.60's experimental module
+])  # fmt: skip
+def test_a_request_router_goes_on_the_llm_server_deployment(cpu_manifest, router, cls):
+    # LLMRouter picks replicas through the LLMServer deployment's handle, so its request_router_config
+    # is where the choice takes effect (ray/llm/_internal/serve/core/ingress/router.py: _pick_replica).
+    app = render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024, replicas=2), TARGET, node_resource=node_resource,
+                     defaults=ServeDefaults(request_router=router)).app  # fmt: skip
+    assert _llm(app)["deployment_config"]["request_router_config"] == {"request_router_class": cls}
+    assert app["deployments"][0]["name"] == "LLMRouter" and "request_router_config" not in app["deployments"][0]
+    # Serve's default: nothing rendered, Serve LLM picks its own (RoundRobinRouter under direct streaming).
+    default = render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024), TARGET, node_resource=node_resource).app
+    assert "request_router_config" not in _llm(default)["deployment_config"]
+
+
+def test_an_unknown_request_router_is_refused(cpu_manifest):
+    with pytest.raises(ServeConfigError) as err:
+        render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024), TARGET, node_resource=node_resource,
+                   defaults=ServeDefaults(request_router="prefix"))  # fmt: skip
+    assert err.value.message == "unknown request router 'prefix'"
+    assert err.value.hint == "use one of: default, session_affinity"
+
+
+def test_prefix_cache_affinity_is_refused_with_why_it_cannot_work_behind_direct_streaming(cpu_manifest):
+    # LLMRouter's pick-only choose_replica(_reserve=False) never calls on_request_routed, where
+    # PrefixCacheAffinityRouter learns prompts (ray/serve/_private/router.py, Ray 2.60): measured,
+    # every request went to one replica. The rendered config must not claim an affinity it lacks.
+    with pytest.raises(ServeConfigError) as err:
+        render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024, replicas=2), TARGET, node_resource=node_resource,
+                   defaults=ServeDefaults(request_router="prefix_affinity"))  # fmt: skip
+    assert "on_request_routed" in err.value.message and "one replica" in err.value.message
+    assert err.value.hint.startswith("use session_affinity and send one x-session-id per shared prefix")
+
+
+def test_autoscaling_bounds_and_target_from_a_measured_policy(gpu_manifest):
+    plan = ServingPlan(tp=8, pp=1, max_model_len=4096, replicas=1)
+    app = render_app(gpu_manifest, plan, TARGET, node_resource=node_resource,
+                     defaults=ServeDefaults(autoscaling_min_replicas=2, autoscaling_max_replicas=3, autoscaling_target_ongoing=6)).app  # fmt: skip
+    assert _llm(app)["deployment_config"]["autoscaling_config"] == {
+        "min_replicas": 2, "initial_replicas": 2, "max_replicas": 3, "target_ongoing_requests": 6}  # fmt: skip
+    # A policy whose bounds meet (the cluster holds just what the target needs) is a fixed count of that many.
+    fixed = render_app(gpu_manifest, plan, TARGET, node_resource=node_resource,
+                       defaults=ServeDefaults(autoscaling_min_replicas=2, autoscaling_max_replicas=2, autoscaling_target_ongoing=6)).app  # fmt: skip
+    assert _llm(fixed)["deployment_config"]["num_replicas"] == 2 and "autoscaling_config" not in _llm(fixed)["deployment_config"]
