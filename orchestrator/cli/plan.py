@@ -29,6 +29,9 @@ from orchestrator.plan.shape import (
     shape_from_flags,
     shape_from_manifest,
 )
+from orchestrator.serve.config import ServingPlan, serve_in_flight
+from orchestrator.serve.desired import serve_defaults
+from orchestrator.serve.in_flight import InFlight
 from orchestrator.state import StateStore
 from orchestrator.workflows.hf_fetch import fetch_repo_config
 from orchestrator.workflows.plan import calibrated, planning_shape, sampler_for, vllm_version_for
@@ -95,17 +98,18 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
     if manifest is not None and state_dir is not None and result.fits:
         result = calibrated(spec, shape, options, result, manifest, StateStore(state_dir))
     seed = seed_tables(spec, result, shape.gpu_memory_bytes)
+    requests = serve_in_flight(ServingPlan.from_parallel_plan(result), serve_defaults(manifest, None))
     if as_json:
-        print_json({**result.to_json(), "shape": shape.describe(), "seed": seed})
+        print_json({**result.to_json(), "shape": shape.describe(), "seed": seed, "in_flight": requests.to_json()})
     else:
-        _render(spec, shape, result, seed)
+        _render(spec, shape, result, seed, requests)
     if not result.fits:
         # The plan (or its JSON, with "fits": false) is printed first; then exit 2, like any plan
         # vLLM would refuse, so a script cannot mistake "nothing fits" for a plan to deploy.
         raise PlanError(f"{spec.name} does not fit {shape.describe()}", hint="; ".join(result.suggestions) or None)
 
 
-def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -> None:
+def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict, requests: InFlight) -> None:
     from rich.table import Table
 
     out = console()
@@ -163,6 +167,7 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -
         ("gpu_memory_utilization", f"{p.gpu_memory_utilization:g}"),
         ("vLLM", f"{p.vllm_version} ({(p.engine_terms or {}).get('engine', '?')}); max_num_seqs {p.max_num_seqs}, max_num_batched_tokens {p.max_num_batched_tokens}"
                  + (", enforce_eager" if p.enforce_eager else "")),
+        ("max_ongoing_requests", f"{requests.describe()}; Serve queues the rest"),
     ]
     for key, value in rows:
         table.add_row(key, value)

@@ -281,6 +281,9 @@ class RaySettings(_Frozen):
 class ServeSettings(_Frozen):
     http_port: Port = 8000
     api_key_env: Annotated[str, Strict(), AfterValidator(_check_env_name)] = "ORCH_API_KEY"
+    # Serve's max_ongoing_requests per engine replica; None: the engine's batch with headroom
+    # (orchestrator.serve.in_flight). `orch rollout --max-ongoing-requests` wins over it.
+    max_ongoing_requests: PositiveInt | None = None
 
 
 class Targets(_Frozen):
