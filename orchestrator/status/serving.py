@@ -94,6 +94,19 @@ def revision_app(revision: Any) -> tuple[str | None, list[str], dict[str, int]]:
     return name, models, lens
 
 
+def revision_batches(revision: Any) -> dict[str, int]:
+    """max_num_seqs per model id, from the revision's stored config (absent: vLLM's default)."""
+    config = getattr(revision, "config", None) or {}
+    out: dict[str, int] = {}
+    for llm in ((config.get("args") or {}).get("llm_configs") or []) if isinstance(config, Mapping) else []:
+        if isinstance(llm, Mapping):
+            mid = (llm.get("model_loading_config") or {}).get("model_id")
+            seqs = (llm.get("engine_kwargs") or {}).get("max_num_seqs")
+            if mid and isinstance(seqs, int):
+                out[str(mid)] = seqs
+    return out
+
+
 def model_of_deployment(name: str) -> str | None:
     """Ray Serve LLM names the engine deployment ``LLMServer:<model_id>``."""
     head, sep, rest = name.partition(":")
@@ -192,7 +205,8 @@ def _deployment_view(
     if d.status in ("UNHEALTHY", "DEPLOY_FAILED"):
         problems.append(_problem("fail", REPLICA_UNHEALTHY, d.name, f"deployment {d.name} is {d.status}{_with(d.message)}",
                                  "`orch doctor` names the cause from the replica's logs"))  # fmt: skip
-    return DeploymentView(d.name, d.status, d.message, d.target_replicas, tuple(replicas)), problems
+    deployment = DeploymentView(d.name, d.status, d.message, d.target_replicas, tuple(replicas), getattr(d, "max_ongoing_requests", None))
+    return deployment, problems
 
 
 def _probe_problem(probe: ProbeResult) -> Problem:
@@ -246,6 +260,7 @@ def build_serving_status(
     notes: list[str] = []
     problems.extend(_interrupted_problems(pending, rollout_holder, revision, notes))
     app_name, model_ids, max_lens = revision_app(revision) if revision is not None else (None, [], {})
+    batches = revision_batches(revision) if revision is not None else {}
     rev_view = (
         RevisionView(revision.number, revision.model, revision.status, revision.config_fingerprint,
                      getattr(revision, "created_at", None), getattr(revision, "finished_at", None))  # fmt: skip
@@ -292,7 +307,8 @@ def build_serving_status(
         distinct = {r.capacity.tokens for r in engine_replicas if r.capacity is not None}
         if len(distinct) > 1:
             notes.append(f"{mid}: replicas logged different KV-cache sizes: {sorted(t for t in distinct if t is not None)}")
-        models.append(ModelView(mid, max_lens.get(mid), capacity, live))
+        cap = next((d.max_ongoing_requests for d in deployments if model_of_deployment(d.name) == mid), None)
+        models.append(ModelView(mid, max_lens.get(mid), capacity, live, batches.get(mid), cap))
     if metrics_error:
         notes.append(f"engine metrics unavailable: {metrics_error}")
     elif metrics_now is not None and models and all(m.live is None for m in models):
