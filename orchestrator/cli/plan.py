@@ -29,6 +29,9 @@ from orchestrator.plan.shape import (
     shape_from_flags,
     shape_from_manifest,
 )
+from orchestrator.serve.config import ServingPlan, serve_in_flight
+from orchestrator.serve.desired import serve_defaults
+from orchestrator.serve.in_flight import InFlight
 from orchestrator.state import StateStore
 from orchestrator.workflows.hf_fetch import fetch_repo_config
 from orchestrator.workflows.plan import calibrated, planning_shape, sampler_for, vllm_version_for
@@ -100,10 +103,12 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
         result = calibrated(spec, shape, options, result, manifest, StateStore(state_dir))
     seed = seed_tables(spec, result, shape.gpu_memory_bytes)
     target = _target(manifest, state_dir, spec, shape, result, target_rps) if manifest is not None and result.fits else None
+    requests = serve_in_flight(ServingPlan.from_parallel_plan(result), serve_defaults(manifest, None))
     if as_json:
-        print_json({**result.to_json(), "shape": shape.describe(), "seed": seed, **({"target": target} if target else {})})
+        print_json({**result.to_json(), "shape": shape.describe(), "seed": seed, "in_flight": requests.to_json(),
+                    **({"target": target} if target else {})})
     else:
-        _render(spec, shape, result, seed)
+        _render(spec, shape, result, seed, requests)
         if target:
             console().print(f"[bold]Target[/bold]: {target['summary']}")
     if not result.fits:
@@ -132,7 +137,7 @@ def _target(manifest, state_dir, spec: ModelSpec, shape: ClusterShape, result: P
     return {"target_rps": target, "goodput": capacity.to_dict(), "goodput_note": note, **sizing.to_dict(), "summary": sizing.describe() + f" ({note})"}
 
 
-def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -> None:
+def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict, requests: InFlight) -> None:
     from rich.table import Table
 
     out = console()
@@ -190,6 +195,7 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -
         ("gpu_memory_utilization", f"{p.gpu_memory_utilization:g}"),
         ("vLLM", f"{p.vllm_version} ({(p.engine_terms or {}).get('engine', '?')}); max_num_seqs {p.max_num_seqs}, max_num_batched_tokens {p.max_num_batched_tokens}"
                  + (", enforce_eager" if p.enforce_eager else "")),
+        ("max_ongoing_requests", f"{requests.describe()}; Serve queues the rest"),
     ]
     for key, value in rows:
         table.add_row(key, value)

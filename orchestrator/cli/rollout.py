@@ -65,10 +65,13 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
     if dry_run:
         import yaml
 
+        from orchestrator.serve.in_flight import InFlight
         from orchestrator.serve.secrets import for_display
 
         out.print(f"[bold]plan[/bold] for {result.model}: TP={result.plan.get('tp')} PP={result.plan.get('pp')} "
                   f"replicas={result.plan.get('replicas')} max_model_len={result.plan.get('max_model_len')}")  # fmt: skip
+        if result.plan.get("in_flight"):
+            out.print(f"  - in flight: {InFlight.from_json(result.plan['in_flight']).describe()}", markup=False)
         for reason in [*result.plan.get("reasons", []), *result.plan.get("notes", [])]:
             out.print(f"  - {reason}", markup=False)
         out.print(f"[bold]decision[/bold]: {d['kind']}: {d['reason']}")
@@ -102,6 +105,8 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default=None)
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
 @click.option("--replicas", type=click.IntRange(min=1), default=None, help="Replicas [default: as many as the cluster holds].")
+@click.option("--max-ongoing-requests", type=click.IntRange(min=1), default=None,
+              help="Requests one engine replica takes at once (Serve's max_ongoing_requests) [default: the manifest's serve.max_ongoing_requests, else the engine's max_num_seqs x 1.25].")
 @click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE", help="Extra vLLM engine argument (repeatable; not the ones that size memory, which have their own flags).")
 @engine_flags
 @click.option("--dry-run", is_flag=True, help="Print the plan, the decision and the rendered config; change nothing.")
@@ -116,8 +121,8 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
               "level recorded for the live revision (`orch bench`/`orch accept`); else the rollout fails and the live revision keeps serving.")
 @click.pass_context
 def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype,
-            replicas, engine_args, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, sampler, dry_run, allow_downtime,
-            timeout_s, as_json, sync_model, sync_from, request_router, slo_gate) -> None:  # fmt: skip
+            replicas, max_ongoing_requests, engine_args, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, sampler, dry_run,
+            allow_downtime, timeout_s, as_json, sync_model, sync_from, request_router, slo_gate) -> None:  # fmt: skip
     """Deploy MODEL as a Ray Serve LLM application, gated by a real completion.
 
     \b
@@ -143,6 +148,7 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, enforce_eager=enforce_eager,
         block_size=int(block_size) if block_size else None, vllm_version=version, flashinfer_sampler=flashinfer,
         request_router=request_router.replace("-", "_") if request_router else None,
+        max_ongoing_requests=max_ongoing_requests,
     )  # fmt: skip
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s, slo_gate=slo_gate)
     api_key = os.environ.get(manifest.serve.api_key_env) or None

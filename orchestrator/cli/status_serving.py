@@ -71,12 +71,16 @@ def _window(live: Any) -> str:
 
 
 def _model_lines(m: Any) -> list[Any]:
-    """Three short lines per model (readable at 80 columns)."""
+    """Three or four short lines per model (readable at 80 columns)."""
     from rich.text import Text
 
     tokens, conc = _capacity(m.capacity)
     source = "" if m.capacity is None else (" (engine log)" if m.capacity.source == "log" else f" ({m.capacity.source})")
     lines = [Text.from_markup(f"model [bold]{m.model_id}[/]: KV cache {tokens}, max concurrency {conc}{source}")]
+    if m.max_ongoing_requests is not None or m.max_num_seqs is not None:
+        cap = "-" if m.max_ongoing_requests is None else f"{m.max_ongoing_requests:,}"
+        seqs = "vLLM's default" if m.max_num_seqs is None else f"{m.max_num_seqs:,}"
+        lines.append(Text(f"  Serve max_ongoing_requests {cap} per replica; engine max_num_seqs {seqs}"))
     live = m.live
     if live is None:
         lines.append(Text("  live: no engine metrics"))

@@ -292,6 +292,9 @@ class ServeSettings(_Frozen):
     # Serve's autoscaling, sized from the recorded per-replica goodput (`slo:`) and bounded by
     # the cluster's GPUs (serve/scaling.py); false: the plan's fixed replica count.
     autoscaling: Annotated[bool, Strict()] = False
+    # Serve's max_ongoing_requests per engine replica; None: the engine's batch with headroom
+    # (orchestrator.serve.in_flight). `orch rollout --max-ongoing-requests` wins over it.
+    max_ongoing_requests: PositiveInt | None = None
 
 
 class Targets(_Frozen):

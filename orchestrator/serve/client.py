@@ -79,6 +79,7 @@ class DeploymentStatus:
     message: str = ""
     target_replicas: int | None = None
     replicas: tuple[ReplicaStatus, ...] = ()
+    max_ongoing_requests: int | None = None  # Serve's cap per replica, as deployed
 
     def replica_states(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -93,6 +94,7 @@ class DeploymentStatus:
             "status_trigger": self.status_trigger,
             "message": self.message,
             "target_replicas": self.target_replicas,
+            "max_ongoing_requests": self.max_ongoing_requests,
             "replicas": [r.to_dict() for r in self.replicas],
         }
 
@@ -189,6 +191,7 @@ def parse_serve_status(payload: Any) -> ServeStatus:
                     message=str(dep.get("message") or ""),
                     target_replicas=_int(dep.get("target_num_replicas")),
                     replicas=replicas,
+                    max_ongoing_requests=_int((dep.get("deployment_config") or {}).get("max_ongoing_requests")),
                 )
             )
         apps[str(name)] = AppStatus(

@@ -28,7 +28,8 @@ from orchestrator.plan.hf_cache import is_repo_id
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
-from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, ServingPlan, render_app
+from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, ServingPlan, render_app, serve_in_flight
+from orchestrator.serve.in_flight import SOURCE_FLAG, SOURCE_MANIFEST
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
 from orchestrator.serve.scaling import autoscaling_for
 from orchestrator.state import StateStore
@@ -70,6 +71,7 @@ class RolloutRequest:
     vllm_version: str | None = None  # None: the planner's default (the gpu extra's pin)
     flashinfer_sampler: bool | None = None  # None: the version's default (engine_terms.default_flashinfer_sampler)
     request_router: str | None = None  # None: the manifest's serve.request_router
+    max_ongoing_requests: int | None = None  # Serve's cap per replica; None: the manifest's, else the engine's batch
 
 
 def _looks_like_path(model: str) -> bool:
@@ -194,8 +196,10 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     serving_plan = ServingPlan.from_parallel_plan(
         plan, replicas=request.replicas, kv_cache_gib=plan.kv_cache_gib_per_gpu if plan.kv_cache_gib_fixed else None
     )
+    defaults = serve_defaults(manifest, request.max_ongoing_requests, defaults)
     plan_json = plan.to_json()
     plan_json.pop("stages", None)
+    plan_json["in_flight"] = serve_in_flight(serving_plan, defaults).to_json()
     plan_json["model_fingerprint"] = model_fingerprint(spec)  # the calibration record's key (orch status)
     if request.replicas:
         plan_json["replicas"] = request.replicas
@@ -236,6 +240,17 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
                        plan={**plan_json, "notes": list(rendered.notes)}, weights_gib_per_node=weights_per_node)  # fmt: skip
 
     return build
+
+
+def serve_defaults(manifest: Manifest | None, flag: int | None, defaults: ServeDefaults = ServeDefaults()) -> ServeDefaults:
+    """``defaults`` with Serve's max_ongoing_requests from --max-ongoing-requests (``flag``), else
+    the manifest's ``serve.max_ongoing_requests``, else as given (None: the engine's batch)."""
+    if flag:
+        return replace(defaults, max_ongoing_requests=flag, max_ongoing_source=SOURCE_FLAG)
+    configured = manifest.serve.max_ongoing_requests if manifest is not None else None
+    if configured:
+        return replace(defaults, max_ongoing_requests=configured, max_ongoing_source=SOURCE_MANIFEST)
+    return defaults
 
 
 def desired_for_revision(state: StateStore, cluster: str, to: int | None):

@@ -98,6 +98,19 @@ def revision_app(revision: Any) -> tuple[str | None, list[str], dict[str, int]]:
     return name, models, lens
 
 
+def revision_batches(revision: Any) -> dict[str, int]:
+    """max_num_seqs per model id, from the revision's stored config (absent: vLLM's default)."""
+    config = getattr(revision, "config", None) or {}
+    out: dict[str, int] = {}
+    for llm in ((config.get("args") or {}).get("llm_configs") or []) if isinstance(config, Mapping) else []:
+        if isinstance(llm, Mapping):
+            mid = (llm.get("model_loading_config") or {}).get("model_id")
+            seqs = (llm.get("engine_kwargs") or {}).get("max_num_seqs")
+            if mid and isinstance(seqs, int):
+                out[str(mid)] = seqs
+    return out
+
+
 def model_of_deployment(name: str) -> str | None:
     """Ray Serve LLM names the engine deployment ``LLMServer:<model_id>``."""
     head, sep, rest = name.partition(":")
@@ -196,7 +209,8 @@ def _deployment_view(
     if d.status in ("UNHEALTHY", "DEPLOY_FAILED"):
         problems.append(_problem("fail", REPLICA_UNHEALTHY, d.name, f"deployment {d.name} is {d.status}{_with(d.message)}",
                                  "`orch doctor` names the cause from the replica's logs"))  # fmt: skip
-    return DeploymentView(d.name, d.status, d.message, d.target_replicas, tuple(replicas)), problems
+    deployment = DeploymentView(d.name, d.status, d.message, d.target_replicas, tuple(replicas), getattr(d, "max_ongoing_requests", None))
+    return deployment, problems
 
 
 def _probe_problem(probe: ProbeResult) -> Problem:
@@ -252,6 +266,7 @@ def build_serving_status(
     notes: list[str] = []
     problems.extend(_interrupted_problems(pending, rollout_holder, revision, notes))
     app_name, model_ids, max_lens = revision_app(revision) if revision is not None else (None, [], {})
+    batches = revision_batches(revision) if revision is not None else {}
     rev_view = (
         RevisionView(revision.number, revision.model, revision.status, revision.config_fingerprint,
                      getattr(revision, "created_at", None), getattr(revision, "finished_at", None))  # fmt: skip
@@ -301,7 +316,9 @@ def build_serving_status(
             notes.append(f"{mid}: replicas logged different KV-cache sizes: {sorted(t for t in distinct if t is not None)}")
         if metrics_now is not None:
             caches.update(prefix_cache_by_replica(metrics_now, mid, [r.replica_id for r in engine_replicas]))
-        models.append(ModelView(mid, max_lens.get(mid), capacity, live, slo_view(live, objective)))
+        cap = next((d.max_ongoing_requests for d in deployments if model_of_deployment(d.name) == mid), None)
+        models.append(ModelView(mid, max_lens.get(mid), capacity, live, slo=slo_view(live, objective),
+                                max_num_seqs=batches.get(mid), max_ongoing_requests=cap))
     if caches:
         deployments = [replace(d, replicas=tuple(replace(r, prefix_cache=caches.get(r.replica_id)) for r in d.replicas)) for d in deployments]
     if metrics_error:

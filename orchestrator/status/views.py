@@ -74,6 +74,7 @@ class DeploymentView:
     message: str
     target_replicas: int | None
     replicas: tuple[ReplicaView, ...]
+    max_ongoing_requests: int | None = None  # Serve's cap per replica, as deployed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +82,7 @@ class DeploymentView:
             "status": self.status,
             "message": self.message,
             "target_replicas": self.target_replicas,
+            "max_ongoing_requests": self.max_ongoing_requests,
             "replicas": [r.to_dict() for r in self.replicas],
         }
 
@@ -91,11 +93,15 @@ class ModelView:
     capacity: KvCapacity | None
     live: LiveMetrics | None
     slo: SloView | None = None  # the live p95s against the manifest's objective
+    max_num_seqs: int | None = None  # the engine's batch, as configured in the revision
+    max_ongoing_requests: int | None = None  # Serve's cap per engine replica, as deployed
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model_id": self.model_id,
             "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "max_ongoing_requests": self.max_ongoing_requests,
             "kv_cache": self.capacity.to_dict() if self.capacity else None,
             "live": self.live.to_dict() if self.live else None,
             "slo": self.slo.to_dict() if self.slo else None,

@@ -272,3 +272,17 @@ def test_a_target_rate_is_sized_with_the_goodput_recorded_on_the_cluster(capsys,
     assert main([*args, "--target-rps", "50"]) == 2
     out = capsys.readouterr()
     assert json.loads(out.out)["target"]["replicas"] == 17 and "the target needs 17 replica(s) and the cluster holds 16" in out.err
+def test_plan_shows_what_one_replica_takes_at_once(capsys, tmp_path):
+    # 1024 sequences: vLLM's default on an H100-80GB (engine/arg_utils.py get_batch_defaults); Serve
+    # gets 1.25x that per replica, not twice the concurrency at full context (32 before).
+    data = run_json(capsys, "--model", "llama3-405b", "--cluster", str(M405))
+    assert data["in_flight"]["max_ongoing_requests"] == 1280 >= data["max_num_seqs"] == 1024
+    assert data["in_flight"]["source"] == "engine"
+    assert main(["plan", "--model", "llama3-405b", "--cluster", str(M405)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "max_ongoing_requests │ 1280 per Serve replica (max_num_seqs 1024 x 1.25" in text
+    # The manifest's serve.max_ongoing_requests is what orch would deploy, and the plan says so.
+    configured = tmp_path / "c.yaml"
+    configured.write_text(M405.read_text().replace("serve:\n", "serve:\n  max_ongoing_requests: 300\n", 1))
+    data = run_json(capsys, "--model", "llama3-405b", "--cluster", str(configured))
+    assert (data["in_flight"]["max_ongoing_requests"], data["in_flight"]["source"]) == (300, "serve.max_ongoing_requests")

@@ -184,6 +184,22 @@ def test_revision_app_reads_the_stored_config():
     assert model_of_deployment("LLMServer:tiny") == "tiny" and model_of_deployment("LLMRouter") is None
 
 
+def test_the_cap_and_batch_as_deployed_and_configured():
+    # The capture's LLMServer:tiny was deployed with max_ongoing_requests 64 (its deployment_config
+    # in Serve's status) and no max_num_seqs in its engine_kwargs (vLLM's default then applies);
+    # LLMRouter carries Ray Serve LLM's own 1000 (ray/llm core/ingress/builder.py).
+    s = build()
+    assert [(d.name, d.max_ongoing_requests) for d in s.deployments] == [("LLMServer:tiny", 64), ("LLMRouter", 1000)]
+    (model,) = s.models
+    assert (model.max_ongoing_requests, model.max_num_seqs) == (64, None)
+    # A revision rendered by orch now carries the plan's max_num_seqs in engine_kwargs.
+    app = copy.deepcopy(payload()["applications"]["orch-r1"]["deployed_app_config"])
+    app["args"]["llm_configs"][0]["engine_kwargs"]["max_num_seqs"] = 128
+    (model,) = build(revision=revision(app=app)).models
+    assert (model.max_ongoing_requests, model.max_num_seqs) == (64, 128)
+    assert build().to_dict()["models"][0]["max_ongoing_requests"] == 64
+
+
 def test_json_shape():
     d = json.loads(json.dumps(build().to_dict()))
     assert set(d) == {"healthy", "application", "endpoint", "revision", "deployments", "models", "probe",
