@@ -1,0 +1,103 @@
+"""Which start failures a retry cannot fix (doctor.signatures.RETRY_CANNOT_FIX), and the cause
+doctor.start_cause names, against real lines: Serve's deployment messages and the failed
+replicas' logs captured on the test bed (tests/data/serve/start-failures/, SOURCES.md there),
+the issue lines of tests/data/logs/<CODE>.log, and logs of healthy starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.doctor.matching import LogLine
+from orchestrator.doctor.signatures import _CODE_INFO, RETRY_CANNOT_FIX, SIGNATURES
+from orchestrator.doctor.start_cause import start_cause, start_keywords, text_lines
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+LOGS = DATA / "logs"
+
+
+def _real_lines(code: str) -> list[str]:
+    return [line for line in (LOGS / f"{code}.log").read_text().splitlines() if line.strip()]
+
+
+def _log(path: Path, node: str = "host0") -> list[LogLine]:
+    return [LogLine(node, f"logs/{path.name}", i, t) for i, t in enumerate(path.read_text(errors="replace").splitlines(), 1)]
+
+
+# ---- the property, per signature
+
+
+def test_every_code_a_retry_cannot_fix_is_a_signature_code_with_a_reason():
+    assert set(RETRY_CANNOT_FIX) <= set(_CODE_INFO)
+    assert all(reason.strip() for reason in RETRY_CANNOT_FIX.values())
+
+
+def test_only_failing_signatures_of_those_codes_stop_a_rollout():
+    for sig in SIGNATURES:
+        assert sig.retry_cannot_fix == (sig.severity == "fail" and sig.code in RETRY_CANNOT_FIX), (sig.code, sig.pattern.pattern)
+    # a peer hanging up is the echo of another rank's failure: a warning, never a stop on its own
+    closed = next(x for x in _real_lines("COLLECTIVE_CONNECT_FAILED") if "Connection closed by remote peer" in x)
+    assert start_cause([LogLine("w", "f", 1, closed)]) is None
+
+
+@pytest.mark.parametrize("code", ["GCS_UNREACHABLE", "NODE_HEARTBEAT_LOST", "PLACEMENT_INFEASIBLE", "ENGINE_DEAD"])
+def test_a_failure_the_next_attempt_may_not_meet_leaves_serves_retries_alone(code):
+    """A node briefly unreachable, a wait for resources, an engine that died of something else:
+    the real lines of these codes never stop a rollout."""
+    lines = [LogLine("w", "f", i, t) for i, t in enumerate(_real_lines(code), 1)]
+    assert start_cause(lines) is None
+
+
+@pytest.mark.parametrize("code", sorted(RETRY_CANNOT_FIX))
+def test_every_real_failing_line_of_a_code_a_retry_cannot_fix_is_named_as_that_code(code):
+    failing = [t for t in _real_lines(code) if any(s.code == code and s.severity == "fail" and s.match(t) for s in SIGNATURES)]
+    assert failing
+    for text in failing:
+        cause = start_cause([LogLine("w1", "logs/worker-x.err", 7, text)])
+        assert cause is not None and cause.code == code, text
+        assert cause.where == "w1:logs/worker-x.err:7"
+        assert cause.hint.endswith(f"runbooks/{code}.md") and cause.reason == RETRY_CANNOT_FIX[code]
+
+
+def test_the_keywords_sent_to_the_node_are_those_of_the_stopping_signatures_only():
+    words = start_keywords()
+    assert "connectFullMesh" in words and "CUDA out of memory" in words
+    assert "Last heartbeat was sent" not in words and "EngineDeadError" not in words
+
+
+# ---- the cause among many lines
+
+
+def test_the_first_line_showing_such_a_failure_is_the_cause_and_takes_its_context():
+    text = "\n".join(["Traceback (most recent call last):", "RuntimeError: Engine core initialization failed.",
+                      _real_lines("COLLECTIVE_PEER_LOOPBACK")[2], "next line", "", "after a blank"])  # fmt: skip
+    cause = start_cause(text_lines(text, "Serve's message"), context=2)
+    assert cause is not None and cause.code == "COLLECTIVE_PEER_LOOPBACK"
+    assert cause.where == "Serve's message:3"
+    assert cause.evidence.endswith("| next line")  # the blank line ends the context
+    assert start_cause(text_lines(text, "Serve's message")).evidence == _real_lines("COLLECTIVE_PEER_LOOPBACK")[2].strip()
+
+
+def test_healthy_start_logs_show_no_such_cause():
+    healthy = _log(LOGS / "engine" / "ray-serve-llm-cpu-replica-worker.out")
+    for path in sorted(p for p in (LOGS / "normal").rglob("*") if p.is_file() and p.name != "README.md"):
+        healthy += _log(path)
+    assert len(healthy) > 1000
+    assert start_cause(healthy) is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # ModelConfig's header: its validators also report a missing model or an unknown
+        # architecture, named by their own lines (https://github.com/modelscope/ms-swift/issues/6290)
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+        # a validator's error on the model's own files, not an argument's value
+        # (https://github.com/OpenSQZ/MiniCPM-V-CookBook/issues/51)
+        "(APIServer pid=2994609)   Value error, Expecting value: line 1 column 1 (char 0) [type=value_error, "
+        "input_value=ArgsKwargs((), {'model': ...rocessor_plugin': None}), input_type=ArgsKwargs]",
+    ],
+)
+def test_lines_that_do_not_say_which_cause_name_none(line):
+    assert start_cause([LogLine("w", "f", 1, line)]) is None
