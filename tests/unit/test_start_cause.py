@@ -5,6 +5,7 @@ the issue lines of tests/data/logs/<CODE>.log, and logs of healthy starts."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,17 @@ import pytest
 from orchestrator.doctor.matching import LogLine
 from orchestrator.doctor.signatures import _CODE_INFO, RETRY_CANNOT_FIX, SIGNATURES
 from orchestrator.doctor.start_cause import start_cause, start_keywords, text_lines
+from orchestrator.serve.client import parse_serve_status, startup_failures
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LOGS = DATA / "logs"
+CAPTURES = DATA / "serve" / "start-failures"
+
+
+def _candidate(name: str):
+    """The candidate application (not the serving orch-r1) of a captured Serve status."""
+    status = parse_serve_status(json.loads((CAPTURES / name).read_text()))
+    return next(a for n, a in status.applications.items() if n != "orch-r1")
 
 
 def _real_lines(code: str) -> list[str]:
@@ -101,3 +110,32 @@ def test_healthy_start_logs_show_no_such_cause():
 )
 def test_lines_that_do_not_say_which_cause_name_none(line):
     assert start_cause([LogLine("w", "f", 1, line)]) is None
+
+
+# ---- captured on the test bed: a TP=2 candidate across two hosts with `interface: lo`
+
+
+def test_the_wrong_interface_message_names_the_failed_replica_but_not_the_cause():
+    (failure,) = startup_failures(_candidate("wrong-nic-retrying.json"))
+    assert (failure.deployment, failure.retries_left, failure.pid, failure.node_ip) == ("LLMServer:tiny", 2, 214, "10.170.162.12")
+    assert failure.error.rstrip().endswith("RuntimeError: Engine core initialization failed. See root cause above. "
+                                           "Failed core proc(s): {}")  # fmt: skip
+    assert start_cause(text_lines(failure.error, "Serve's message"), context=2) is None
+
+
+def test_the_failed_replicas_log_names_the_loopback_peer():
+    """Its .err holds Gloo's last connect (forwarded from the rank on the other host), its .out
+    the EngineCore's error: both name a peer at 127.0.0.1; the scan reads .err first."""
+    err, out = sorted(CAPTURES.glob("worker-*-214.*"))
+    assert err.suffix == ".err" and out.suffix == ".out"
+    cause = start_cause(_log(err, "host2") + _log(out, "host2"))
+    assert cause is not None and cause.code == "COLLECTIVE_PEER_LOOPBACK"
+    assert "ERROR failed to connect, willRetry=0" in cause.evidence and "remote=[127.0.0.1]:15272" in cause.evidence
+    assert cause.where.startswith(f"host2:logs/{err.name}:")
+    from_out = start_cause(_log(out, "host2"))
+    assert from_out is not None and from_out.code == "COLLECTIVE_PEER_LOOPBACK"
+    assert "(EngineCore pid=695) ERROR" in from_out.evidence and "Gloo connectFullMesh failed" in from_out.evidence
+
+
+def test_a_replica_waiting_to_be_scheduled_has_not_failed():
+    assert startup_failures(_candidate("wrong-nic-scheduling.json")) == []
