@@ -139,3 +139,14 @@ def test_the_failed_replicas_log_names_the_loopback_peer():
 
 def test_a_replica_waiting_to_be_scheduled_has_not_failed():
     assert startup_failures(_candidate("wrong-nic-scheduling.json")) == []
+
+
+def test_an_unknown_architecture_is_named_from_serves_message_alone():
+    """A config error fails in the replica's constructor: the cause is in the message, with
+    pydantic's class line before it, and nothing needs reading on the node."""
+    (failure,) = startup_failures(_candidate("bad-arch-retrying.json"))
+    assert (failure.retries_left, failure.pid, failure.node_ip) == (2, 3457, "10.170.162.10")  # the replica, not its config task
+    cause = start_cause(text_lines(failure.error, "Serve's message"), context=2)
+    assert cause is not None and cause.code == "MODEL_ARCH_UNSUPPORTED"
+    assert cause.evidence.startswith("Value error, Model architectures ['OrchNoSuchForCausalLM'] are not supported for now.")
+    assert cause.hint.endswith("runbooks/MODEL_ARCH_UNSUPPORTED.md")

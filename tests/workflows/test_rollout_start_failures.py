@@ -146,6 +146,20 @@ def test_a_wrong_interface_stops_the_candidate_at_its_first_failed_start(tmp_pat
     assert "COLLECTIVE_PEER_LOOPBACK" in (w.state.get_revision("wf", 2).error or "")
 
 
+def test_a_cause_in_serves_message_stops_without_reading_the_node(tmp_path, temp):
+    """An architecture vLLM does not implement (captured: a config error, in the replica's own
+    traceback in Serve's message): the rollout stops at that poll and reads no log."""
+    w = _serving(_world(tmp_path, temp, {"host0": {}}))
+    _fail_candidate(w, ["", _message("bad-arch-retrying.json")])
+    with pytest.raises(RolloutFailed) as err:
+        w.rollout(max_num_seqs=32)
+    assert "a replica of orch-r2 failed to start with MODEL_ARCH_UNSUPPORTED" in err.value.message
+    assert "Serve's message for LLMServer:tiny:" in err.value.message and "['OrchNoSuchForCausalLM']" in err.value.message
+    assert err.value.hint.endswith("runbooks/MODEL_ARCH_UNSUPPORTED.md")
+    assert sum(r.scans() for r in w.runners.values()) == 0
+    assert [a["name"] for a in w.serve.bodies[-1]["applications"]] == ["orch-r1"]
+
+
 def test_a_failure_whose_log_shows_no_such_cause_keeps_serves_retries_and_is_read_once(tmp_path, temp):
     """The same message, but the replica's log holds only a healthy engine's lines: nothing says
     a retry cannot fix it, so the rollout waits while Serve retries (the message read once,
