@@ -64,6 +64,7 @@ from orchestrator.workflows.rollout_steps import (
     serving_now,
     wait_for_app,
 )
+from orchestrator.workflows.start_failures import StartWatch
 
 __all__ = ["ClusterApis", "RolloutOptions", "RolloutResult", "ServingDeps", "execute"]
 
@@ -273,7 +274,8 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         put(apis.serve, [*keep, app.with_api_key(api_key)], manifest)
         step(f"applied {app.name} on {app.app['route_prefix']} ({attempt.decision.kind})")
         reach(f"wait for {app.name} to run")
-        wait_for_app(apis.serve, app.name, options.timeout_s, deps, options.poll_s)
+        wait_for_app(apis.serve, app.name, options.timeout_s, deps, options.poll_s,
+                     watch=StartWatch(manifest, link.runners, link.nodes, deps.progress))  # fmt: skip
         reach(f"readiness probe of {app.name}")
         probe = check_ready(apis, app.app["route_prefix"], desired.served_name, api_key, deps, options)
         result.cold_load_s = round(deps.clock() - t_apply, 2)
@@ -297,7 +299,8 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             step(f"{old_live} on {PUBLIC_ROUTE} takes revision {number}'s config: its new replica starts beside the old one, "
                  f"which serves until the new one is healthy; candidate {app.name} removed")  # fmt: skip
             reach(f"wait for {old_live} to take revision {number}'s config")
-            wait_for_app(apis.serve, old_live, options.timeout_s, deps, options.poll_s, since=since)
+            wait_for_app(apis.serve, old_live, options.timeout_s, deps, options.poll_s, since=since,
+                         watch=StartWatch(manifest, link.runners, link.nodes, deps.progress))  # fmt: skip
             reach(f"readiness probe of {old_live} on {PUBLIC_ROUTE}")
             check_ready(apis, PUBLIC_ROUTE, desired.served_name, api_key, deps, options)
             step(f"{old_live} serves revision {number}; the old replica is gone")
@@ -423,4 +426,6 @@ def _fail(attempt: Attempt, link: Link, deps: ServingDeps, trail: Trail, exc: Ba
         raise RolloutInterrupted(f"revision {number} interrupted; {back}", hint=RUNBOOK, rolled_back=restored) from None
     if not isinstance(exc, Exception):
         raise exc
-    raise RolloutFailed(f"revision {number} failed: {error}; {back}", hint=RUNBOOK, rolled_back=restored) from (None if isinstance(exc, Failure) else exc)
+    # A known cause (a replica that failed to start in a way no retry fixes) names its own runbook.
+    hint = exc.hint if isinstance(exc, Failure) and exc.hint else RUNBOOK
+    raise RolloutFailed(f"revision {number} failed: {error}; {back}", hint=hint, rolled_back=restored) from (None if isinstance(exc, Failure) else exc)
