@@ -72,9 +72,10 @@ def _merge(a: list[dict[str, Any]] | None, b: list[dict[str, Any]] | None) -> li
 
 def judge_mesh(plan: CollectivePlan, reports: Mapping[str, dict[str, Any] | None],
                nccl: Mapping[str, NcclNetwork | None], links: Mapping[str, Link], where: str,
-               hub_pairs_ok: bool) -> tuple[MeshFigures | None, list[Finding]]:  # fmt: skip
+               hub_pairs_ok: bool, early: frozenset[str] = frozenset()) -> tuple[MeshFigures | None, list[Finding]]:  # fmt: skip
     """The pairs' figures and findings; None when the plan asked for no all-to-all. The jobs run
-    it only once every worker paired with the hub (``hub_pairs_ok``)."""
+    it only once every worker paired with the hub (``hub_pairs_ok``). A pair with a node in
+    ``early`` (its job failed on its own, named already) is not ok and not named again."""
     if not plan.alltoall:
         return None, []
     if not any("mesh" in (reports.get(n) or {}) for n in plan.ranks):
@@ -99,7 +100,7 @@ def judge_mesh(plan: CollectivePlan, reports: Mapping[str, dict[str, Any] | None
             link = slowest([links[a], links[b]])
             err = best_error(errors) if errors else None
             pairs.append(GroupFigures(f"{a}<->{b}", (a, b), ok, figs, link[0], link[1], err, skipped, "all-to-all"))
-            if not ok and not skipped:
+            if not ok and not skipped and a not in early and b not in early:
                 found.append(finding(
                     FAIL, COLLECTIVE_INIT_FAILED, b,
                     f"{a} <-> {b} ({where}): no all-to-all between them: {err or 'the pair did not form'}",

@@ -134,7 +134,7 @@ def judge(plan: CollectivePlan, runs: Mapping[str, NodeRun], facts: Mapping[str,
             ))  # fmt: skip
 
     hub_pairs_ok = not early and all(p.ok for p in pairs)
-    mesh, mesh_found = judge_mesh(plan, reports, nccl, links, where, hub_pairs_ok)
+    mesh, mesh_found = judge_mesh(plan, reports, nccl, links, where, hub_pairs_ok, frozenset(early))
     found.extend(mesh_found)
     skip = None
     if not hub_pairs_ok:

@@ -86,6 +86,16 @@ def test_two_workers_that_cannot_reach_each_other_are_named_as_a_pair():
     assert "; all-to-all FAILED between c1<->c2" in summary_line(report)
 
 
+def test_a_node_whose_job_died_is_named_once_and_its_pairs_are_not_ok():
+    # c0 and c1 connected to c2 and timed with it, then orch lost c2's job (the runner gave up):
+    # c2 is named for that, its pairs are not ok, and they are not named again.
+    r = runs("mesh-pass")
+    r["c2"] = NodeRun("c2", error="c2: `python -c ...` did not finish within 105s on root@10.0.0.12; it was stopped")
+    report = judge(plan(), r, {}, 1)
+    assert [(f.code, f.node) for f in report.findings if f.severity == "fail"] == [("COLLECTIVE_INIT_FAILED", "c2")]
+    assert [(p.name, p.ok) for p in report.mesh.pairs] == [("c0<->c1", True), ("c0<->c2", False), ("c1<->c2", False)]
+
+
 def test_a_slow_pair_is_named_against_its_link():
     # c1 and c2 police what they send each other to 20 MB/s (nft on the test bed).
     report = judge(plan(), runs("mesh-slow-pair"), {}, 29613)
