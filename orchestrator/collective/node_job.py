@@ -136,8 +136,13 @@ class Job:
 
     def time_op(self, pg, op, n, sizes, iters):
         """Seconds per call of an all-reduce ("allreduce") or an all-to-all ("alltoall") of each
-        size in bytes (for the all-to-all: the bytes each rank sends in all, its own chunk included)."""
+        size in bytes (for the all-to-all: the bytes each rank sends in all, its own chunk included).
+
+        Bounded on slow links: the first warm-up call is timed and its time agreed by all ranks
+        (an all-reduce of it, so every rank makes the same choice); a size whose calls would take
+        more than ``size_budget_s`` is timed over fewer calls (one at least)."""
         torch = self.torch
+        budget = float(self.spec.get("size_budget_s", 2.0))
         results = []
         for size, count in zip(sizes, iters):
             numel = max(n, size // 4 // n * n)  # equal chunks: at most 4(n-1) bytes under the size
@@ -150,7 +155,13 @@ class Job:
                 else:
                     pg.alltoall_base(out, buf, [], []).wait()
 
-            for _ in range(WARMUP):
+            t0 = time.perf_counter()
+            call()
+            self.sync()
+            first = self.agreed(pg, time.perf_counter() - t0, n)
+            warm = WARMUP - 1 if first * WARMUP <= budget else 0
+            count = max(1, min(count, int(budget / first) if first > 0 else count))
+            for _ in range(warm):
                 call()
             self.sync()
             t1 = time.perf_counter()
@@ -159,6 +170,13 @@ class Job:
             self.sync()
             results.append({"bytes": size, "iters": count, "seconds": (time.perf_counter() - t1) / count})
         return results
+
+    def agreed(self, pg, value, n):
+        """The mean of ``value`` over the group's ranks: the same number on every rank."""
+        t = self.torch.tensor([float(value)], dtype=self.torch.float64, device=self.device)
+        pg.allreduce([t]).wait()
+        self.sync()
+        return float(t.item()) / n
 
     def group(self, name, r, n, bench_lock=None, alltoall=False):
         """Form a group, check one sum, time the sizes: {ok, error, init_seconds, results}, and with
