@@ -138,9 +138,10 @@ class Job:
         """Seconds per call of an all-reduce ("allreduce") or an all-to-all ("alltoall") of each
         size in bytes (for the all-to-all: the bytes each rank sends in all, its own chunk included).
 
-        Bounded on slow links: the first warm-up call is timed and its time agreed by all ranks
-        (an all-reduce of it, so every rank makes the same choice); a size whose calls would take
-        more than ``size_budget_s`` is timed over fewer calls (one at least)."""
+        Bounded on slow links: after one warm-up call (which may pay for connections), a second
+        call is timed and its time agreed by all ranks (an all-reduce of it, so every rank makes
+        the same choice); a size whose calls would take more than ``size_budget_s`` is timed over
+        fewer calls, or by that second call alone."""
         torch = self.torch
         budget = float(self.spec.get("size_budget_s", 2.0))
         results = []
@@ -155,15 +156,18 @@ class Job:
                 else:
                     pg.alltoall_base(out, buf, [], []).wait()
 
+            for _ in range(WARMUP - 1):
+                call()
+            self.sync()
             t0 = time.perf_counter()
             call()
             self.sync()
-            first = self.agreed(pg, time.perf_counter() - t0, n)
-            warm = WARMUP - 1 if first * WARMUP <= budget else 0
-            count = max(1, min(count, int(budget / first) if first > 0 else count))
-            for _ in range(warm):
-                call()
-            self.sync()
+            probe = self.agreed(pg, time.perf_counter() - t0, n)
+            if probe > 0 and probe * (1 + count) > budget:
+                count = int(budget / probe) - 1
+            if count < 1:  # the probe is the measurement
+                results.append({"bytes": size, "iters": 1, "seconds": probe})
+                continue
             t1 = time.perf_counter()
             for _ in range(count):
                 call()

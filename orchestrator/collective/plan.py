@@ -40,7 +40,7 @@ SIZES: dict[str, tuple[tuple[int, int], ...]] = {
     "gloo": ((8 << 10, 20), (1 << 20, 10), (16 << 20, 5)),
 }
 
-# Seconds one size of one group may take (its timed calls, after a first warm-up call): a slow
+# Seconds one size of one group may take (its timed calls, after a warm-up and a probe call): a slow
 # link is timed over fewer calls instead of running into the job's deadline (seen on the test bed
 # with a pair shaped to 8 MB/s: 16 MiB x 7 calls per group did not fit in 75 s).
 SIZE_BUDGET_S = 2.0

@@ -97,15 +97,28 @@ def test_a_node_whose_job_died_is_named_once_and_its_pairs_are_not_ok():
 
 
 def test_a_slow_pair_is_named_against_its_link():
-    # c1 and c2 police what they send each other to 20 MB/s (nft on the test bed).
+    # c1 and c2 police what they send each other to 8000 kbytes/s (nft on the test bed).
     report = judge(plan(), runs("mesh-slow-pair"), {}, 29613)
     assert not [f for f in report.findings if f.severity == "fail"]
     pair = report.mesh.pairs[2]
     assert pair.name == "c1<->c2" and pair.ok and pair.busbw == (16 << 20) / pair_seconds("mesh-slow-pair", 1, 2) / 2e9
+    # a 2-rank all-to-all's bus bandwidth is what crossed the link one way per second: under the
+    # policer's rate (nft's kbyte is 1024 bytes)
+    assert pair.busbw < 8000 * 1024 / 1e9
     slow = [f for f in report.findings if f.code == "COLLECTIVE_SLOW" and f.message.startswith("c1<->c2: all-to-all")]
     assert [f.node for f in slow] == ["c2"]
     assert f"all-to-all bus bandwidth {pair.busbw:.2f} GB/s at 16 MiB is under 10% of the link (1.25 GB/s, tcp)" in slow[0].message
     assert "slowest pair c1<->c2" in summary_line(report)
+
+
+def test_a_size_timed_by_its_probe_alone_is_judged_like_the_others():
+    # The group of all's 16 MiB all-reduce crosses the policed pair: over the job's size budget,
+    # it was timed by its probe alone, whose time the ranks agreed on (the same on all three).
+    rows = [raw("mesh-slow-pair", r)["all"]["results"][-1] for r in range(3)]
+    assert {(x["bytes"], x["iters"], x["seconds"]) for x in rows} == {(16 << 20, 1, 2.8373421613323444)}
+    report = judge(plan(), runs("mesh-slow-pair"), {}, 29613)
+    assert report.all is not None and report.all.ok and report.all.sizes[-1].seconds == 2.8373421613323444
+    assert report.all.busbw == (16 << 20) / 2.8373421613323444 / 1e9 * 2 * 2 / 3  # nccl-tests: 2(n-1)/n
 
 
 def test_a_pair_far_under_the_others_is_named_even_when_its_link_is_unknown():
