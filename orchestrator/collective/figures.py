@@ -175,6 +175,12 @@ def slowest(links: list[Link]) -> Link:
     return min(known)
 
 
+def gbps(value: float) -> str:
+    """A bandwidth in GB/s as a message shows it: two decimals, two significant digits under
+    0.1 GB/s (a shaped or broken path runs at a few MB/s, which two decimals would show as 0.00)."""
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
+
+
 def slow_findings(groups: list[GroupFigures]) -> list[Finding]:
     """COLLECTIVE_SLOW for each group that ran and whose link is known (see SLOW_FRACTION)."""
     out = []
@@ -187,7 +193,7 @@ def slow_findings(groups: list[GroupFigures]) -> list[Finding]:
             size = g.sizes[-1].bytes
             out.append(finding(
                 WARN, COLLECTIVE_SLOW, node,
-                f"{g.name}: {g.op} bus bandwidth {g.busbw:.2f} GB/s at {size >> 20} MiB is under "
+                f"{g.name}: {g.op} bus bandwidth {gbps(g.busbw)} GB/s at {size >> 20} MiB is under "
                 f"{fraction:.0%} of the link ({g.link_gbps:.2f} GB/s, {g.link_kind})",
                 "find the slow hop (the pairs name the node); check the link speed, MTU and the NIC the traffic took",
             ))  # fmt: skip
