@@ -75,8 +75,6 @@ def print_results(result: dict) -> None:
             f(t["p50"]), f(t["p95"]), f(t["p99"]), f(p["p50"], 2), f(p["p95"], 2), f(p["p99"], 2), f(lv["itl_ms"]["p95"], 2),
         )
     out = console()
-    if not out.is_terminal:
-        out.width = max(out.width, 150)  # piped or captured: keep the table's columns whole
     out.print(table)
     whole = result.get("crosscheck")
     if whole:

@@ -22,27 +22,22 @@ SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "dim"}
 
 
 def findings_table(findings: list) -> Any:
-    """Findings grouped by node (cluster-wide first), one row each."""
-    from rich.table import Table
+    """Findings grouped by node (cluster-wide first), two lines each: ``SEVERITY CODE on NODE:
+    message`` and ``  hint: ...``. Lines rather than a table, so that neither a narrow window nor
+    a log ever cuts a code or a hint."""
+    from rich.console import Group
+    from rich.text import Text
 
     from orchestrator.preflight.findings import by_node
 
-    table = Table(title="preflight findings", show_lines=False, title_justify="left")
-    for col in ("node", "severity", "code"):
-        table.add_column(col, no_wrap=True)
-    for col in ("message", "hint"):
-        table.add_column(col, overflow="fold", ratio=1)
+    parts: list[Any] = [Text("preflight findings", style="bold")]
     for node, items in by_node(findings).items():
-        for i, f in enumerate(items):
-            table.add_row(
-                (node or "(cluster)") if i == 0 else "",
-                f"[{SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/]",
-                f.code,
-                f.message,
-                f.hint,
-            )
-        table.add_section()
-    return table
+        for f in items:
+            parts.append(Text.assemble((f"{f.severity} {f.code}", SEVERITY_STYLE.get(f.severity, "")),
+                                       f" on {node or '(cluster)'}: {f.message}"))  # fmt: skip
+            if f.hint:
+                parts.append(Text(f"  hint: {f.hint}"))
+    return Group(*parts)
 
 
 def nodes_table(states: list, title: str = "Ray nodes") -> Any:

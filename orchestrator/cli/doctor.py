@@ -32,7 +32,7 @@ def parse_duration(text: str) -> float:
 def _table(report: Any) -> None:
     from rich.table import Table
 
-    from orchestrator.cli.output import console
+    from orchestrator.cli.output import code_column, console
 
     out = console()
     for n in report.nodes:
@@ -52,14 +52,13 @@ def _table(report: Any) -> None:
         return
     table = Table()
     table.add_column("severity")
-    table.add_column("code")
+    code_column(table, [f.code for f in report.findings])
     table.add_column("node")
     table.add_column("evidence at (file:line)", overflow="fold")
-    table.add_column("runbook", overflow="fold")
     for f in report.findings:
         sev = "[red]fail[/red]" if f.severity == "fail" else f"[yellow]{f.severity}[/yellow]"
         times = f" (x{f.count})" if f.count > 1 else ""
-        table.add_row(sev, f.code, f.node, f"{f.where}{times}", f"runbooks/{f.code}.md")
+        table.add_row(sev, f.code, f.node, f"{f.where}{times}")  # each hint below names the runbook
     out.print(table)
     for f in report.findings:
         out.print(f"[bold]{f.code}[/bold] on {f.node} ({f.where}):", soft_wrap=True, markup=True)
