@@ -100,10 +100,13 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Force the tensor-parallel size (checked by the planner).")
 @click.option("--pp", type=click.IntRange(min=1), default=None, help="Force the pipeline-parallel size (checked by the planner).")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Longest sequence [default: the model's].")
-@click.option("--gpu-memory-utilization", type=FiniteFloat(min=0, max=1, min_open=True), default=None)
+@click.option("--gpu-memory-utilization", type=FiniteFloat(min=0, max=1, min_open=True), default=None,
+              help="vLLM's memory fraction per GPU [default: the vLLM version's: 0.92 from 0.21, 0.90 before].")  # fmt: skip
 @click.option("--kv-cache-gib", type=FiniteFloat(min=0, min_open=True), default=None, help="Fix the KV cache per GPU.")
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default=None)
-@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default=None,
+              help="Weight dtype (fp8: vLLM's fp8 quantization; int8/int4: a pre-quantized checkpoint) [default: the checkpoint's].")  # fmt: skip
+@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True,
+              help="vLLM kv_cache_dtype: auto keeps the model's dtype, fp8 halves the KV bytes per token.")  # fmt: skip
 @click.option("--replicas", type=click.IntRange(min=1), default=None, help="Replicas [default: as many as the cluster holds].")
 @click.option("--max-ongoing-requests", type=click.IntRange(min=1), default=None,
               help="Requests one engine replica takes at once (Serve's max_ongoing_requests) [default: the manifest's serve.max_ongoing_requests, else the engine's max_num_seqs x 1.25].")
@@ -189,7 +192,8 @@ def _sync_first(manifest: Any, state_dir: Path, request: Any, source: str, dry_r
 @click.option("--to", "to", type=click.IntRange(min=1), default=None, help="Revision number [default: the one before the current].")
 @click.option("--dry-run", is_flag=True, help="Print what would be deployed; change nothing.")
 @click.option("--allow-downtime", is_flag=True, help="Replace in place when there is no room for a second copy.")
-@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=900.0, show_default=True)
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=900.0, show_default=True,
+              help="Seconds for the revision to be RUNNING (then it is rolled back).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 def rollback(ctx, cluster_yaml, to, dry_run, allow_downtime, timeout_s, as_json) -> None:
@@ -205,7 +209,7 @@ def rollback(ctx, cluster_yaml, to, dry_run, allow_downtime, timeout_s, as_json)
     from orchestrator.workflows.rollout import RolloutOptions, execute
 
     state_dir = ctx.obj["state_dir"]
-    manifest = resolve_manifest(cluster_yaml, state_dir, "rollout")
+    manifest = resolve_manifest(cluster_yaml, state_dir, "rollback")
     build = desired_for_revision(StateStore(state_dir), manifest.name, to)
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s, command="rollback")
     api_key = os.environ.get(manifest.serve.api_key_env) or None

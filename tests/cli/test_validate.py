@@ -91,7 +91,7 @@ def test_json_all_valid_exits_0(capsys):
 
 def test_no_file_is_a_usage_error(capsys):
     assert main(["validate"]) == 2
-    assert "Missing argument" in capsys.readouterr().err
+    assert "error: missing argument 'FILES...'" in capsys.readouterr().err
 
 
 def test_console_script_exit_code_and_no_traceback(tmp_path):
