@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2; 8.1 prints the help itself
             # bare `orch` (or `orch model`): the help, on stdout, and success
-            click.echo(exc.ctx.get_help())
+            click.echo(exc.ctx.get_help())  # type: ignore[attr-defined]
             return 0
         from orchestrator.cli.output import print_usage_error
 

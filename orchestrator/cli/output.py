@@ -18,7 +18,7 @@ import json
 import os
 import re
 import sys
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import click
 
@@ -86,7 +86,7 @@ def console(stderr: bool = False) -> Any:
     terminal = is_terminal(stream)
     colour = colour_enabled(stream)
     return Console(
-        file=stream if terminal else _TrimmedLines(stream),
+        file=stream if terminal else cast(IO[str], _TrimmedLines(stream)),
         highlight=False,
         soft_wrap=False,
         force_terminal=terminal,
