@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.manifest.gpu_types import find_gpu_type, unknown_gpu_type
+
 if TYPE_CHECKING:  # NodeSpec's helpers take the whole manifest; for annotations only
     from orchestrator.manifest.model import Manifest
 
@@ -104,6 +106,13 @@ def _check_interface(value: str) -> str:
         c in "/:" or c.isspace() for c in value
     ):
         raise ValueError(f"'{value}' is not a valid interface name (no '/', ':' or spaces; e.g. ib0, eth0, ens1f0)")
+    return value
+
+
+def _check_gpu_type(value: str) -> str:
+    # the planner's table, the one rule (`orch plan --cluster` sizes with it)
+    if find_gpu_type(value) is None:
+        raise ValueError(unknown_gpu_type(value))
     return value
 
 
@@ -243,7 +252,7 @@ class NodeSpec(_Frozen):
     user: Annotated[str, Strict(), AfterValidator(_check_user)] | None = None
     role: Literal["head", "worker"] = "worker"
     gpus: Count = 0
-    gpu_type: Text | None = None
+    gpu_type: Annotated[str, Strict(), BeforeValidator(_not_blank), AfterValidator(_check_gpu_type)] | None = None
     interface: Annotated[str, Strict(), BeforeValidator(_not_blank), AfterValidator(_check_interface)] | None = None
     transport: Literal["ssh", "local"] = "ssh"
     python: Executable | None = None
