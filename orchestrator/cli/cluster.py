@@ -138,9 +138,9 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
 
     \b
     Nodes are stopped in parallel; only this cluster's processes (tagged with its id, or naming
-    its Ray temp dir) of the SSH user. An unreachable node is reported and does not fail the
-    command (exit 0); a node where stopping failed makes it exit 5. The cluster is recorded as
-    down only when every node confirmed.
+    its Ray temp dir) of the SSH user. The others are stopped even when a node cannot be reached;
+    then the command exits 4 (like every command that cannot reach a node); a node where stopping
+    failed makes it exit 5. The cluster is recorded as down only when every node confirmed.
     """
     from rich.table import Table
 
@@ -160,14 +160,22 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
             table.add_column(col, overflow="fold")
         for n in result.nodes:
             verdict = "[green]stopped[/]" if n.ok else ("[yellow]unreachable[/]" if n.unreachable else "[red]failed[/]")
-            table.add_row(n.node, verdict, n.detail)
+            table.add_row(n.node, verdict, n.detail.removeprefix(f"{n.node}: "))  # the row names the node
         out.print(table)
     unreachable = [n.node for n in result.nodes if n.unreachable]
-    if unreachable:
-        click.echo(f"warning: not reached: {', '.join(unreachable)} (Ray may still run there)", err=True)
-    if not result.ok:
-        click.echo("warning: the cluster stays recorded as up until every node confirms its stop", err=True)
     failed = [n for n in result.nodes if not n.ok and not n.unreachable]
+    if not result.ok and result.was_up:
+        click.echo("warning: the cluster stays recorded as up until every node confirms its stop", err=True)
+    if unreachable:
+        from orchestrator.errors import UnreachableError
+
+        if result.was_up:
+            message = f"not reached: {', '.join(unreachable)}; Ray may still run there"
+        else:
+            message = (f"not reached: {', '.join(unreachable)}; cluster {manifest.name} is not recorded as up "
+                       "(never started by orch, or already down), so nothing is known to run there")  # fmt: skip
+        raise UnreachableError(message + (f"; stopping also failed on {', '.join(n.node for n in failed)}" if failed else ""),
+                               hint="re-run `orch down` once the node answers over SSH; see `orch runbook NODE_UNREACHABLE`")  # fmt: skip
     if failed:
         raise ClusterError(
             f"stopping failed on {', '.join(n.node for n in failed)}: {failed[0].detail}",

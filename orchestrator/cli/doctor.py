@@ -1,6 +1,7 @@
 """``orch doctor``: collect every node's Ray/Serve/vLLM logs and name known failures. CLI only.
 
-Exit 0 when no finding of severity ``fail`` was made (warnings are printed), 1 otherwise.
+Exit 0 when no finding of severity ``fail`` was made (warnings are printed), 1 otherwise, 4 when a
+node could not be reached (its logs were not read).
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def doctor(
     Without CLUSTER_YAML, the one cluster recorded by `orch up` is diagnosed.
 
     \b
-    Exit 0: nothing of severity fail found. Exit 1: at least one failure found.
+    Exit 0: nothing of severity fail found. Exit 1: at least one failure found. Exit 4: a node
+    could not be reached over SSH (its logs were not read).
     Each finding names its evidence line (file:line on the node) and its runbook.
     """
     from orchestrator.cli.wiring import known_hosts_path, resolve_manifest
@@ -128,6 +130,15 @@ def doctor(
     else:
         _table(report)
     failures = [f for f in report.findings if f.severity == "fail"]
+    unreached = [n.node for n in report.nodes if not n.reachable]
+    if unreached:
+        # the logs of these nodes were not read: exit 4, like every command that cannot reach a node
+        from orchestrator.errors import UnreachableError
+
+        others = [f for f in failures if f.node not in unreached]
+        found = f"; on the others it found {len(others)} failure(s): " + ", ".join(f"{f.code} on {f.node}" for f in others[:5]) if others else ""
+        raise UnreachableError(f"doctor could not read the logs of {', '.join(unreached)} (not reachable over SSH){found}",
+                               hint="see `orch runbook NODE_UNREACHABLE`, then rerun `orch doctor`")  # fmt: skip
     if failures:
         # Raised rather than ctx.exit(1): the CLI boundary prints it last and returns exit 1.
         named = ", ".join(f"{f.code} on {f.node}" for f in failures[:5]) + (", ..." if len(failures) > 5 else "")

@@ -34,7 +34,7 @@ from typing import Any
 
 from orchestrator import cluster_lock
 from orchestrator.bench.goodput import LoadLevel
-from orchestrator.errors import OrchError, RolloutFailed, RolloutInterrupted, StateError, UsageError
+from orchestrator.errors import ClusterNotUp, OrchError, RolloutFailed, RolloutInterrupted, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
 from orchestrator.runbooks import runbook
@@ -189,7 +189,7 @@ def execute(manifest: Manifest, build: DesiredFactory, api_key: str | None, deps
             decision = decisions.Decision(decisions.FRESH, f"cluster {manifest.name!r} is not up: this is the config a first rollout would apply")
             return RolloutResult(action="dry_run:" + decision.kind, decision=decision.to_dict(), cluster=manifest.name,
                                  model=desired.served_name, config=desired.rendered.app, plan=desired.plan)  # fmt: skip
-        raise StateError(f"cluster {manifest.name!r} is not up", hint=f"run `orch up {manifest.source_path or 'CLUSTER_YAML'}` first")
+        raise ClusterNotUp(f"cluster {manifest.name!r} is not up", hint=f"run `orch up {manifest.source_path or 'CLUSTER_YAML'}` first")
     if options.dry_run:
         return _decide_and_run(manifest, build, api_key, deps, options)
     if not api_key:

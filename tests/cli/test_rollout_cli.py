@@ -42,7 +42,7 @@ def test_dry_run_json(capsys):
 def test_rollout_without_dry_run_needs_the_cluster_up(capsys):
     rc = main(["rollout", "--model", "llama3-405b", "--model-path", "/models/x", str(M405)])
     err = capsys.readouterr().err
-    assert rc == 1 and "error: cluster 'llama405' is not up" in err and "orch up" in err
+    assert rc == 5 and "error: cluster 'llama405' is not up" in err and "orch up" in err
 
 
 def test_bad_engine_arg_and_plan_that_does_not_fit(capsys):
