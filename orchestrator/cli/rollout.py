@@ -23,9 +23,15 @@ from orchestrator.cli.wiring import progress_display, resolve_manifest, rollout_
 
 
 def _engine_args(values: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
+    """--engine-arg KEY=VALUE, checked before anything slow: the syntax, the names orch sets, and
+    the names Ray Serve LLM accepts (read from the installed sources, without importing them)."""
+    from orchestrator.serve.engine_arg_names import check_engine_arg_names
     from orchestrator.serve.engine_args import parse_engine_arg
 
-    return tuple(parse_engine_arg(item) for item in values)
+    parsed = tuple(parse_engine_arg(item) for item in values)
+    if parsed:
+        check_engine_arg_names([key for key, _ in parsed])
+    return parsed
 
 
 @contextmanager
@@ -162,6 +168,7 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
     with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():
         state = StateStore(state_dir)
         shape = planning_shape(manifest, state)
+        progress(f"planning {model} on {shape.describe()}")
         desired = desired_for_model(manifest, request, shape=shape, capacity_for=lambda spec, tp, pp: recorded_goodput(manifest, state, spec, tp, pp))
         result = execute(manifest, desired, api_key, rollout_deps(manifest, state_dir, progress), options)
     _print_result(result, as_json, dry_run)
