@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "accept": ("orchestrator.cli.accept", "accept", "Run the staged production acceptance test."),
     "doctor": ("orchestrator.cli.doctor", "doctor", "Collect logs from every node and match known failure signatures."),
     "runbook": ("orchestrator.cli.runbook", "runbook", "Print the runbook of a finding code (every hint names one)."),
+    "clusters": ("orchestrator.cli.clusters", "clusters", "List the clusters orch knows, their state and what they serve."),
+    "completion": ("orchestrator.cli.completion", "completion", "Print the shell completion script (bash, zsh, fish)."),
 }
 
 
