@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -27,7 +28,7 @@ def clusters(ctx: click.Context, as_json: bool) -> None:
 
     state_dir: Path = ctx.obj["state_dir"]
     store = StateStore(state_dir)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in store.list_clusters():
         rev = store.current_revision(c.name)
         rows.append({
