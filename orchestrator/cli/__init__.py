@@ -21,6 +21,7 @@ from orchestrator.errors import EXIT_CODES, OrchError
 # command name -> (module, attribute, one-line help). The help is repeated here so that
 # `orch --help` lists commands without importing their modules.
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "init": ("orchestrator.cli.init", "init", "Write a commented starter manifest; --hosts fills it in by probing the hosts over SSH."),
     "validate": ("orchestrator.cli.validate", "validate", "Check cluster manifests (no I/O beyond reading them)."),
     "up": ("orchestrator.cli.cluster", "up", "Preflight every node over SSH, then start Ray and wait for all nodes."),
     "down": ("orchestrator.cli.cluster", "down", "Stop Ray (and leftover vLLM) on every node."),

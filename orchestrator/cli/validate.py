@@ -15,7 +15,7 @@ import click
 from orchestrator.cli.output import colour_enabled, error_label, ok_label, print_json
 from orchestrator.errors import ManifestError
 from orchestrator.manifest.load import load_manifest_file
-from orchestrator.manifest.sections import HINT
+from orchestrator.manifest.sections import HINT, MISSING_HINT
 
 
 @click.command("validate")
@@ -62,4 +62,5 @@ def validate(files: tuple[Path, ...], as_json: bool) -> None:
             summary = f"{failed[0]['file']} is not a valid manifest ({count} problem{'s' if count != 1 else ''})"
         else:
             summary = f"{len(failed)} of {len(reports)} manifests are not valid: {', '.join(r['file'] for r in failed)}"
-        raise ManifestError(summary, hint=HINT)
+        missing = all(p.endswith(": no such file") for r in failed for p in r["problems"])
+        raise ManifestError(summary, hint=MISSING_HINT if missing else HINT)

@@ -43,6 +43,12 @@ HINT = (
     "the examples in cluster-templates/ explain every field (reference: docs/manifest.md); "
     "fix the file and re-check it with `orch validate FILE`"
 )
+# A manifest that is not there: pip users have no cluster-templates/ folder, so the way to one is
+# the command that writes it.
+MISSING_HINT = (
+    "`orch init FILE` writes a commented starter manifest; `orch init FILE --hosts H1,H2 --user USER` "
+    "fills it in by probing the hosts over SSH (reference: docs/manifest.md)"
+)
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
