@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "rollback": ("orchestrator.cli.rollout", "rollback", "Return to an earlier revision."),
     "bench": ("orchestrator.cli.bench", "bench", "Measure TTFT, TPOT and throughput against an OpenAI-compatible endpoint."),
     "accept": ("orchestrator.cli.accept", "accept", "Run the staged production acceptance test."),
+    "logs": ("orchestrator.cli.logs", "logs", "Show a replica's log, an engine worker's (by rank) or a node's raylet; --follow."),
     "doctor": ("orchestrator.cli.doctor", "doctor", "Collect logs from every node and match known failure signatures."),
     "runbook": ("orchestrator.cli.runbook", "runbook", "Print the runbook of a finding code (every hint names one)."),
     "clusters": ("orchestrator.cli.clusters", "clusters", "List the clusters orch knows, their state and what they serve."),
