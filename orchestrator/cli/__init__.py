@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "accept": ("orchestrator.cli.accept", "accept", "Run the staged production acceptance test."),
     "logs": ("orchestrator.cli.logs", "logs", "Show a replica's log, an engine worker's (by rank) or a node's raylet; --follow."),
     "doctor": ("orchestrator.cli.doctor", "doctor", "Collect logs from every node and match known failure signatures."),
+    "dashboard": ("orchestrator.cli.dashboard", "dashboard", "Open an SSH tunnel to the Ray dashboard and print its local URL (until Ctrl-C)."),
     "runbook": ("orchestrator.cli.runbook", "runbook", "Print the runbook of a finding code (every hint names one)."),
     "clusters": ("orchestrator.cli.clusters", "clusters", "List the clusters orch knows, their state and what they serve."),
     "completion": ("orchestrator.cli.completion", "completion", "Print the shell completion script (bash, zsh, fish)."),

@@ -1,7 +1,8 @@
-"""`orch logs` (issue 25 item 10) at the CLI, on one local node (`transport: local`) whose Ray
-session folder holds a raylet log: the real scan script of the doctor finds and reads it, and
---follow runs the real ``tail -F``. The replica and engine-worker logs of a served model are
-tests/integration/test_logs.py."""
+"""`orch logs` (issue 25 item 10) and `orch dashboard` (item 11) at the CLI, on one local node
+(`transport: local`) whose Ray session folder holds a raylet log: the real scan script of the
+doctor finds and reads it, and --follow runs the real ``tail -F``. The replica and engine-worker
+logs of a served model are tests/integration/test_logs.py; the dashboard's tunnel to a real Ray
+head is tests/integration/test_dashboard_cli.py."""
 
 from __future__ import annotations
 
@@ -126,3 +127,11 @@ def test_follow_prints_what_is_written_next_until_ctrl_c(local_cluster, tmp_path
         if proc.poll() is None:
             proc.kill()
 
+
+def test_dashboard_of_a_cluster_that_is_not_up(local_cluster, capsys):
+    yaml, _ = local_cluster
+    assert main(["dashboard", str(yaml)]) == 5
+    err = capsys.readouterr().err
+    assert err.startswith("error: cluster 'logtest' is not up") and f"hint: run `orch up {yaml}` first" in err
+    assert main(["dashboard"]) == 5
+    assert "error: no cluster is up in" in capsys.readouterr().err
