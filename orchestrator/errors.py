@@ -153,6 +153,14 @@ class StateError(OrchError):
     exit_code = 1
 
 
+class ClusterNotUp(StateError):
+    """The command needs a running cluster and there is none: no CLUSTER_YAML given and none
+    recorded as up, or the named cluster is not up. Exit 5, the code of cluster state (`orch status`
+    alone reports it and exits 0)."""
+
+    exit_code = 5
+
+
 class DiskFullError(StateError):
     """A local file of orch could not be written because its filesystem is full (or over quota).
     Exit 5, like other failures of the machinery under a command rather than of its input."""
@@ -178,8 +186,8 @@ EXIT_CODES: dict[int, str] = {
     1: "error",
     2: "invalid input: manifest, flags, model spec or plan",
     3: "preflight failed; nothing was started",
-    4: "remote execution failed (unreachable node, SSH auth, host key, timeout)",
-    5: "cluster bring-up or state failed (also: the disk under orch's state is full)",
+    4: "a node could not be reached (SSH: unreachable, auth, host key, timeout); every command that needs the node",
+    5: "cluster bring-up or state failed, or the cluster the command needs is not up (also: the disk under orch's state is full)",
     6: "serving: Serve API error or rollout failed (rolled back when possible)",
     7: "acceptance test failed",
     130: "interrupted (Ctrl-C, SIGTERM); a rollout puts the previous revision back before it exits",

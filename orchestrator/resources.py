@@ -57,6 +57,12 @@ def read_text(kind: str, name: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def names(kind: str, suffix: str) -> list[str]:
-    """File names of ``kind`` ending in ``suffix`` (top level of the folder), sorted."""
-    return sorted(p.name for p in folder(kind).iterdir() if p.is_file() and p.name.endswith(suffix))
+def names(kind: str, suffix: str, subfolder: str | None = None) -> list[str]:
+    """File names of ``kind`` ending in ``suffix`` (top level of the folder, or of its
+    ``subfolder``), sorted."""
+    where = folder(kind)
+    if subfolder is not None:
+        where = where.joinpath(subfolder)
+        if not where.is_dir():
+            return []
+    return sorted(p.name for p in where.iterdir() if p.is_file() and p.name.endswith(suffix))

@@ -1,4 +1,4 @@
-"""The staged acceptance test of ``orch accept`` (seed 001): stages, verdicts, the whole verdict.
+"""The staged acceptance test of ``orch accept``: stages, verdicts, the whole verdict.
 No I/O of its own: everything it touches goes through ``AcceptanceEnv`` (the endpoint's load
 generator, the cluster's topology, a "kill one engine process" action, Serve's health, a probe,
 a "redeploy" action, a clock and a sleep), so each stage is tested with fakes and wired to a real

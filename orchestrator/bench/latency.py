@@ -1,6 +1,6 @@
 """Latency statistics of a benchmark run: per-request figures and per-level summaries. Pure, no I/O.
 
-Definitions (seed 000, vLLM 0.32 benchmark page):
+Definitions (the latency formulas, vLLM 0.32 benchmark page):
 - TTFT: from the moment the request was sent to the arrival of the first chunk that carries an
   output token (queueing + prefill + network). A chat stream's opening role-only chunk is not a
   token.
@@ -79,7 +79,7 @@ class RequestRecord:
 
 
 def tpot(t_total: float | None, ttft: float | None, n_tokens: int) -> float | None:
-    """Seed 000: TPOT = (t_total - TTFT) / (N - 1); undefined (None) for N <= 1 or missing times."""
+    """TPOT = (t_total - TTFT) / (N - 1); undefined (None) for N <= 1 or missing times."""
     if t_total is None or ttft is None or n_tokens <= 1:
         return None
     return (t_total - ttft) / (n_tokens - 1)

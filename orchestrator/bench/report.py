@@ -187,7 +187,7 @@ def render_markdown(result: Mapping[str, Any], plot_name: str | None = "tradeoff
 
 
 def plot_tradeoff(levels: Sequence[dict], path: Path, title: str = "", targets: Mapping[str, float | None] | None = None) -> Path:
-    """Seed 000's trade-off figure: output throughput against TTFT p95 and TPOT p95, one point per
+    """The throughput/latency trade-off figure: output throughput against TTFT p95 and TPOT p95, one point per
     level (labelled), p50 dashed beside p95. Writes a PNG."""
     import matplotlib
 

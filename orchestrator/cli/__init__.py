@@ -21,6 +21,7 @@ from orchestrator.errors import EXIT_CODES, OrchError
 # command name -> (module, attribute, one-line help). The help is repeated here so that
 # `orch --help` lists commands without importing their modules.
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "init": ("orchestrator.cli.init", "init", "Write a commented starter manifest; --hosts fills it in by probing the hosts over SSH."),
     "validate": ("orchestrator.cli.validate", "validate", "Check cluster manifests (no I/O beyond reading them)."),
     "up": ("orchestrator.cli.cluster", "up", "Preflight every node over SSH, then start Ray and wait for all nodes."),
     "down": ("orchestrator.cli.cluster", "down", "Stop Ray (and leftover vLLM) on every node."),
@@ -31,8 +32,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "rollback": ("orchestrator.cli.rollout", "rollback", "Return to an earlier revision."),
     "bench": ("orchestrator.cli.bench", "bench", "Measure TTFT, TPOT and throughput against an OpenAI-compatible endpoint."),
     "accept": ("orchestrator.cli.accept", "accept", "Run the staged production acceptance test."),
+    "logs": ("orchestrator.cli.logs", "logs", "Show a replica's log, an engine worker's (by rank) or a node's raylet; --follow."),
     "doctor": ("orchestrator.cli.doctor", "doctor", "Collect logs from every node and match known failure signatures."),
+    "dashboard": ("orchestrator.cli.dashboard", "dashboard", "Open an SSH tunnel to the Ray dashboard and print its local URL (until Ctrl-C)."),
     "runbook": ("orchestrator.cli.runbook", "runbook", "Print the runbook of a finding code (every hint names one)."),
+    "clusters": ("orchestrator.cli.clusters", "clusters", "List the clusters orch knows, their state and what they serve."),
+    "completion": ("orchestrator.cli.completion", "completion", "Print the shell completion script (bash, zsh, fish)."),
 }
 
 
@@ -98,8 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
-        exc.show()
-        return 2
+        if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2; 8.1 prints the help itself
+            # bare `orch` (or `orch model`): the help, on stdout, and success
+            click.echo(exc.ctx.get_help())  # type: ignore[attr-defined]
+            return 0
+        from orchestrator.cli.output import print_usage_error
+
+        print_usage_error(*usage_error_text(exc))
+        return 2 if isinstance(exc, click.UsageError) else exc.exit_code
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
@@ -112,6 +123,27 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
         click.echo("hint: rerun with --debug for the traceback, and report it", err=True)
         return 1
+
+
+def usage_error_text(exc: click.ClickException) -> tuple[str, str]:
+    """A flag or argument click refused, as orch's (message, hint): the message says what was
+    wrong, the hint where the right usage is written."""
+    text = " ".join(exc.format_message().split()).rstrip(".")
+    message = text[:1].lower() + text[1:]
+    ctx = getattr(exc, "ctx", None)
+    name = getattr(exc, "command_name", None)  # click >= 8.4's NoSuchCommand
+    if name is None and message.startswith("no such command "):
+        name = message.removeprefix("no such command ").strip("'")
+    if name is not None and ctx is not None and isinstance(ctx.command, click.Group):
+        import difflib
+
+        close = difflib.get_close_matches(name, ctx.command.list_commands(ctx), n=3, cutoff=0.6)
+        message = f"no such command '{name}'" + (f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "")
+        return message, f"`{ctx.command_path} --help` lists the commands"
+    if ctx is None:
+        return message, "`orch --help` lists the commands"
+    usage = " ".join(ctx.get_usage().split()).removeprefix("Usage: ")
+    return message, f"usage: {usage}; `{ctx.command_path} --help` explains every option"
 
 
 def run() -> None:

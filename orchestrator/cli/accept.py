@@ -85,7 +85,7 @@ def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat
 @click.pass_context
 def accept(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, chat, seed, timeout_s, json_mode, out,
            requests, max_concurrency, max_model_len, skip):
-    """Run seed 001's staged acceptance test on the running cluster."""
+    """Run the staged acceptance test on the running cluster (exit 7 when a stage fails)."""
     if cluster_yaml is None:
         raise UsageError("orch accept needs CLUSTER_YAML", hint="orch accept cluster.yaml --out accept-report")
     target = resolve_load_target(ctx.obj["state_dir"], cluster_yaml, url, model, api_key_env, metrics_url)

@@ -2,7 +2,7 @@
 
 bench: load against an OpenAI-compatible endpoint (the cluster's Serve endpoint from
 CLUSTER_YAML, or --url), a concurrency sweep or Poisson arrivals at --rate, cross-checked with
-vLLM's own Prometheus histograms. accept: seed 001's staged acceptance test (see
+vLLM's own Prometheus histograms. accept: the staged acceptance test (see
 orchestrator/accept/stages.py); exit code 7 when a stage fails.
 """
 
@@ -75,8 +75,6 @@ def print_results(result: dict) -> None:
             f(t["p50"]), f(t["p95"]), f(t["p99"]), f(p["p50"], 2), f(p["p95"], 2), f(p["p99"], 2), f(lv["itl_ms"]["p95"], 2),
         )
     out = console()
-    if not out.is_terminal:
-        out.width = max(out.width, 150)  # piped or captured: keep the table's columns whole
     out.print(table)
     whole = result.get("crosscheck")
     if whole:
@@ -101,10 +99,12 @@ def print_results(result: dict) -> None:
 @click.command("bench")
 @load_target_options
 @click.option("--concurrency", default="1,4,16", show_default=True, help=_LEVEL_HELP)
-@click.option("--rate", type=FiniteFloat(), help="Requests per second with Poisson arrivals (instead of --concurrency).")
+@click.option("--rate", type=FiniteFloat(min=0, min_open=True), help="Requests per second with Poisson arrivals (instead of --concurrency).")
 @click.option("--requests", type=click.IntRange(min=1), default=32, show_default=True, help="Requests per level.")
-@click.option("--prompt-tokens", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--output-tokens", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=128, show_default=True,
+              help="Prompt length in tokens (exact with --tokenizer, else sized from the server's own counts of two probe prompts).")  # fmt: skip
+@click.option("--output-tokens", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Output tokens asked per request (max_tokens, with ignore_eos so every request makes them all).")  # fmt: skip
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Unmeasured requests first.")
 @click.option("--stream-interval", type=click.IntRange(min=1), help="vLLM: tokens per streamed chunk (first and last chunk still at once).")
 @click.option("--workload", type=click.Choice(["random", "shared-prefix"]), default="random", show_default=True,
@@ -119,8 +119,6 @@ def bench(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, ch
     from orchestrator.bench.session import BenchOptions
     from orchestrator.cli.output import console, print_json
 
-    if rate is not None and rate <= 0:
-        raise UsageError("--rate must be > 0", hint="e.g. --rate 4")
     target = resolve_load_target(ctx.obj["state_dir"], cluster_yaml, url, model, api_key_env, metrics_url)
     opts = BenchOptions(
         base_url=target["url"], model=target["model"], concurrency=_levels(concurrency), rate=rate, requests=requests,

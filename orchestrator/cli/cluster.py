@@ -22,27 +22,22 @@ SEVERITY_STYLE = {"fail": "bold red", "warn": "yellow", "info": "dim"}
 
 
 def findings_table(findings: list) -> Any:
-    """Findings grouped by node (cluster-wide first), one row each."""
-    from rich.table import Table
+    """Findings grouped by node (cluster-wide first), two lines each: ``SEVERITY CODE on NODE:
+    message`` and ``  hint: ...``. Lines rather than a table, so that neither a narrow window nor
+    a log ever cuts a code or a hint."""
+    from rich.console import Group
+    from rich.text import Text
 
     from orchestrator.preflight.findings import by_node
 
-    table = Table(title="preflight findings", show_lines=False, title_justify="left")
-    for col in ("node", "severity", "code"):
-        table.add_column(col, no_wrap=True)
-    for col in ("message", "hint"):
-        table.add_column(col, overflow="fold", ratio=1)
+    parts: list[Any] = [Text("preflight findings", style="bold")]
     for node, items in by_node(findings).items():
-        for i, f in enumerate(items):
-            table.add_row(
-                (node or "(cluster)") if i == 0 else "",
-                f"[{SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/]",
-                f.code,
-                f.message,
-                f.hint,
-            )
-        table.add_section()
-    return table
+        for f in items:
+            parts.append(Text.assemble((f"{f.severity} {f.code}", SEVERITY_STYLE.get(f.severity, "")),
+                                       f" on {node or '(cluster)'}: {f.message}"))  # fmt: skip
+            if f.hint:
+                parts.append(Text(f"  hint: {f.hint}"))
+    return Group(*parts)
 
 
 def nodes_table(states: list, title: str = "Ray nodes") -> Any:
@@ -143,9 +138,9 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
 
     \b
     Nodes are stopped in parallel; only this cluster's processes (tagged with its id, or naming
-    its Ray temp dir) of the SSH user. An unreachable node is reported and does not fail the
-    command (exit 0); a node where stopping failed makes it exit 5. The cluster is recorded as
-    down only when every node confirmed.
+    its Ray temp dir) of the SSH user. The others are stopped even when a node cannot be reached;
+    then the command exits 4 (like every command that cannot reach a node); a node where stopping
+    failed makes it exit 5. The cluster is recorded as down only when every node confirmed.
     """
     from rich.table import Table
 
@@ -165,14 +160,22 @@ def down(ctx: click.Context, cluster_yaml: Path, as_json: bool, accept_new_host_
             table.add_column(col, overflow="fold")
         for n in result.nodes:
             verdict = "[green]stopped[/]" if n.ok else ("[yellow]unreachable[/]" if n.unreachable else "[red]failed[/]")
-            table.add_row(n.node, verdict, n.detail)
+            table.add_row(n.node, verdict, n.detail.removeprefix(f"{n.node}: "))  # the row names the node
         out.print(table)
     unreachable = [n.node for n in result.nodes if n.unreachable]
-    if unreachable:
-        click.echo(f"warning: not reached: {', '.join(unreachable)} (Ray may still run there)", err=True)
-    if not result.ok:
-        click.echo("warning: the cluster stays recorded as up until every node confirms its stop", err=True)
     failed = [n for n in result.nodes if not n.ok and not n.unreachable]
+    if not result.ok and result.was_up:
+        click.echo("warning: the cluster stays recorded as up until every node confirms its stop", err=True)
+    if unreachable:
+        from orchestrator.errors import UnreachableError
+
+        if result.was_up:
+            message = f"not reached: {', '.join(unreachable)}; Ray may still run there"
+        else:
+            message = (f"not reached: {', '.join(unreachable)}; cluster {manifest.name} is not recorded as up "
+                       "(never started by orch, or already down), so nothing is known to run there")  # fmt: skip
+        raise UnreachableError(message + (f"; stopping also failed on {', '.join(n.node for n in failed)}" if failed else ""),
+                               hint="re-run `orch down` once the node answers over SSH; see `orch runbook NODE_UNREACHABLE`")  # fmt: skip
     if failed:
         raise ClusterError(
             f"stopping failed on {', '.join(n.node for n in failed)}: {failed[0].detail}",

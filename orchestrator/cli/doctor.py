@@ -1,6 +1,7 @@
 """``orch doctor``: collect every node's Ray/Serve/vLLM logs and name known failures. CLI only.
 
-Exit 0 when no finding of severity ``fail`` was made (warnings are printed), 1 otherwise.
+Exit 0 when no finding of severity ``fail`` was made (warnings are printed), 1 otherwise, 4 when a
+node could not be reached (its logs were not read).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def parse_duration(text: str) -> float:
 def _table(report: Any) -> None:
     from rich.table import Table
 
-    from orchestrator.cli.output import console
+    from orchestrator.cli.output import code_column, console
 
     out = console()
     for n in report.nodes:
@@ -52,14 +53,13 @@ def _table(report: Any) -> None:
         return
     table = Table()
     table.add_column("severity")
-    table.add_column("code")
+    code_column(table, [f.code for f in report.findings])
     table.add_column("node")
     table.add_column("evidence at (file:line)", overflow="fold")
-    table.add_column("runbook", overflow="fold")
     for f in report.findings:
         sev = "[red]fail[/red]" if f.severity == "fail" else f"[yellow]{f.severity}[/yellow]"
         times = f" (x{f.count})" if f.count > 1 else ""
-        table.add_row(sev, f.code, f.node, f"{f.where}{times}", f"runbooks/{f.code}.md")
+        table.add_row(sev, f.code, f.node, f"{f.where}{times}")  # each hint below names the runbook
     out.print(table)
     for f in report.findings:
         out.print(f"[bold]{f.code}[/bold] on {f.node} ({f.where}):", soft_wrap=True, markup=True)
@@ -95,7 +95,8 @@ def doctor(
     Without CLUSTER_YAML, the one cluster recorded by `orch up` is diagnosed.
 
     \b
-    Exit 0: nothing of severity fail found. Exit 1: at least one failure found.
+    Exit 0: nothing of severity fail found. Exit 1: at least one failure found. Exit 4: a node
+    could not be reached over SSH (its logs were not read).
     Each finding names its evidence line (file:line on the node) and its runbook.
     """
     from orchestrator.cli.wiring import known_hosts_path, resolve_manifest
@@ -129,6 +130,15 @@ def doctor(
     else:
         _table(report)
     failures = [f for f in report.findings if f.severity == "fail"]
+    unreached = [n.node for n in report.nodes if not n.reachable]
+    if unreached:
+        # the logs of these nodes were not read: exit 4, like every command that cannot reach a node
+        from orchestrator.errors import UnreachableError
+
+        others = [f for f in failures if f.node not in unreached]
+        found = f"; on the others it found {len(others)} failure(s): " + ", ".join(f"{f.code} on {f.node}" for f in others[:5]) if others else ""
+        raise UnreachableError(f"doctor could not read the logs of {', '.join(unreached)} (not reachable over SSH){found}",
+                               hint="see `orch runbook NODE_UNREACHABLE`, then rerun `orch doctor`")  # fmt: skip
     if failures:
         # Raised rather than ctx.exit(1): the CLI boundary prints it last and returns exit 1.
         named = ", ".join(f"{f.code} on {f.node}" for f in failures[:5]) + (", ..." if len(failures) > 5 else "")

@@ -31,6 +31,12 @@ class FiniteFloat(click.FloatRange):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return super().convert(number, param, ctx)
 
+    def _describe_range(self) -> str:
+        # click writes "x<=None" for a range without bounds (`orch bench --help` showed it)
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
+
 
 def engine_flags(command):
     """The flags that size vLLM's memory, shared by `orch plan` and `orch rollout` (the rollout

@@ -50,7 +50,8 @@ from orchestrator.workflows.plan import calibrated, planning_shape, sampler_for,
 @click.option("--gpu-memory-utilization", type=FiniteFloat(min=0, max=1, min_open=True), default=None, help="vLLM's memory fraction [default: the vLLM version's: 0.92 from 0.21, 0.90 before].")
 @click.option("--kv-cache-gib", type=FiniteFloat(min=0, min_open=True), default=None, help="Fix the KV cache per GPU (vLLM kv_cache_memory_bytes) instead of estimating it.")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default=None, help="Weight dtype [default: the checkpoint's].")
-@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
+@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True,
+              help="vLLM kv_cache_dtype: auto keeps the model's dtype, fp8 halves the KV bytes per token.")  # fmt: skip
 @click.option("--nvlink/--no-nvlink", default=None, help="Whether GPUs in a node share NVLink [default: the GPU type's usual board].")
 @engine_flags
 @click.option("--target-rps", type=FiniteFloat(min=0, min_open=True), default=None,

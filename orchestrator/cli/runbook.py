@@ -1,7 +1,8 @@
 """`orch runbook [CODE]`: print the runbook of a finding code (like `rustc --explain`).
 
 Reads the runbooks shipped with orch (package data), so it works on a pip install without the
-repository. Without CODE it lists every runbook with its title.
+repository. Without CODE it lists every runbook with its title, the troubleshooting patterns of
+runbooks/patterns/ included.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ def runbook(code: str | None, as_json: bool) -> None:
     \b
     Every hint that names a runbook names this command too:
       hint: ...; see `orch runbook NO_NVLINK` or runbooks/NO_NVLINK.md
-    Without CODE: the list of runbooks. Exit 2 for an unknown code.
+    Without CODE: every runbook with its title, then the troubleshooting patterns (by symptom,
+    e.g. `orch runbook one-gpu-oom`). Exit 2 for an unknown code.
     """
     if code is None:
         books = index()
         if as_json:
-            print_json([{"code": b.code, "title": b.title, "file": path(b.code)} for b in books])
+            print_json([{"code": b.code, "title": b.title, "file": path(b.code), "kind": b.kind} for b in books])
             return
         width = max(len(b.code) for b in books)
         for b in books:
@@ -34,6 +36,6 @@ def runbook(code: str | None, as_json: bool) -> None:
         return
     book = lookup(code)
     if as_json:
-        print_json({"code": book.code, "title": book.title, "file": path(book.code), "text": book.text})
+        print_json({"code": book.code, "title": book.title, "file": path(book.code), "kind": book.kind, "text": book.text})
         return
     click.echo(book.text, nl=not book.text.endswith("\n"))

@@ -6,15 +6,16 @@ Every file is checked, even after a bad one; each problem is printed as
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from orchestrator.cli.output import print_json
+from orchestrator.cli.output import colour_enabled, error_label, ok_label, print_json
 from orchestrator.errors import ManifestError
 from orchestrator.manifest.load import load_manifest_file
-from orchestrator.manifest.sections import HINT
+from orchestrator.manifest.sections import HINT, MISSING_HINT
 
 
 @click.command("validate")
@@ -49,10 +50,10 @@ def validate(files: tuple[Path, ...], as_json: bool) -> None:
     else:
         for report in reports:
             if report["valid"]:
-                click.echo(f"ok  {report['file']}: {report['summary']}")
+                click.echo(f"{ok_label()}  {report['file']}: {report['summary']}", color=colour_enabled(sys.stdout))
             else:
                 for problem in report["problems"]:
-                    click.echo(f"error: {problem}", err=True)
+                    click.echo(f"{error_label()} {problem}", err=True, color=colour_enabled(sys.stderr))
     if failed:
         # Raised rather than ctx.exit(2): the CLI boundary turns it into the last `error:` line,
         # the hint and exit code 2.
@@ -61,4 +62,5 @@ def validate(files: tuple[Path, ...], as_json: bool) -> None:
             summary = f"{failed[0]['file']} is not a valid manifest ({count} problem{'s' if count != 1 else ''})"
         else:
             summary = f"{len(failed)} of {len(reports)} manifests are not valid: {', '.join(r['file'] for r in failed)}"
-        raise ManifestError(summary, hint=HINT)
+        missing = all(p.endswith(": no such file") for r in failed for p in r["problems"])
+        raise ManifestError(summary, hint=MISSING_HINT if missing else HINT)

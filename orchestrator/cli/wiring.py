@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.output import console
-from orchestrator.errors import StateError, UsageError
+from orchestrator.errors import ClusterNotUp, StateError, UsageError
 
 if TYPE_CHECKING:
     from orchestrator.manifest.model import Manifest
@@ -42,7 +42,7 @@ def resolve_manifest(cluster_yaml: Path | None, state_dir: Path, command: str) -
         return load_manifest_file(cluster_yaml)
     up = [c for c in StateStore(state_dir).list_clusters() if c.state == "up"]
     if not up:
-        raise StateError(f"no cluster is up in {state_dir}", hint=f"pass CLUSTER_YAML (orch {command} cluster.yaml), or run `orch up CLUSTER_YAML` first")
+        raise ClusterNotUp(f"no cluster is up in {state_dir}", hint=f"pass CLUSTER_YAML (orch {command} cluster.yaml), or run `orch up CLUSTER_YAML` first")
     if len(up) > 1:
         names = ", ".join(c.name for c in up)
         raise UsageError(f"{len(up)} clusters are up ({names}); say which", hint=f"pass its CLUSTER_YAML: orch {command} cluster.yaml")

@@ -55,6 +55,16 @@ def _salvage(model: type[BaseModel], raw: Any, context: dict[str, Any]) -> tuple
         return None, bad
 
 
+def gpus_problem(accelerator: Any, gpus: int, given: bool = True) -> str | None:
+    """What is wrong with a node's GPU count on this accelerator, with the bound that applies
+    (a gpu cluster needs at least 1: saying "at least 0" first sent users round twice)."""
+    if accelerator == "gpu" and gpus < 1:
+        return f"must be at least 1 on a gpu cluster (got {gpus})" if given else "required on a gpu cluster: how many GPUs this node has (e.g. 8)"
+    if accelerator == "cpu" and gpus != 0:
+        return f"must be 0 on a cpu cluster (got {gpus})" + ("; set 'accelerator: gpu' to use GPUs" if gpus > 0 else "")
+    return None
+
+
 def cross_field_problems(data: dict[str, Any], context: dict[str, Any]) -> list[tuple[PathKey, str]]:
     """Rules that relate fields. Each runs on the values that are valid by themselves; a value
     that is invalid (already reported) is left out of the rules that involve it."""
@@ -93,17 +103,11 @@ def cross_field_problems(data: dict[str, Any], context: dict[str, Any]) -> list[
     for i in locals_[1:]:
         out.append((("nodes", i, "transport"), f"only one node can be the machine orch runs on; nodes[{locals_[0]}] already has 'transport: local'"))
 
-    if accelerator in ("gpu", "cpu"):
-        for i, node, bad in valid:
-            given = "gpus" in raw_nodes[i]
-            if "gpus" in bad:
-                continue
-            if accelerator == "gpu" and node.gpus < 1:
-                out.append((("nodes", i, "gpus"),
-                            f"must be at least 1 on a gpu cluster (got {node.gpus})" if given
-                            else "required on a gpu cluster: how many GPUs this node has (e.g. 8)"))
-            elif accelerator == "cpu" and node.gpus > 0:
-                out.append((("nodes", i, "gpus"), f"must be 0 on a cpu cluster (got {node.gpus}); set 'accelerator: gpu' to use GPUs"))
+    for i, node, bad in valid:
+        if "gpus" not in bad:  # a negative count is pydantic's, worded by gpus_problem too
+            problem = gpus_problem(accelerator, node.gpus, given="gpus" in raw_nodes[i])
+            if problem is not None:
+                out.append((("nodes", i, "gpus"), problem))
 
     # each node's effective SSH port, where it is known
     ssh_ports: dict[int, tuple[int, PathKey]] = {}
@@ -134,11 +138,11 @@ def cross_field_problems(data: dict[str, Any], context: dict[str, Any]) -> list[
     if ray is not None and serve is not None:
         untrusted: set[PathKey] = {("ray", f) for f in ray_bad} | {("serve", f) for f in serve_bad}
         sshd = [(i, node, ssh_ports[i]) for i, node, bad in valid if i in ssh_ports and node.transport == "ssh" and "role" not in bad]
-        out += _port_collisions(sshd, ray, serve, untrusted, written=lambda path: _written(data, path))
+        out += _port_collisions(sshd, ray, serve, untrusted, written=lambda path: is_written(data, path))
     return list(dict.fromkeys(out))
 
 
-def _written(data: Any, path: PathKey) -> bool:
+def is_written(data: Any, path: PathKey) -> bool:
     """Whether ``path`` is given in the file (rather than left to its default)."""
     for part in path:
         if isinstance(data, dict) and part in data:

@@ -10,7 +10,7 @@ from pathlib import Path
 from orchestrator.errors import ManifestError
 from orchestrator.manifest.model import Manifest
 from orchestrator.manifest.rules import check_manifest_text
-from orchestrator.manifest.sections import HINT, MAX_MANIFEST_BYTES
+from orchestrator.manifest.sections import HINT, MAX_MANIFEST_BYTES, MISSING_HINT
 
 
 def load_manifest(text: str, path: Path | str) -> Manifest:
@@ -43,7 +43,7 @@ def load_manifest_file(path: Path | str) -> Manifest:
         with os.fdopen(fd, "rb") as handle:
             raw = handle.read(MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
-        raise _file_error(label, "no such file") from None
+        raise _file_error(label, "no such file", MISSING_HINT) from None
     except PermissionError:
         raise _file_error(label, "permission denied") from None
     except OSError as exc:
@@ -63,7 +63,7 @@ def _open_for_reading(path: Path) -> int:
     return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
-def _file_error(label: str, what: str) -> ManifestError:
+def _file_error(label: str, what: str, hint: str = HINT) -> ManifestError:
     problem = f"{label}: {what}"
-    return ManifestError(problem, hint=HINT, problems=[problem])
+    return ManifestError(problem, hint=hint, problems=[problem])
 

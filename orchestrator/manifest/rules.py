@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from orchestrator.errors import ManifestError
-from orchestrator.manifest.crossfield import cross_field_problems, format_path
+from orchestrator.manifest.crossfield import cross_field_problems, format_path, gpus_problem, is_written
 from orchestrator.manifest.model import Manifest, validate_sections
 from orchestrator.manifest.sections import HINT
 from orchestrator.manifest.yaml_lines import LocatedDocument, PathKey, YamlSyntaxError, parse_yaml
@@ -30,6 +30,7 @@ class Problem:
     line: int | None
     path: PathKey
     message: str
+    suggests: str | None = None  # an unknown key's closest valid key ("did you mean")
 
     def render(self, label: str) -> str:
         where = label if self.line is None else f"{label}:{self.line}"
@@ -67,9 +68,17 @@ def check_manifest_text(text: str, label: str, context: dict[str, Any]) -> Manif
         converted = (_from_pydantic(dict(err), data, doc) for err in error.errors(include_url=False))
         problems += [p for p in converted if p.path not in lost]
     problems += [Problem(doc.line_of(path), path, msg) for path, msg in cross_field_problems(data, context)]
+    problems = _one_per_mistake(problems, data)
     if problems or manifest is None:
         raise manifest_error(label, problems)
     return manifest
+
+
+def _one_per_mistake(problems: list[Problem], data: dict[str, Any]) -> list[Problem]:
+    """A mistyped key is one mistake: `gpu: 8` gives "unknown key 'gpu' (did you mean 'gpus'?)",
+    and the key it meant is then missing; that second problem ("gpus: required") is left out."""
+    meant = {p.path[:-1] + (p.suggests,) for p in problems if p.suggests}
+    return [p for p in problems if not (p.path in meant and not is_written(data, p.path))]
 
 
 # ---- pydantic errors -> problems ----
@@ -150,6 +159,7 @@ def _from_pydantic(err: dict[str, Any], data: dict[str, Any], doc: LocatedDocume
         valid = [k for k in (model.model_fields if model else {}) if k != "source_path"]
         close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
         message = f"unknown key '{key}'" + (f" (did you mean '{close[0]}'?)" if close else f"; valid keys: {', '.join(valid)}")
+        return Problem(doc.line_of(path), path, message, suggests=close[0] if close else None)
     elif kind == "literal_error":
         expected = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
         message = f"must be {' or '.join(repr(e) for e in expected)}{got}"
@@ -169,6 +179,9 @@ def _from_pydantic(err: dict[str, Any], data: dict[str, Any], doc: LocatedDocume
         message = "must be a mapping of keys" + got
     elif kind == "list_type":
         message = "must be a list ('- name: ...' items)" + got
+    elif kind == "greater_than_equal" and len(path) == 3 and path[0] == "nodes" and path[2] == "gpus" and isinstance(value, int):
+        # the bound of the cluster's accelerator, not the type's 0 (a gpu node needs at least 1)
+        message = gpus_problem(data.get("accelerator", "gpu"), value) or f"must be at least 0{got}"
     elif kind in ("greater_than_equal", "greater_than", "less_than_equal"):  # no field has a `lt` bound
         words = {"greater_than_equal": "at least", "greater_than": "greater than", "less_than_equal": "at most"}[kind]
         (bound,) = ctx.values()  # {"ge": 1}, {"le": 600.0}

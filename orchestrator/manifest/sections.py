@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.manifest.gpu_types import find_gpu_type, unknown_gpu_type
+
 if TYPE_CHECKING:  # NodeSpec's helpers take the whole manifest; for annotations only
     from orchestrator.manifest.model import Manifest
 
@@ -40,6 +42,12 @@ RULES_CHECKED = "orch.manifest.rules_checked"  # validation context key set by t
 HINT = (
     "the examples in cluster-templates/ explain every field (reference: docs/manifest.md); "
     "fix the file and re-check it with `orch validate FILE`"
+)
+# A manifest that is not there: pip users have no cluster-templates/ folder, so the way to one is
+# the command that writes it.
+MISSING_HINT = (
+    "`orch init FILE` writes a commented starter manifest; `orch init FILE --hosts H1,H2 --user USER` "
+    "fills it in by probing the hosts over SSH (reference: docs/manifest.md)"
 )
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -104,6 +112,13 @@ def _check_interface(value: str) -> str:
         c in "/:" or c.isspace() for c in value
     ):
         raise ValueError(f"'{value}' is not a valid interface name (no '/', ':' or spaces; e.g. ib0, eth0, ens1f0)")
+    return value
+
+
+def _check_gpu_type(value: str) -> str:
+    # the planner's table, the one rule (`orch plan --cluster` sizes with it)
+    if find_gpu_type(value) is None:
+        raise ValueError(unknown_gpu_type(value))
     return value
 
 
@@ -243,7 +258,7 @@ class NodeSpec(_Frozen):
     user: Annotated[str, Strict(), AfterValidator(_check_user)] | None = None
     role: Literal["head", "worker"] = "worker"
     gpus: Count = 0
-    gpu_type: Text | None = None
+    gpu_type: Annotated[str, Strict(), BeforeValidator(_not_blank), AfterValidator(_check_gpu_type)] | None = None
     interface: Annotated[str, Strict(), BeforeValidator(_not_blank), AfterValidator(_check_interface)] | None = None
     transport: Literal["ssh", "local"] = "ssh"
     python: Executable | None = None

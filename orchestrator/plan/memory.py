@@ -1,4 +1,4 @@
-"""Seed 000's memory math: parameters, weights, KV cache per token, layer split, B_max. Pure.
+"""The memory formulas: parameters, weights, KV cache per token, layer split, B_max. Pure.
 
 Parameter count from the architecture: attention (Wq, Wk, Wv, Wo with GQA; MLA projections),
 the MLP (SwiGLU: three matrices; MoE: routed + shared experts and the router), token embeddings
@@ -95,7 +95,7 @@ def count_params(spec: ModelSpec, *, include_norms: bool = True) -> ParamCount:
 
 
 def weight_bytes(params: int, dtype: str) -> float:
-    """Seed 000: ``M_w = Psi * s``."""
+    """Weights: ``M_w = Psi * s``."""
     return params * DTYPE_BYTES[dtype]
 
 
@@ -126,12 +126,12 @@ def kv_bytes_per_token(spec: ModelSpec, *, layers: int | None = None, tp: int = 
 
 
 def kv_bytes(spec: ModelSpec, seq_len: int, batch: int, s: float = 2) -> float:
-    """Seed 000: ``M_KV = 2 * N_layer * H_kv * d * s * L * B`` for the whole model on one GPU."""
+    """KV cache: ``M_KV = 2 * N_layer * H_kv * d * s * L * B`` for the whole model on one GPU."""
     return kv_bytes_per_token(spec, s=s) * seq_len * batch
 
 
 def b_max(gpu_bytes: float, weights: float, kv_per_sequence: float) -> int:
-    """Seed 000: ``B_max = floor((M_GPU - M_w) / M_KV(L, B=1))`` (0 when the weights do not fit)."""
+    """Largest batch: ``B_max = floor((M_GPU - M_w) / M_KV(L, B=1))`` (0 when the weights do not fit)."""
     if kv_per_sequence <= 0:
         raise ValueError("kv_per_sequence must be positive")
     return max(0, math.floor((gpu_bytes - weights) / kv_per_sequence))

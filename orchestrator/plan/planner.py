@@ -4,7 +4,7 @@ Entry point (what ``orch plan`` and ``orch rollout`` call)::
 
     plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = PlanOptions()) -> ParallelPlan
 
-The rule (vLLM's "Parallelism and Scaling" page, seed 000 and seed 001):
+The rule (vLLM's "Parallelism and Scaling" page, the memory formulas and the multi-GPU deployment guide):
 
 1. fits one GPU: TP=1, PP=1;
 2. no NVLink inside the node: pipeline parallelism across the node's GPUs (TP=1, smallest PP);

@@ -1,4 +1,4 @@
-"""Seed 000's tables for one model: weights at each dtype, KV cache at several (length, batch)
+"""The memory formulas' tables for one model: weights at each dtype, KV cache at several (length, batch)
 and B_max per GPU and per replica. Pure."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ SEED_LENGTHS = ((8192, 1), (8192, 16), (32768, 16))
 
 
 def seed_tables(spec: ModelSpec, plan: ParallelPlan, gpu_bytes: float | None) -> dict:
-    """Seed 000's figures for this model: weights at each dtype, KV at several (L, B), B_max."""
+    """The memory formulas' figures for this model: weights at each dtype, KV at several (L, B), B_max."""
     params = count_params(spec).total
     s_kv = kv_dtype_bytes(plan.dtype, plan.kv_cache_dtype)
     per_token = kv_bytes_per_token(spec, s=s_kv)

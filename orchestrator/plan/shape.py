@@ -1,65 +1,23 @@
 """The cluster shape the planner sizes against: GPUs per node, nodes, memory per GPU, NVLink.
 
-Owns ``ClusterShape``, the table of known GPU types and the two ways to build a shape from what
-orch knows: ``shape_from_manifest(manifest)`` (what cluster.yaml declares) and
-``shape_from_facts(manifest, facts)`` (what nvidia-smi reported on each node). Pure.
-
-Memory per GPU is what CUDA reports as the device total (``torch.cuda.mem_get_info``), the figure
-vLLM multiplies by ``gpu_memory_utilization``; it is below the marketing size and below
-nvidia-smi's total because the driver keeps a part. Where a vLLM or PyTorch log gave the figure
-it is used (H100 79.18 GiB, A100-80GB 79.15, A100-40GB 39.39, A10G 22.06, RTX 3090 23.58,
-RTX PRO 6000 Blackwell 95.01);
-otherwise nvidia-smi's MiB total less the ~0.5 GiB the driver keeps on an H100.
+Owns ``ClusterShape`` and the ways to build a shape from what orch knows:
+``shape_from_manifest(manifest)`` (what cluster.yaml declares), ``shape_from_facts(manifest,
+facts)`` (what nvidia-smi reported on each node) and ``shape_from_flags`` (`orch plan`'s flags).
+The table of GPU types (memory per GPU as CUDA reports it, NVLink, aliases) is
+``orchestrator.manifest.gpu_types``: `orch validate` checks a manifest's gpu_type with the same
+rule. Pure.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import PlanError
+from orchestrator.manifest.gpu_types import GIB, GPU_TYPES, GpuType, find_gpu_type, smi_memory_bytes, unknown_gpu_type
 from orchestrator.manifest.model import Manifest
 
-GIB = 2**30
-MIB = 2**20
-DRIVER_RESERVED_BYTES = int(0.47 * GIB)  # H100: nvidia-smi 81559 MiB, CUDA total 79.18 GiB
-
-
-@dataclass(frozen=True)
-class GpuType:
-    name: str
-    memory_bytes: int  # CUDA-visible device total
-    nvlink: bool  # SXM parts with NVLink/NVSwitch in their usual 8-GPU boards
-    aliases: tuple[str, ...] = ()
-
-
-def _g(gib: float) -> int:
-    return int(round(gib * GIB))
-
-
-def _smi(mib: int) -> int:
-    return mib * MIB - DRIVER_RESERVED_BYTES
-
-
-GPU_TYPES: dict[str, GpuType] = {
-    t.name: t
-    for t in (
-        GpuType("H100-80GB", _g(79.18), True, ("h100", "h100-sxm", "h100-80g", "nvidia h100 80gb hbm3")),
-        GpuType("H100-94GB", _smi(95830), True, ("h100-nvl", "h100 nvl")),
-        GpuType("H200-141GB", _smi(143771), True, ("h200", "nvidia h200")),
-        GpuType("B200-180GB", _smi(183359), True, ("b200", "nvidia b200")),
-        GpuType("A100-80GB", _g(79.15), True, ("a100-80g", "nvidia a100-sxm4-80gb", "a100-sxm4-80gb")),
-        GpuType("A100-40GB", _g(39.39), True, ("a100", "a100-40g", "nvidia a100-sxm4-40gb", "a100-sxm4-40gb")),
-        GpuType("L40S-48GB", _smi(46068), False, ("l40s", "nvidia l40s")),
-        GpuType("L4-24GB", _smi(23034), False, ("l4", "nvidia l4")),
-        GpuType("A10G-24GB", _g(22.06), False, ("a10g", "nvidia a10g")),
-        GpuType("RTX3090-24GB", _g(23.58), False, ("rtx3090", "nvidia geforce rtx 3090")),
-        GpuType("RTX4090-24GB", _smi(24564), False, ("rtx4090", "nvidia geforce rtx 4090")),
-        GpuType("RTXPRO6000-96GB", _g(95.01), False, ("rtxpro6000", "rtx pro 6000", "nvidia rtx pro 6000 blackwell server edition")),
-    )
-}
 CPU = "cpu"
 
 
@@ -118,18 +76,12 @@ class ClusterShape:
 
 
 def gpu_type(name: str) -> GpuType:
-    """A known GPU type by name or alias (case-insensitive); PlanError with the closest name."""
-    key = name.strip().lower()
-    for t in GPU_TYPES.values():
-        if key == t.name.lower() or key in t.aliases:
-            return t
-    names = list(GPU_TYPES)
-    guess = difflib.get_close_matches(name, names, n=1, cutoff=0.4)
-    did_you_mean = f"; did you mean '{guess[0]}'?" if guess else ""
-    raise PlanError(
-        f"unknown GPU type '{name}'{did_you_mean} (known: {', '.join(names)}, {CPU})",
-        hint="or give the memory per GPU yourself with --gpu-memory-gib",
-    )
+    """A known GPU type by name or alias (case-insensitive); PlanError with the closest name.
+    The same rule `orch validate` applies to a manifest's gpu_type (manifest/gpu_types.py)."""
+    known = find_gpu_type(name)
+    if known is None:
+        raise PlanError(unknown_gpu_type(name, also=(CPU,)), hint="or give the memory per GPU yourself with --gpu-memory-gib")
+    return known
 
 
 def make_shape(
@@ -202,7 +154,7 @@ def shape_from_facts(manifest: Manifest, facts: Mapping[str, Any]) -> ClusterSha
                     sizes.append((gpu_type(g.name).memory_bytes, gpu_type(g.name).name))
                 except PlanError:
                     if g.memory_total_mib:
-                        sizes.append((_smi(g.memory_total_mib), g.name))
+                        sizes.append((smi_memory_bytes(g.memory_total_mib), g.name))
         if sizes:
             mem, names = min(sizes)
         links = [f.topology.nvlink for f in probed if getattr(f, "topology", None) is not None and f.topology.nvlink is not None]

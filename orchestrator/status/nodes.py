@@ -83,6 +83,11 @@ class NodesSection:
     def healthy(self) -> bool:
         return self.dashboard_error is None and all(r.healthy for r in self.rows)
 
+    @property
+    def unreachable(self) -> list[str]:
+        """The nodes that did not answer over SSH."""
+        return [r.name for r in self.rows if not r.reachable]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "healthy": self.healthy,
@@ -146,15 +151,15 @@ def build_nodes_section(
         probe = reach.get(node.name)
         reachable = isinstance(probe, Versions)
         s = current.get(node.name)
-        if states is None:
-            ray_state, detail = UNKNOWN, dashboard_error
+        if states is None:  # the dashboard's error is said once, not on every node
+            ray_state, detail = UNKNOWN, None
         elif s is None:
             ray_state, detail = MISSING, "not in the Ray cluster"
         else:
             ray_state, detail = (ALIVE, None) if s.alive else (DEAD, s.state_message or s.state)
         if not reachable:
             why = probe if isinstance(probe, str) else "not probed"
-            detail = f"unreachable over SSH: {why}" + (f"; {detail}" if detail else "")
+            detail = f"unreachable over SSH: {_without_node(why, node.name)}" + (f"; {detail}" if detail else "")
         accel = _accelerator_type(s) or node.gpu_type
         rows.append(
             NodeRow(
@@ -176,6 +181,12 @@ def build_nodes_section(
     names = {n.name for n in manifest.nodes}
     foreign = sum(1 for s in (states or []) if s.alive and s.name not in names)
     return NodesSection(rows, dashboard_error=dashboard_error, ray_version=ray_version, foreign_nodes=foreign)
+
+
+def _without_node(message: str, node: str) -> str:
+    # remote errors start with the node's name ("head: identity file ... does not exist"); the
+    # row names the node already, and without it equal causes read alike and are said once
+    return message.removeprefix(f"{node}: ")
 
 
 def _accelerator_type(state: NodeState | None) -> str | None:

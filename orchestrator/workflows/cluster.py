@@ -122,6 +122,13 @@ class PreflightStopped(PreflightFailed):
         self.collective = collective
 
 
+class PreflightUnreachable(PreflightStopped):
+    """Preflight could not probe a node over SSH: exit 4, the code of an unreachable node for every
+    command (nothing was started either)."""
+
+    exit_code = 4
+
+
 @dataclass(frozen=True)
 class UpResult:
     cluster: str
@@ -278,6 +285,9 @@ def _stop_if_blocked(findings: list[Finding], facts: dict[str, Any], force: bool
                 sorted({f"{f.code}@{f.node or 'cluster'}" for f in blocking})
             )
             hint = "nothing was started; fix them, or accept them with `orch up --force`"
+        unreached = sorted({f.node for f in fails if f.code == preflight.NODE_UNREACHABLE and f.node})
+        if unreached:  # exit 4, like every command that cannot reach a node
+            raise PreflightUnreachable(msg, f"{', '.join(unreached)} did not answer over SSH; {hint}", findings, facts, collective)
         raise PreflightStopped(msg, hint, findings, facts, collective)
 
 
@@ -469,9 +479,10 @@ def status_nodes(manifest: Manifest, deps: ClusterDeps) -> StatusReport:
     for o in outcomes:
         reach[o.node] = o.value if o.ok else o.error.message
     if head.name in reach and isinstance(reach[head.name], str) and "error" not in dash and "states" not in dash:
-        dash["error"] = f"the head is unreachable: {reach[head.name]}"
+        dash["error"] = "not read: the head does not answer over SSH"  # its SSH error is on the head's row
     section = build_nodes_section(manifest, dash.get("states"), reach, dash.get("error"), dash.get("ray_version"))
     report = StatusReport(name, section, recorded=record.to_dict() if record else None)
-    # what the nodes expose that orch cannot close (Ray has no setting for it): said every time
-    report = report.with_section("warnings", exposure_warnings(manifest))
+    # what the nodes expose that orch cannot close (Ray has no setting for it): said whenever
+    # Ray runs there, not about a cluster with no node up
+    report = report.with_section("warnings", exposure_warnings(manifest) if section.alive else [])
     return report.with_section("collective", deps.state.load_collective(name))

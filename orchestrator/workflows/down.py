@@ -31,13 +31,14 @@ class DownResult:
     nodes: list[NodeDown]
     seconds: float = 0.0
     recorded_down: bool = False  # the state now says "down" (only when every node confirmed)
+    was_up: bool = False  # the state said "up" before this `down`
 
     @property
     def ok(self) -> bool:
         return all(n.ok for n in self.nodes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "ok": self.ok, "recorded_down": self.recorded_down,
+        return {"cluster": self.cluster, "ok": self.ok, "recorded_down": self.recorded_down, "was_up": self.was_up,
                 "nodes": [n.to_dict() for n in self.nodes], "seconds": round(self.seconds, 2)}  # fmt: skip
 
 
@@ -76,7 +77,9 @@ def _down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
             unreachable = isinstance(o.error, NOT_REACHED)
             nodes.append(NodeDown(o.node, False, o.error.message, unreachable=unreachable))
     recorded = False
-    if all(n.ok for n in nodes) and deps.state.get_cluster(manifest.name) is not None:
+    record = deps.state.get_cluster(manifest.name)
+    if all(n.ok for n in nodes) and record is not None:
         deps.state.set_cluster_state(manifest.name, "down")
         recorded = True
-    return DownResult(manifest.name, nodes, seconds=deps.clock() - t0, recorded_down=recorded)
+    was_up = record is not None and record.state == "up"
+    return DownResult(manifest.name, nodes, seconds=deps.clock() - t0, recorded_down=recorded, was_up=was_up)

@@ -116,7 +116,7 @@ def read_log_lines(manifest: Manifest, runners: Mapping[str, Runner], targets: S
     return out
 
 
-def _scan_node(manifest: Manifest, runners: Mapping[str, Runner], node_name: str, patterns: list[tuple[str, str]],
+def _scan_node(manifest: Manifest, runners: Mapping[str, Runner], node_name: str, patterns: Sequence[tuple[str, ...]],
                keywords: Sequence[str], limits: ScanLimits) -> NodeScan | str:  # fmt: skip
     """The scan of the node's session logs for these groups of patterns, or why it failed."""
     runner = runners.get(node_name)
@@ -136,6 +136,46 @@ def _scan_node(manifest: Manifest, runners: Mapping[str, Runner], node_name: str
     if scan.session_dir is None:
         return f"{node_name}: no Ray session logs under {' or '.join(node_temp_dirs(manifest, node))}"
     return scan
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The last lines of one log file of a target (``orch logs``): ``path`` is absolute on the node."""
+
+    node: str
+    path: str
+    lines: tuple[str, ...]
+
+
+def read_tails(manifest: Manifest, runners: Mapping[str, Runner], targets: Sequence[LogTarget],
+               lines: int) -> list[tuple[list[LogTail], str | None]]:  # fmt: skip
+    """([the last ``lines`` lines of each file of the target], error) per target, in the order
+    given: the same one scan per node as ``read_logs``, every line kept (an empty keyword)."""
+    limits = ScanLimits(max_files=2, tail_lines=max(lines, 1), max_bytes=16 * 1024 * 1024, count_prefix_bytes=0,
+                        max_line_chars=4000, max_matches_per_file=max(lines, 1))  # fmt: skip
+    out: list[tuple[list[LogTail], str | None]] = [([], None)] * len(targets)
+    by_node: dict[str, list[int]] = {}
+    for i, target in enumerate(targets):
+        by_node.setdefault(target.node, []).append(i)
+    for node_name, indexes in by_node.items():
+        patterns = [targets[i].patterns for i in indexes]
+        scan = _scan_node(manifest, runners, node_name, patterns, keywords=[""], limits=limits)
+        if isinstance(scan, str):
+            for i in indexes:
+                out[i] = ([], scan)
+            continue
+        for k, i in enumerate(indexes):
+            files = [f for f in scan.files if f.group == k]
+            if not files:
+                out[i] = ([], f"{node_name}: no log {' or '.join(patterns[k])} in {scan.session_dir}/logs")
+                continue
+            tails = []
+            for f in sorted(files, key=lambda f: f.path):
+                mine = sorted((ln for ln in scan.lines if ln.file == f.path), key=lambda ln: ln.line_no or 0)
+                text = [ln.text for ln in mine] if f.size else []  # an empty file: the scan reports one empty line
+                tails.append(LogTail(node_name, f"{scan.session_dir}/{f.path}", tuple(text[-lines:] if lines else ())))
+            out[i] = (tails, None)
+    return out
 
 
 def engine_lines(manifest: Manifest, runners: Mapping[str, Runner], node_names: Mapping[str | None, str | None], replicas: list[Any],

@@ -34,7 +34,7 @@ from typing import Any
 
 from orchestrator import cluster_lock
 from orchestrator.bench.goodput import LoadLevel
-from orchestrator.errors import OrchError, RolloutFailed, RolloutInterrupted, StateError, UsageError
+from orchestrator.errors import ClusterNotUp, OrchError, RolloutFailed, RolloutInterrupted, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
 from orchestrator.runbooks import runbook
@@ -163,6 +163,10 @@ class Trail:
         self.state.save_revision_meta(self.cluster, self.number, self.meta)
 
 
+# Said before the Serve config is validated: the validation imports ray.serve.llm and vLLM, the
+# slow part of a dry run (13 of its 19 s in issue 25), which was silent.
+VALIDATING = "validating the Serve application with Ray Serve LLM's own models (imports ray.serve.llm and vLLM: the slow step)"
+
 # (Ray nodes with usage, [] when unknown; cores of the smallest node, None when unknown) -> Desired
 DesiredFactory = Callable[[list, "int | None"], Desired]
 
@@ -184,12 +188,14 @@ def execute(manifest: Manifest, build: DesiredFactory, api_key: str | None, deps
     cluster = deps.state.get_cluster(manifest.name)
     if cluster is None or cluster.state != "up":
         if options.dry_run:
+            deps.progress("rendering the Serve application (the cluster is not up: sized on the manifest)")
             desired = build([], None)
+            deps.progress(VALIDATING)
             deps.validate(desired.rendered.app)
             decision = decisions.Decision(decisions.FRESH, f"cluster {manifest.name!r} is not up: this is the config a first rollout would apply")
             return RolloutResult(action="dry_run:" + decision.kind, decision=decision.to_dict(), cluster=manifest.name,
                                  model=desired.served_name, config=desired.rendered.app, plan=desired.plan)  # fmt: skip
-        raise StateError(f"cluster {manifest.name!r} is not up", hint=f"run `orch up {manifest.source_path or 'CLUSTER_YAML'}` first")
+        raise ClusterNotUp(f"cluster {manifest.name!r} is not up", hint=f"run `orch up {manifest.source_path or 'CLUSTER_YAML'}` first")
     if options.dry_run:
         return _decide_and_run(manifest, build, api_key, deps, options)
     if not api_key:
@@ -205,10 +211,12 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
     token = deps.state.read_token(manifest.name) if manifest.ray.token_auth else None
     with deps.open_runners(manifest) as runners, deps.open_apis(manifest, runners, token) as apis:
         repaired = [] if options.dry_run or not api_key else repair_interrupted(manifest, apis, api_key, deps, options, deps.progress)
+        deps.progress("reading the Ray nodes and rendering the Serve application")
         nodes = apis.nodes()
         desired = build(nodes, node_cores(manifest, runners))
         if not options.dry_run:
             desired = _with_secrets(desired, manifest, deps.environ)
+        deps.progress(VALIDATING)
         deps.validate(desired.rendered.app)
         status = apis.serve.status()
         current, serving = serving_now(deps.state, manifest.name, status)

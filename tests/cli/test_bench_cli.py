@@ -100,7 +100,7 @@ def test_api_key_from_the_named_variable_is_sent_and_never_printed(fake_server, 
     [
         (["bench"], "no endpoint"),
         (["bench", "--url", "http://127.0.0.1:9", "--model", "m", "--concurrency", "0"], "--concurrency"),
-        (["bench", "--url", "http://127.0.0.1:9", "--model", "m", "--rate", "0"], "--rate must be > 0"),
+        (["bench", "--url", "http://127.0.0.1:9", "--model", "m", "--rate", "0"], "invalid value for '--rate': 0.0 is not in the range x>0"),
         (["accept"], "needs CLUSTER_YAML"),
     ],
 )

@@ -80,20 +80,31 @@ def test_up_dry_run_shows_diff(cli_env, capsys, tmp_path):
     assert "~ ray.dashboard_port: 28265 -> 28266" in out and "would restart" in out
 
 
-def test_down_with_unreachable_node_exits_0_and_warns(cli_env, capsys):
+def test_down_with_unreachable_node_stops_the_others_and_exits_4(cli_env, capsys):
     path, world, _, state_dir = cli_env
     assert main(["up", str(path)]) == 0
     world.unreachable.add("w2")
     capsys.readouterr()
-    assert main(["down", str(path), "--json"]) == 0
+    assert main(["down", str(path), "--json"]) == 4  # an unreachable node: 4 for every command
     captured = capsys.readouterr()
     out = json.loads(captured.out)
     by = {n["node"]: n for n in out["nodes"]}
     assert by["head"]["ok"] and by["w2"]["unreachable"] and not out["ok"]
-    assert "warning: not reached: w2" in captured.err
+    assert "error: not reached: w2; Ray may still run there" in captured.err
     # w2 did not confirm its stop: the cluster stays recorded as up, and orch says so
     assert not out["recorded_down"] and StateStore(state_dir).get_cluster("tb").state == "up"
     assert "stays recorded as up until every node confirms" in captured.err
+
+
+def test_down_of_a_cluster_never_started_says_so_not_that_it_stays_up(cli_env, capsys):
+    """Issue 25 item 7: a never-started, unreachable cluster was said to "stay recorded as up"."""
+    path, world, _, state_dir = cli_env
+    world.unreachable.update({"head", "w1", "w2"})
+    assert main(["down", str(path)]) == 4
+    err = capsys.readouterr().err
+    assert "stays recorded as up" not in err
+    assert "error: not reached: head, w1, w2; cluster tb is not recorded as up (never started by orch, or already down)" in err
+    assert StateStore(state_dir).get_cluster("tb") is None
 
 
 def test_status_finds_the_recorded_cluster(cli_env, capsys):
@@ -133,8 +144,10 @@ def test_up_warns_about_the_ports_orch_cannot_close(cli_env, capsys):
 
 def test_status_without_any_cluster_or_with_two(cli_env, capsys):
     _, _, _, state_dir = cli_env
-    assert main(["status"]) == 1
-    assert "no cluster is up" in capsys.readouterr().err
+    assert main(["status"]) == 0  # nothing up is an answer (issue 25 item 2)
+    assert capsys.readouterr().out.startswith(f"no cluster is up in {state_dir};")
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"cluster": None, "up": False, "message": f"no cluster is up in {state_dir}", "clusters": []}
     store = StateStore(state_dir)
     for name in ("a", "b"):
         store.record_cluster(name, "f", "h", 1, manifest_json=manifest_of().model_dump_json())

@@ -42,7 +42,7 @@ def test_dry_run_json(capsys):
 def test_rollout_without_dry_run_needs_the_cluster_up(capsys):
     rc = main(["rollout", "--model", "llama3-405b", "--model-path", "/models/x", str(M405)])
     err = capsys.readouterr().err
-    assert rc == 1 and "error: cluster 'llama405' is not up" in err and "orch up" in err
+    assert rc == 5 and "error: cluster 'llama405' is not up" in err and "orch up" in err
 
 
 def test_bad_engine_arg_and_plan_that_does_not_fit(capsys):
@@ -122,3 +122,70 @@ def test_max_ongoing_requests_flag_sets_serves_cap(capsys):
     rc = main([*base, "--max-ongoing-requests", "0"])
     err = capsys.readouterr().err
     assert rc == 2 and "--max-ongoing-requests" in err and "Traceback" not in err
+
+
+# ---- issue 25 item 8: a dry run says what it does, and a wrong --engine-arg is refused first ----
+
+
+def test_a_mistyped_engine_arg_is_refused_before_ray_or_vllm_is_imported():
+    """The error used to come from Ray Serve LLM's own check, after importing it and vLLM (13 s)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from orchestrator.cli import main\n"
+        f"rc = main(['rollout', '--model', 'llama3-405b', '--model-path', '/m', '--max-model-len', '8192', {str(M405)!r},"
+        " '--dry-run', '--engine-arg', 'max_num_seq=64'])\n"
+        "print('IMPORTED', sorted(m for m in ('ray', 'vllm', 'torch') if m in sys.modules)); sys.exit(rc)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert res.returncode == 2, res.stderr
+    assert "IMPORTED []" in res.stdout
+    assert "error: --engine-arg max_num_seq: not an engine argument of the installed vLLM; did you mean 'max_num_seqs'?" in res.stderr
+
+
+def test_the_names_read_from_the_sources_are_the_ones_ray_serve_llm_checks():
+    """The static reading gives exactly the fields of the two classes Ray Serve LLM's rule reads
+    (ray/llm/_internal/serve/engines/vllm/vllm_models.py), imported here for the comparison."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import FrontendArgs
+
+    from orchestrator.serve.engine_arg_names import accepted_engine_args
+
+    real = {f.name for cls in (AsyncEngineArgs, FrontendArgs) for f in dataclasses.fields(cls)}
+    assert accepted_engine_args() == real
+    assert {"max_num_seqs", "enable_prefix_caching", "api_key", "enforce_eager"} <= real
+
+
+def test_engine_arg_names_unknown_when_the_sources_are_missing(monkeypatch):
+    from orchestrator.serve import engine_arg_names
+
+    monkeypatch.setattr(engine_arg_names, "RAY_RULE_MODULE", "ray.no_such_module_here")
+    engine_arg_names.accepted_engine_args.cache_clear()
+    try:
+        assert engine_arg_names.accepted_engine_args() is None
+        engine_arg_names.check_engine_arg_names(["anything_at_all"])  # nothing known: nothing refused here
+    finally:
+        engine_arg_names.accepted_engine_args.cache_clear()
+
+
+def test_a_dry_run_says_each_step_before_the_slow_validation(capsys, monkeypatch):
+    seen: dict[str, str] = {}
+
+    def validate(app, check_engine_args=True):  # stands in for the 13 s import; records what was said before it
+        seen["err"] = capsys.readouterr().err
+        raise SystemExit(0)
+
+    monkeypatch.setattr("orchestrator.serve.validate.validate_app", validate)
+    try:
+        main(["rollout", "--model", "llama3-405b", "--model-path", "/m", "--max-model-len", "8192", str(M405), "--dry-run"])
+    except SystemExit:
+        pass
+    lines = seen["err"].splitlines()
+    assert lines == [
+        "- planning llama3-405b on 2 x 8 H100-80GB (79.18 GiB each, NVLink)",
+        "- rendering the Serve application (the cluster is not up: sized on the manifest)",
+        "- validating the Serve application with Ray Serve LLM's own models (imports ray.serve.llm and vLLM: the slow step)",
+    ]

@@ -37,9 +37,32 @@ def test_without_code_lists_every_runbook_with_its_title(capsys):
     assert main(["runbook"]) == 0
     lines = capsys.readouterr().out.splitlines()
     expected = sorted(p.stem for p in RUNBOOKS.glob("*.md") if p.name != "README.md")
-    assert [ln.split()[0] for ln in lines] == expected
+    patterns = sorted(p.stem for p in (RUNBOOKS / "patterns").glob("*.md"))
+    assert len(patterns) >= 5 and "one-gpu-oom" in patterns
+    assert [ln.split()[0] for ln in lines] == expected + patterns  # the codes, then the patterns
+    row = next(ln for ln in lines if ln.startswith("one-gpu-oom "))
+    assert row.split(None, 1)[1] == "Pattern: one GPU runs out of memory while the others have room"
     row = next(ln for ln in lines if ln.startswith("MIG_ENABLED "))
     assert row.split(None, 1)[1] == "MIG mode is enabled on a GPU"  # first heading of runbooks/MIG_ENABLED.md
+
+
+def test_a_pattern_prints_its_file_and_names_it(capsys):
+    assert main(["runbook", "one-gpu-oom"]) == 0
+    assert capsys.readouterr().out == (RUNBOOKS / "patterns" / "one-gpu-oom.md").read_text()
+    assert main(["runbook", "one-gpu-oom", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["file"] == "runbooks/patterns/one-gpu-oom.md" and data["kind"] == "pattern"
+    assert main(["runbook", "one-gpu"]) == 2
+    assert "did you mean one-gpu-oom?" in capsys.readouterr().err
+
+
+def test_every_runbook_a_page_sends_a_reader_to_exists(capsys):
+    """A runbook that says `orch runbook NAME` names one that prints (a pattern or a code)."""
+    named = {m for p in RUNBOOKS.rglob("*.md") for m in re.findall(r"`orch runbook ([\w-]+)`", p.read_text())}
+    assert {"one-gpu-oom", "multi-node-start-hangs"} <= named
+    for name in sorted(named):
+        assert main(["runbook", name]) == 0, name
+    capsys.readouterr()
 
 
 def test_json(capsys):

@@ -109,3 +109,14 @@ def test_runbook_is_read_from_the_package(venv):
     res = orch(venv, "runbook", "NO_NVLINK")
     assert res.returncode == 0, res.stderr
     assert res.stdout == (REPO / "runbooks" / "NO_NVLINK.md").read_text()
+
+
+def test_runbook_lists_and_prints_the_patterns_from_the_package(venv):
+    """Issue 25 item 6: the troubleshooting patterns (runbooks/patterns/) reach a pip install."""
+    listed = orch(venv, "runbook", "--json")
+    assert listed.returncode == 0, listed.stderr
+    patterns = {b["code"] for b in json.loads(listed.stdout) if b["kind"] == "pattern"}
+    assert patterns == {p.stem for p in (REPO / "runbooks" / "patterns").glob("*.md")}
+    res = orch(venv, "runbook", "one-gpu-oom")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (REPO / "runbooks" / "patterns" / "one-gpu-oom.md").read_text()

@@ -5,11 +5,13 @@ through between the head and one worker, an interface whose address the peers ca
 two workers that cannot reach each other (both reach the head). A slow pair is judged on its
 capture from this bed (tests/unit/test_collective_mesh.py), not run here: the suite's time is
 kept for faults only a live bed shows. One bed of 3 hosts (CPU manifest: Gloo) for the module;
-faults are cleared between tests."""
+faults are cleared between tests. The bed also serves `orch init --hosts` (issue 25 item 9): its
+manifest is brought up as written."""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 
@@ -87,6 +89,37 @@ def test_three_hosts_pass_with_measured_figures(bed, tmp_path, capsys):
     status = json.loads(capsys.readouterr().out)
     assert status["collective"]["all"]["busbw_gbps"] == coll["all"]["busbw_gbps"]
     assert status["collective"]["mesh"]["pairs"][2]["busbw_gbps"] == coll["mesh"]["pairs"][2]["busbw_gbps"]
+
+
+def test_init_probes_the_hosts_and_up_accepts_the_manifest_unchanged(bed, tmp_path, capsys):
+    """Issue 25 item 9, "done when": `orch init --hosts` probes the bed's hosts over real SSH with
+    preflight's probes and writes a manifest that `orch up` accepts unchanged (the collective
+    check included: Gloo on these CPU hosts). Shares this module's bed; Ray only, no engine; Ray
+    is stopped again before the fault tests below."""
+    state = tmp_path / "state"
+    path = tmp_path / "cluster.yaml"
+    hosts = [h.address for h in bed.hosts]
+    argv = ["--state-dir", str(state), "init", str(path), "--hosts", ",".join(hosts), "--user", "root",
+            "--identity-file", str(bed.identity_file), "--known-hosts", str(bed.known_hosts), "--python", sys.executable,
+            "--temp-dir", str(bed.ray_temp_dir), "--name", f"init-{bed.name}"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    said = capsys.readouterr()
+    assert said.out.startswith(f"wrote {path}: cluster 'init-{bed.name}' - 3 nodes (1 head, 2 workers), CPU only")
+    assert f"probing 3 host(s) over SSH: {', '.join(hosts)}" in said.err
+    doc = yaml.safe_load(path.read_text())
+    assert doc["accelerator"] == "cpu"  # nvidia-smi answered on no host
+    # the NIC that carries the address orch reached each host at (the test network's eth0)
+    assert [(n["name"], n["host"], n["role"], n.get("interface")) for n in doc["nodes"]] == [
+        ("node0", hosts[0], "head", "eth0"), ("node1", hosts[1], "worker", "eth0"), ("node2", hosts[2], "worker", "eth0")]
+    before = path.read_text()
+    assert main(["--state-dir", str(state), "up", str(path), "--json"]) == 0, capsys.readouterr().err
+    up_result = json.loads(capsys.readouterr().out)
+    try:
+        assert up_result["action"] == "start" and sorted(up_result["started"]) == ["node0", "node1", "node2"]
+        assert up_result["collective"]["ok"] is True
+        assert path.read_text() == before  # accepted unchanged
+    finally:
+        assert main(["--state-dir", str(state), "down", str(path)]) == 0, capsys.readouterr().err
 
 
 def test_firewall_between_head_and_one_worker_names_that_worker(bed, tmp_path):

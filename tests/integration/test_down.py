@@ -1,5 +1,6 @@
 """`orch down` on the test bed: no Ray process is left on any host; a host whose sshd is down
-is reported as unreachable without failing the command. Ends the shared cluster, so these
+is reported as unreachable, the others are stopped, and the command exits 4 (an unreachable
+node, README's exit codes). Ends the shared cluster, so these
 tests run last (marker ``ends_cluster``)."""
 
 from __future__ import annotations
@@ -63,11 +64,11 @@ def test_down_with_one_host_unreachable_then_down_leaves_no_ray_process(ray_test
     decoys = _start_decoys(c, "host0", str(c.manifest.ray.temp_dir).rstrip("/"), cluster_id)
     assert all(_alive(c, "host0", m) for m in decoys.values())
 
-    # host1's sshd is down: the others are stopped, host1 is reported, the exit code is 0.
+    # host1's sshd is down: the others are stopped, host1 is reported, the exit code is 4.
     c.bed.stop_sshd("host1")
     try:
         capsys.readouterr()
-        assert main(c.cli("down", c.manifest_path, "--json")) == 0
+        assert main(c.cli("down", c.manifest_path, "--json")) == 4
         captured = capsys.readouterr()
     finally:
         c.bed.start_sshd("host1")
@@ -75,7 +76,7 @@ def test_down_with_one_host_unreachable_then_down_leaves_no_ray_process(ray_test
     by = {n["node"]: n for n in result["nodes"]}
     assert by["host1"]["unreachable"] is True and by["host1"]["ok"] is False
     assert by["host0"]["ok"] and by["host2"]["ok"]
-    assert "warning: not reached: host1" in captured.err
+    assert "error: not reached: host1; Ray may still run there" in captured.err
     # a killed process stays a zombie until the host's init reaps it (up to ~1 s later): wait for that
     assert c.wait_for(lambda: _gone(c, "host0") and _gone(c, "host2"), timeout=30), (c.ray_pids("host0"), c.ray_pids("host2"))
     assert c.ray_pids("host1")  # untouched: it was not reachable

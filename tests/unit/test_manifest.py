@@ -177,7 +177,7 @@ INVALID = [
             host: h1
             role: head
             gpus: -1  # !
-        """, "nodes[0].gpus", "must be at least 0 (got -1)"),
+        """, "nodes[0].gpus", "must be 0 on a cpu cluster (got -1)"),
     ("gpus-string", """\
         name: x
         nodes:
@@ -866,8 +866,7 @@ def test_rules_still_run_beside_an_invalid_value_in_the_same_section():
           http_port: 6379
         """)
     assert problems == [
-        "cluster.yaml:4: nodes[1].gpu: unknown key 'gpu' (did you mean 'gpus'?)",
-        "cluster.yaml:4: nodes[1].gpus: required on a gpu cluster: how many GPUs this node has (e.g. 8)",
+        "cluster.yaml:4: nodes[1].gpu: unknown key 'gpu' (did you mean 'gpus'?)",  # one mistake: gpus is not "required" on top
         "cluster.yaml:6: ray.object_store_memory: unknown unit 'G' in '64G' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)",
         "cluster.yaml:8: serve.http_port: port 6379 is also used by ray.port (Ray GCS) on the head node",
     ]

@@ -177,12 +177,12 @@ def test_an_unknown_accelerator_is_reported_once_not_with_gpu_rules_on_top():
         """) == ["cluster.yaml:2: accelerator: must be 'gpu' or 'cpu' (got 'neuron')"]
 
 
-def test_an_invalid_gpu_count_is_not_judged_again_against_the_accelerator():
+def test_an_invalid_gpu_count_is_told_once_with_the_accelerators_bound():
     assert problems_of("""\
         name: x
         nodes:
           - {name: a, host: h1, role: head, gpus: -2}
-        """) == ["cluster.yaml:3: nodes[0].gpus: must be at least 0 (got -2)"]
+        """) == ["cluster.yaml:3: nodes[0].gpus: must be at least 1 on a gpu cluster (got -2)"]
 
 
 # ---- host + SSH port ----
@@ -421,7 +421,7 @@ def test_an_invalid_gpu_count_does_not_stop_the_rule_for_the_next_nodes():
           - {name: a, host: h1, role: head, gpus: -2}
           - {name: b, host: h2, gpus: 0}
         """) == [
-        "cluster.yaml:3: nodes[0].gpus: must be at least 0 (got -2)",
+        "cluster.yaml:3: nodes[0].gpus: must be at least 1 on a gpu cluster (got -2)",
         "cluster.yaml:4: nodes[1].gpus: must be at least 1 on a gpu cluster (got 0)",
     ]
 

@@ -155,3 +155,48 @@ def test_an_empty_node_list_asks_for_the_head():
 
 def test_false_is_shown_as_yaml_writes_it():
     assert problems_of("name: false\n" + NODE) == ["c.yaml:1: name: must be a string (got false); quote it"]
+
+
+# ---- issue 25 item 4: one problem per mistake, with the bound that applies ----
+
+
+@pytest.mark.parametrize(("text", "problems"), [
+    # a mistyped key is one problem: the key it meant is not also "required"
+    ("name: x\nnodes: [{name: a, host: h, role: head, gpu: 8}]\n", ["c.yaml:2: nodes[0].gpu: unknown key 'gpu' (did you mean 'gpus'?)"]),
+    ("nme: x\nnodes: [{name: a, host: h, role: head, gpus: 1}]\n", ["c.yaml:1: nme: unknown key 'nme' (did you mean 'name'?)"]),
+    ("name: x\nnodes: [{name: a, hots: h, role: head, gpus: 1}]\n", ["c.yaml:2: nodes[0].hots: unknown key 'hots' (did you mean 'host'?)"]),
+    # a key given twice (typo and the right one) is still both
+    ("name: x\nnodes: [{name: a, host: h, role: head, gpus: 1, gpu: 2}]\n", ["c.yaml:2: nodes[0].gpu: unknown key 'gpu' (did you mean 'gpus'?)"]),
+    # a key missing without a typo for it is still required
+    ("name: x\nnodes: [{name: a, host: h, role: head, gpu_typ: H100-80GB}]\n", [
+        "c.yaml:2: nodes[0].gpu_typ: unknown key 'gpu_typ' (did you mean 'gpu_type'?)",
+        "c.yaml:2: nodes[0].gpus: required on a gpu cluster: how many GPUs this node has (e.g. 8)"]),
+    # the bound of the accelerator, the first time
+    ("name: x\nnodes: [{name: a, host: h, role: head, gpus: -1}]\n", ["c.yaml:2: nodes[0].gpus: must be at least 1 on a gpu cluster (got -1)"]),
+    ("name: x\nnodes: [{name: a, host: h, role: head, gpus: 0}]\n", ["c.yaml:2: nodes[0].gpus: must be at least 1 on a gpu cluster (got 0)"]),
+    ("name: x\naccelerator: cpu\nnodes: [{name: a, host: h, role: head, gpus: -1}]\n", ["c.yaml:3: nodes[0].gpus: must be 0 on a cpu cluster (got -1)"]),
+    ("name: x\naccelerator: cpu\nnodes: [{name: a, host: h, role: head, gpus: 2}]\n",
+     ["c.yaml:3: nodes[0].gpus: must be 0 on a cpu cluster (got 2); set 'accelerator: gpu' to use GPUs"]),
+])  # fmt: skip
+def test_one_problem_per_mistake(text, problems):
+    assert problems_of(text) == problems
+
+
+# ---- issue 25 item 3: gpu_type is checked with the planner's table ----
+
+KNOWN = ("known: H100-80GB, H100-94GB, H200-141GB, B200-180GB, A100-80GB, A100-40GB, L40S-48GB, L4-24GB, A10G-24GB, "
+         "RTX3090-24GB, RTX4090-24GB, RTXPRO6000-96GB; any case, or an alias such as h100")  # fmt: skip
+
+
+@pytest.mark.parametrize(("gpu_type", "problem"), [
+    ("H100-100GB", f"unknown GPU type 'H100-100GB'; did you mean 'H100-80GB'? ({KNOWN})"),
+    ("h100-80gbb", f"unknown GPU type 'h100-80gbb'; did you mean 'H100-80GB'? ({KNOWN})"),
+    ("cpu", f"unknown GPU type 'cpu' ({KNOWN})"),
+    ("H100", None), ("h100", None), ("h100-80gb", None), ("A100-SXM4-80GB", None), ("rtx pro 6000", None),
+])  # fmt: skip
+def test_gpu_type_is_a_catalog_name_or_alias(gpu_type, problem):
+    text = f"name: x\nnodes: [{{name: a, host: h, role: head, gpus: 1, gpu_type: '{gpu_type}'}}]\n"
+    if problem is None:
+        assert load_manifest(text, Path("c.yaml")).nodes[0].gpu_type == gpu_type
+    else:
+        assert problems_of(text) == [f"c.yaml:2: nodes[0].gpu_type: {problem}"]

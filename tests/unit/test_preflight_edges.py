@@ -8,6 +8,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
+from orchestrator.errors import ManifestError
+from orchestrator.manifest.gpu_types import GPU_TYPES
 from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes import probes
 from orchestrator.nodes.facts import ModelPathInfo
@@ -442,13 +446,21 @@ def test_a_gpu_count_mismatch_lists_each_kind_found():
     )
 
 
-def test_a_gpu_type_outside_the_catalog_is_matched_by_name_and_memory():
-    # "4090-24GB" is no catalog name: the model token and the memory (24564 MiB, smi_banner_550_rtx4090) decide
+def test_a_gpu_type_outside_the_catalog_is_refused_and_the_catalog_name_matches():
+    # "4090-24GB" is no catalog name: `orch plan --cluster` could not size it, so the manifest
+    # refuses it with the closest type (issue 25 item 3: one rule for validate and plan)
     rtx = ("NVIDIA GeForce RTX 4090", 24564, ("4E", "4F", "50", "51", "52", "53", "54", "55"))
     nodes = [{**TWO[0], "gpu_type": "4090-24GB"}, {**TWO[1], "gpu_type": "4090-24GB"}]
+    with pytest.raises(ManifestError) as refused:
+        manifest(nodes=nodes)
+    assert [p.split(": ", 1)[1] for p in refused.value.problems] == [
+        f"nodes[{i}].gpu_type: unknown GPU type '4090-24GB'; did you mean 'RTX4090-24GB'? (known: {', '.join(GPU_TYPES)}; "
+        "any case, or an alias such as h100)" for i in (0, 1)
+    ]
     f = {"head": facts("head", "192.0.2.10", gpus=gpu_csv(rtx)), "w1": facts("w1", "192.0.2.11", gpus=gpu_csv(rtx))}
+    nodes = [{**TWO[0], "gpu_type": "RTX4090-24GB"}, {**TWO[1], "gpu_type": "rtx4090"}]  # the name and an alias
     assert run_checks(manifest(nodes=nodes), f) == []
-    nodes[1]["gpu_type"] = "4090-48GB"
+    nodes[1]["gpu_type"] = "RTX3090-24GB"
     assert only(manifest(nodes=nodes), f)[:3] == ("fail", "GPU_TYPE_MISMATCH", "w1")
 
 

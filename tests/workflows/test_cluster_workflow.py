@@ -320,9 +320,14 @@ def test_status_when_head_unreachable(env):
     up(manifest, deps)
     world.unreachable.add("head")
     report = status_nodes(manifest, deps)
-    assert report.nodes.dashboard_error.startswith("the head is unreachable")
+    # the head's SSH error is told once, on its row; the dashboard and the other rows do not repeat it
+    assert report.nodes.dashboard_error == "not read: the head does not answer over SSH"
     assert all(r.ray_state == "UNKNOWN" for r in report.nodes.rows)
     assert {r.name for r in report.nodes.rows if r.reachable} == {"w1", "w2"}
+    assert report.nodes.unreachable == ["head"]
+    (head,) = [r for r in report.nodes.rows if r.name == "head"]
+    assert head.detail.startswith("unreachable over SSH: ") and not head.detail.startswith("unreachable over SSH: head: ")
+    assert [r.detail for r in report.nodes.rows if r.reachable] == [None, None]
 
 
 def test_planning_shape_uses_the_gpus_up_probed_only_for_the_manifest_that_is_up(tmp_path):

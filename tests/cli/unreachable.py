@@ -1,0 +1,54 @@
+"""A cluster whose nodes nobody answers: manifests pointing at loopback ports that refuse every
+connection (a socket bound to the port, never listening, so that no other process can take it).
+SSH to them fails at once with "connection refused", the real error path of an unreachable node.
+Nothing outside loopback is ever contacted."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def closed_port() -> Iterator[int]:
+    """A loopback TCP port that refuses connections for the length of the module."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))  # bound, never listening: a connect gets RST (ECONNREFUSED)
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+def unreachable_manifest(folder: Path, port: int, name: str = "gone", worker: str = "worker-with-a-long-name") -> Path:
+    """A CPU cluster of two nodes on loopback addresses whose SSH port refuses connections."""
+    path = folder / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\naccelerator: cpu\n"
+        f"ssh:\n  user: orch-test\n  port: {port}\n  connect_timeout: 2\n"
+        f"nodes:\n  - name: head\n    host: 127.0.0.1\n    role: head\n  - name: {worker}\n    host: 127.0.0.2\n"
+    )
+    return path
+
+
+def orch_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of an `orch` subprocess: a private state dir and HOME (no user keys, no
+    ~/.orch), no colour settings inherited from the caller."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "TERM", "CI")}
+    env.update(ORCH_STATE_DIR=str(tmp_path / "state"), HOME=str(tmp_path / "home"), PYTHONPATH=str(REPO))
+    env.update(extra)
+    return env
+
+
+def orch_piped(tmp_path: Path, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    """`orch ARGS` as a script runs it: stdout and stderr are pipes."""
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
+                          timeout=timeout, env=orch_env(tmp_path, **env), cwd=tmp_path)  # fmt: skip
