@@ -18,8 +18,8 @@ with what Serve runs now, and picks one of:
   is replaced; the downtime is about one cold load (estimated).
 - ``refuse``: no room and no ``--allow-downtime``: say so with the downtime estimate.
 
-``fits`` simulates Ray's placement of a copy's placement groups (one per replica) on the free
-resources per node: STRICT_PACK puts a group on one node, PACK fills nodes in order, a bundle
+``fits`` simulates Ray's placement of a copy's placement groups (one per replica; one per group of
+a data-parallel application, whose ranks Serve reserves together) on the free resources per node: STRICT_PACK puts a group on one node, PACK fills nodes in order, a bundle
 pinned with a node resource goes only to that node. ``estimate_cold_load_s`` gives the downtime
 of an in-place change: the last measured cold load of the model, else weights / disk throughput
 plus an engine start-up constant.
@@ -43,6 +43,9 @@ CANDIDATE_ROUTE_PREFIX = "/_orch/r"
 # Downtime estimate of an in-place change when no cold load was measured for this model.
 DISK_GIB_PER_S = 1.0  # sequential read of safetensors from a local NVMe/network store, per node
 ENGINE_START_S = {"gpu": 90.0, "cpu": 120.0}  # process start, imports, CUDA graphs / CPU warm-up
+
+# Serve's placement strategy for a gang (a data-parallel group): DPServer.get_deployment_options.
+GANG_STRATEGY = "PACK"
 
 # Resources the Serve replica actor adds to bundle 0 (LLMServer.get_deployment_options merges
 # ray_actor_options' num_cpus, default 1, into the first bundle).
@@ -155,12 +158,19 @@ def replica_bundles(llm_config: Mapping[str, Any]) -> tuple[list[dict[str, float
 
 
 def copy_demand(llm_config: Mapping[str, Any]) -> tuple[list[list[dict[str, float]]], str]:
-    """One placement group per replica of the rendered llm_config."""
+    """One placement group per replica of the rendered llm_config. A data-parallel llm_config
+    (``engine_kwargs.data_parallel_size`` > 1): one group per DP group, as Serve reserves it
+    (``deployment_scheduler.py``: the per-replica bundles, actor CPU merged, repeated for each of
+    the gang's ranks, strategy PACK), so a DP group is the unit of capacity."""
     bundles, strategy = replica_bundles(llm_config)
     dep = llm_config.get("deployment_config") or {}
     replicas = dep.get("num_replicas")
     if not isinstance(replicas, int):
         replicas = int((dep.get("autoscaling_config") or {}).get("min_replicas", 1) or 1)
+    dp = (llm_config.get("engine_kwargs") or {}).get("data_parallel_size", 1)
+    if isinstance(dp, int) and dp > 1:
+        gang = [dict(b) for _ in range(dp) for b in bundles]
+        return [list(gang) for _ in range(max(1, replicas))], GANG_STRATEGY
     return [list(bundles) for _ in range(max(1, replicas))], strategy
 
 

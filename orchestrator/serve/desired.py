@@ -25,6 +25,7 @@ from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
+from orchestrator.serve.app_shape import llm_configs
 from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, ServingPlan, render_app
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
 from orchestrator.state import StateStore
@@ -215,7 +216,7 @@ def desired_for_revision(state: StateStore, cluster: str, to: int | None):
             raise StateError(f"revision {to} is {target.status}: only a revision that once served can come back")
     meta = state.revision_meta(cluster, target.number) or {}
     app = dict(target.config)
-    llm = app.get("args", {}).get("llm_configs", [{}])[0]
+    llm = (llm_configs(app) or [{}])[0]
     served = meta.get("served_name") or llm.get("model_loading_config", {}).get("model_id") or target.model
     source = meta.get("model_source") or llm.get("model_loading_config", {}).get("model_source") or ""
 
