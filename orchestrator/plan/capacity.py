@@ -61,6 +61,8 @@ class PlanOptions:
 
     tp: int | None = None
     pp: int | None = None
+    dp: int | None = None  # data-parallel ranks per group; None: the planner chooses (MoE models only)
+    expert_parallel: bool | None = None  # None: on for DP layouts of MoE models, off otherwise
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None  # None: the vLLM version's default
     kv_cache_gib: float | None = None

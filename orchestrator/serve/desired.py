@@ -53,6 +53,8 @@ class RolloutRequest:
     model_path: str | None = None  # the folder on the nodes, when --model is a catalog name
     tp: int | None = None
     pp: int | None = None
+    dp: int | None = None  # data-parallel ranks per group (PlanOptions.dp); None: the planner chooses
+    expert_parallel: bool | None = None  # PlanOptions.expert_parallel
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None
     kv_cache_gib: float | None = None
@@ -148,7 +150,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
                 hint=f"use --{flag} instead: the planner sizes with it and the rollout passes it to vLLM",
             )
     options = PlanOptions(
-        tp=request.tp, pp=request.pp, max_model_len=request.max_model_len,
+        tp=request.tp, pp=request.pp, dp=request.dp, expert_parallel=request.expert_parallel, max_model_len=request.max_model_len,
         kv_cache_gib=request.kv_cache_gib, dtype=request.dtype, kv_cache_dtype=request.kv_cache_dtype,
         gpu_memory_utilization=request.gpu_memory_utilization, max_num_seqs=request.max_num_seqs,
         max_num_batched_tokens=request.max_num_batched_tokens, enforce_eager=request.enforce_eager,
@@ -160,7 +162,10 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
             f"{spec.name} does not fit this cluster: " + "; ".join(plan.reasons[-2:]),
             hint="; ".join(plan.suggestions) or "see `orch plan --model ... --cluster ...`",
         )
-    engine_extra = {k: v for k, v in plan.engine_kwargs().items() if k not in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "gpu_memory_utilization")}
+    # The layout's own arguments are rendered from the ServingPlan (they choose the builder too).
+    layout_args = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel",
+                   "max_model_len", "gpu_memory_utilization")  # fmt: skip
+    engine_extra = {k: v for k, v in plan.engine_kwargs().items() if k not in layout_args}
     engine_extra.update(dict(request.engine_args))
     serving_plan = ServingPlan.from_parallel_plan(
         plan, replicas=request.replicas, kv_cache_gib=plan.kv_cache_gib_per_gpu if plan.kv_cache_gib_fixed else None

@@ -146,3 +146,19 @@ def test_the_captured_deployment_is_one_gang_of_two_ranks():
     groups, strategy = decisions.copy_demand(CAPTURED["deployed_app_config"]["args"]["llm_config"])
     assert len(groups) == 1 and len(groups[0]) == dep["gang_scheduling_config"]["gang_size"]
     assert strategy == dep["gang_scheduling_config"]["gang_placement_strategy"]
+
+
+def test_a_switch_between_the_two_builders_is_not_side_by_side():
+    tp_config = json.loads((DATA / "serve/status-running-direct-streaming.json").read_text())["applications"]["orch-r1"]["deployed_app_config"]
+    dp_config = CAPTURED["deployed_app_config"]
+    why = decisions.engine_change(tp_config, dp_config)
+    assert why is not None and "tensor/pipeline-parallel application (LLMServer)" in why and "data-parallel application (DPServer" in why
+    assert decisions.engine_change(dp_config, tp_config).startswith("the switch turns a data-parallel application")
+    assert decisions.engine_change(dp_config, dp_config) is None and decisions.engine_change(None, dp_config) is None
+    live = decisions.Serving(revision=1, fingerprint="old", app_name="orch-r1", app_status="RUNNING", running_apps=("orch-r1",))
+    refused = decisions.decide("new", live, room_for_copy=True, allow_downtime=False, downtime_s=95.0, engine_changes=why)
+    assert refused.kind == decisions.REFUSE and refused.reason == f"{why}: replacing revision 1 would stop serving for about 95 s"
+    in_place = decisions.decide("new", live, room_for_copy=True, allow_downtime=True, downtime_s=95.0, engine_changes=why)
+    assert in_place.kind == decisions.IN_PLACE and in_place.downtime_s == 95.0 and "(--allow-downtime)" in in_place.reason
+    # The same builder keeps the surge switch when there is room.
+    assert decisions.decide("new", live, room_for_copy=True, allow_downtime=False, downtime_s=95.0).kind == decisions.SIDE_BY_SIDE
