@@ -31,17 +31,16 @@ from orchestrator.plan.capacity import (
     PlanOptions,
     StageCapacity,
     batch_limits,
-    stage_capacities,
     terms_for,
     utilization,
 )
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
-from orchestrator.plan.layout import Candidate, fill_nodes, idle_gpus, replicas_for
+from orchestrator.plan.layout import Candidate, evaluate, fill_nodes, idle_gpus, replicas_for, tp_problem, valid_tps
 from orchestrator.plan.memory import GIB, count_params
 from orchestrator.plan.shape import ClusterShape, make_shape, shape_from_facts, shape_from_manifest
 
 __all__ = [
-    "PLANNED_ENGINE_ARGS", "Candidate", "ClusterShape", "ParallelPlan", "PlanOptions", "evaluate", "make_shape", "plan_model",
+    "PLANNED_ENGINE_ARGS", "Candidate", "ClusterShape", "ParallelPlan", "PlanOptions", "evaluate", "make_shape", "plan_model", "tp_problem",
     "replicas_for", "shape_from_facts", "shape_from_manifest",
 ]  # fmt: skip
 
@@ -152,17 +151,6 @@ class ParallelPlan:
 # ---- checks ----
 
 
-def tp_problem(spec: ModelSpec, tp: int) -> str | None:
-    """Why vLLM would refuse this TP size for the model, or None."""
-    if tp < 1:
-        return f"TP must be at least 1, got {tp}"
-    if spec.heads % tp:
-        return f"TP={tp} does not divide the {spec.heads} attention heads"
-    if not spec.is_mla and spec.kv_heads % tp and tp % spec.kv_heads:
-        return f"TP={tp} neither divides nor is a multiple of the {spec.kv_heads} KV heads"
-    return None
-
-
 def _check_options(spec: ModelSpec, options: PlanOptions) -> int:
     if options.gpu_memory_utilization is not None and not 0 < options.gpu_memory_utilization <= 1:
         raise PlanError(f"gpu_memory_utilization must be in (0, 1], got {options.gpu_memory_utilization}")
@@ -205,17 +193,7 @@ def _check_forced(spec: ModelSpec, shape: ClusterShape, tp: int | None, pp: int 
         raise PlanError("on a CPU cluster each replica runs on one node (TP=1, PP=1)", hint="leave out --tp/--pp")
 
 
-def evaluate(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, tp: int, pp: int) -> Candidate:
-    length = options.max_model_len or spec.max_position
-    stages = stage_capacities(spec, shape, options, tp=tp, pp=pp)
-    return Candidate(tp, pp, stages, length, options.min_concurrency)
-
-
 # ---- the choice ----
-
-
-def _valid_tps(spec: ModelSpec, limit: int) -> list[int]:
-    return [t for t in range(1, limit + 1) if tp_problem(spec, t) is None]
 
 
 def _first_fit(cands: list[Candidate]) -> Candidate | None:
@@ -246,7 +224,7 @@ def _choose(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple
             return found, reasons
         reasons.append(f"no NVLink and even PP={limit} does not fit: {cands[-1].summary() if cands else one.summary()}")
 
-    tps = [t for t in _valid_tps(spec, gpn) if t > 1]
+    tps = [t for t in valid_tps(spec, gpn) if t > 1]
     skipped = [t for t in range(2, gpn + 1) if t not in tps and gpn % t == 0]
     if skipped:
         reasons.append("TP sizes " + ", ".join(map(str, skipped)) + f" skipped: {tp_problem(spec, skipped[0])}")
@@ -429,7 +407,7 @@ def _forced(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reasons:
     assert options.pp is not None
     pp = options.pp
     # TP=1 is always valid and _check_forced made sure PP <= the cluster's GPUs, so tps holds 1
-    tps = _valid_tps(spec, min(shape.gpus_per_node, shape.total_gpus // pp))
+    tps = valid_tps(spec, min(shape.gpus_per_node, shape.total_gpus // pp))
     cands = [ev(t, pp) for t in tps]
     found = _first_fit(cands) or cands[-1]
     reasons.append(f"forced PP={pp}; the smallest TP that fits is {found.tp}: {found.summary()}")
