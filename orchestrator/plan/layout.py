@@ -78,8 +78,19 @@ class Candidate:
         )
 
 
-def evaluate(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, tp: int, pp: int, dp: int = 1, expert_parallel: bool = False) -> Candidate:
-    """One layout sized as vLLM would size it."""
+def expert_parallel_for(spec: ModelSpec, options: PlanOptions, dp: int) -> bool:
+    """--expert-parallel/--no-expert-parallel, else on for DP layouts of MoE models (vLLM's DP+EP
+    deployment) and off for TP x PP (vLLM's default). Never for a dense model."""
+    if not spec.is_moe:
+        return False
+    return options.expert_parallel if options.expert_parallel is not None else dp > 1
+
+
+def evaluate(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, tp: int, pp: int, dp: int = 1,
+             expert_parallel: bool | None = None) -> Candidate:  # fmt: skip
+    """One layout sized as vLLM would size it (expert parallel as ``expert_parallel_for`` when None)."""
+    if expert_parallel is None:
+        expert_parallel = expert_parallel_for(spec, options, dp)
     length = options.max_model_len or spec.max_position
     stages = stage_capacities(spec, shape, options, tp=tp, pp=pp, dp=dp, expert_parallel=expert_parallel)
     return Candidate(tp, pp, stages, length, options.min_concurrency, dp, expert_parallel)
@@ -105,7 +116,7 @@ def replicas_for(shape: ClusterShape, tp: int, pp: int, dp: int = 1) -> int:
     groups of whole nodes (TP inside a node, PP or DP ranks across nodes)."""
     group = tp * pp * dp
     if shape.is_cpu:
-        return shape.nodes
+        return shape.nodes // dp  # one rank per CPU node
     if group <= shape.gpus_per_node:
         return shape.nodes * (shape.gpus_per_node // group)
     return shape.total_gpus // group
