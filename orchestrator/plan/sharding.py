@@ -75,7 +75,7 @@ def attention_params_per_gpu(spec: ModelSpec, sh: Sharding) -> float:
         return whole + (q + kv_b + o) / tp
     q_o = 2 * h * spec.heads * spec.head_dim
     if tp > spec.kv_heads:
-        kv = 2 * h * spec.head_dim  # K and V of the one KV head each rank keeps (QKVParallelLinear)
+        kv: float = 2 * h * spec.head_dim  # K and V of the one KV head each rank keeps (QKVParallelLinear)
     else:
         kv = 2 * h * spec.kv_heads * spec.head_dim / tp
     return q_o / tp + kv
@@ -88,7 +88,7 @@ def mlp_params_per_gpu(spec: ModelSpec, layer: int, sh: Sharding) -> float:
         return 3 * h * spec.intermediate / sh.tp
     expert = 3 * h * spec.moe_intermediate
     if sh.expert_parallel and sh.moe_ranks > 1:
-        routed = local_experts(spec, sh) * expert
+        routed: float = local_experts(spec, sh) * expert
     else:
         routed = spec.num_experts * expert / sh.moe_ranks
     shared = spec.shared_experts * expert / (1 if sh.sequence_parallel_moe else sh.tp)
