@@ -63,36 +63,56 @@ def local_experts(spec: ModelSpec, sh: Sharding) -> int:
     return math.ceil(spec.num_experts / sh.moe_ranks)
 
 
+# MLA's down-projections, whole on every GPU (DeepSeekV2FusedQkvAProjLinear disable_tp=True, ReplicatedLinear)
+WHOLE_ATTENTION = ("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa")
+
+
+def linear_share(spec: ModelSpec, sh: Sharding, name: str, *, expert: bool = False, kv: bool = False, router: bool = False) -> float:
+    """The fraction of one linear module's parameters (all its copies: every routed expert) that one
+    GPU holds, the module named as checkpoints name it inside a layer (``self_attn.q_proj``,
+    ``mlp.experts.0.gate_proj``, ``mlp.shared_experts.down_proj``, ``mlp.gate``). For a per-module
+    byte count (a quantized checkpoint): parameters x this share x bytes per parameter."""
+    if router or name in WHOLE_ATTENTION:
+        return 1.0
+    if expert:
+        if sh.expert_parallel and sh.moe_ranks > 1:
+            return local_experts(spec, sh) / spec.num_experts
+        return 1.0 / sh.moe_ranks
+    if name.startswith("mlp.shared_expert"):
+        return 1.0 if sh.sequence_parallel_moe else 1.0 / sh.tp
+    if kv and sh.tp > spec.kv_heads:
+        return 1.0 / spec.kv_heads  # the one whole KV head each rank keeps (QKVParallelLinear)
+    return 1.0 / sh.tp
+
+
 def attention_params_per_gpu(spec: ModelSpec, sh: Sharding) -> float:
     """One layer's attention projections on one GPU."""
-    h, tp = spec.hidden, sh.tp
+    h = spec.hidden
     if spec.is_mla:
         qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
-        whole = h * (spec.kv_lora_rank + spec.qk_rope_head_dim) + h * spec.q_lora_rank
-        q = spec.q_lora_rank * spec.heads * qk if spec.q_lora_rank else h * spec.heads * qk
-        kv_b = spec.kv_lora_rank * spec.heads * (spec.qk_nope_head_dim + spec.v_head_dim)
-        o = spec.heads * spec.v_head_dim * h
-        return whole + (q + kv_b + o) / tp
-    q_o = 2 * h * spec.heads * spec.head_dim
-    if tp > spec.kv_heads:
-        kv: float = 2 * h * spec.head_dim  # K and V of the one KV head each rank keeps (QKVParallelLinear)
-    else:
-        kv = 2 * h * spec.kv_heads * spec.head_dim / tp
-    return q_o / tp + kv
+        modules = [("self_attn.kv_a_proj_with_mqa", h * (spec.kv_lora_rank + spec.qk_rope_head_dim))]
+        if spec.q_lora_rank:
+            modules += [("self_attn.q_a_proj", h * spec.q_lora_rank), ("self_attn.q_b_proj", spec.q_lora_rank * spec.heads * qk)]
+        else:
+            modules.append(("self_attn.q_proj", h * spec.heads * qk))
+        modules += [
+            ("self_attn.kv_b_proj", spec.kv_lora_rank * spec.heads * (spec.qk_nope_head_dim + spec.v_head_dim)),
+            ("self_attn.o_proj", spec.heads * spec.v_head_dim * h),
+        ]
+        return sum(params * linear_share(spec, sh, name) for name, params in modules)
+    q_o = 2 * h * spec.heads * spec.head_dim * linear_share(spec, sh, "self_attn.q_proj")
+    return q_o + 2 * h * spec.kv_heads * spec.head_dim * linear_share(spec, sh, "self_attn.k_proj", kv=True)
 
 
 def mlp_params_per_gpu(spec: ModelSpec, layer: int, sh: Sharding) -> float:
     """One layer's MLP on one GPU: the dense MLP, or the router, the routed and the shared experts."""
     h = spec.hidden
     if not is_moe_layer(spec, layer):
-        return 3 * h * spec.intermediate / sh.tp
+        return 3 * h * spec.intermediate * linear_share(spec, sh, "mlp.gate_proj")
     expert = 3 * h * spec.moe_intermediate
-    if sh.expert_parallel and sh.moe_ranks > 1:
-        routed: float = local_experts(spec, sh) * expert
-    else:
-        routed = spec.num_experts * expert / sh.moe_ranks
-    shared = spec.shared_experts * expert / (1 if sh.sequence_parallel_moe else sh.tp)
-    router = h * spec.num_experts
+    routed = spec.num_experts * expert * linear_share(spec, sh, "mlp.experts.0.gate_proj", expert=True)
+    shared = spec.shared_experts * expert * linear_share(spec, sh, "mlp.shared_experts.gate_proj")
+    router = h * spec.num_experts * linear_share(spec, sh, "mlp.gate", router=True)
     return router + routed + shared
 
 
