@@ -130,7 +130,7 @@ def prefer_dp(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, tp_pp:
 
 
 def forced_dp(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reasons: list[str]) -> Candidate:
-    """--dp N (N > 1): the TP per rank that holds the most KV tokens (or --tp's), one DP group of N ranks."""
+    """--dp N (N > 1): groups of N ranks, each rank of --tp GPUs or of the smallest TP that fits."""
     assert options.dp is not None
     dp = options.dp
     tps = [options.tp] if options.tp else [t for t in valid_tps(spec, shape.gpus_per_node) if dp_problem(spec, shape, dp, t) is None]
@@ -139,9 +139,8 @@ def forced_dp(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reason
         raise PlanError(problem or f"no TP size makes a DP group of {dp} ranks on {shape.describe()}",
                         hint="choose --dp so that DP x TP divides a node's GPUs or takes whole nodes, or leave --dp out")  # fmt: skip
     cands = [evaluate(spec, shape, options, tp, 1, dp) for tp in tps]
-    fitting = [c for c in cands if c.fits]
-    found = max(fitting, key=lambda c: (cluster_tokens(shape, c), -c.tp)) if fitting else cands[-1]
-    how = f"TP={found.tp} per rank" + ("" if options.tp else " (the TP that holds the most KV tokens)")
+    found = next((c for c in cands if c.fits), cands[-1])
+    how = f"TP={found.tp} per rank" + ("" if options.tp else " (the smallest TP that fits: the most groups)")
     reasons.append(f"forced DP={dp}, {how}: {found.summary()}")
     return found
 
