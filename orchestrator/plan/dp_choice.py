@@ -16,12 +16,12 @@ The choice (when neither ``--dp`` nor ``--tp``/``--pp`` is forced):
   they scale by replicas);
 - MoE with MLA: the DP x EP layout when it fits, because MLA's latent is cached whole on every TP
   rank (TP=8 keeps 8 copies of each token), while each DP rank caches its own tokens;
-- other MoE: TP x PP while its TP splits the KV heads without copies; when its TP goes past the KV
-  heads (each head cached TP / KV heads times), a DP x EP layout of the same GPUs if it holds more KV
-  tokens; DP x EP whenever TP x PP does not fit.
-Among DP layouts the one holding the most KV tokens over the cluster wins (experts split over more
-GPUs leave more memory per GPU), then the one with more groups (a rank failure restarts only
-its group), then the smaller TP.
+- other MoE (TP splits their KV heads): a DP x EP layout of the TP x PP replica's own GPUs when it
+  holds more KV tokens (typically when TP goes past the KV heads, which caches each head TP / KV
+  heads times); DP x EP whenever TP x PP does not fit.
+Among DP layouts the one holding the most KV tokens over the cluster wins (for MLA any group size:
+experts split over more GPUs leave more memory per GPU; for the others the TP x PP replica's
+size), then the one with more groups (a rank failure restarts only its group), then the smaller TP.
 """
 
 from __future__ import annotations
@@ -115,18 +115,21 @@ def prefer_dp(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, tp_pp:
             f"token), while each DP rank caches its own tokens: {dp_ep.name()} holds {dp_total / tp_total:.1f}x the KV "
             f"tokens of {tp_pp.name()} over the cluster ({dp_total:,} against {tp_total:,})"
         )
-    if tp_pp.tp <= spec.kv_heads:
-        return None, (
-            f"{tp_pp.name()} splits the {spec.kv_heads} KV heads without copies; DP x EP would keep attention whole in "
-            "every rank and add the all-to-all traffic of expert parallelism"
-        )
-    # TP past the KV heads caches each head tp / kv_heads times: the same GPUs as DP ranks of TP <= kv_heads don't
+    # Without MLA, TP splits the KV heads: compare DP x EP on the replica's own GPUs (the unit the
+    # TP x PP choice sized), where attention kept whole in every rank has to pay for itself.
     dp_ep, _ = best_dp(spec, shape, options, group=tp_pp.gpus)
-    copies = f"TP={tp_pp.tp} past the {spec.kv_heads} KV heads caches each head {tp_pp.tp // spec.kv_heads} times"
-    if dp_ep is None or cluster_tokens(shape, dp_ep) <= cluster_tokens(shape, tp_pp):
-        return None, f"{copies}, but no DP x EP layout of {tp_pp.gpus} GPUs holds more KV tokens"
-    dp_total, tp_total = cluster_tokens(shape, dp_ep), cluster_tokens(shape, tp_pp)
-    return dp_ep, f"{copies}; {dp_ep.name()} on the same {tp_pp.gpus} GPUs holds {dp_total / tp_total:.2f}x the KV tokens ({dp_total:,} against {tp_total:,})"
+    copies = f"; TP={tp_pp.tp} past the {spec.kv_heads} KV heads caches each head {tp_pp.tp // spec.kv_heads} times" if tp_pp.tp > spec.kv_heads else ""
+    tp_total = cluster_tokens(shape, tp_pp)
+    if dp_ep is None:
+        return None, f"no DP x EP layout of the {tp_pp.gpus} GPUs of a {tp_pp.name()} replica fits, so {tp_pp.name()}{copies}"
+    if cluster_tokens(shape, dp_ep) <= tp_total:
+        dp_total = f" ({dp_ep.name()}: {cluster_tokens(shape, dp_ep):,})"
+        return None, (
+            f"{tp_pp.name()} holds at least as many KV tokens over the cluster ({tp_total:,}) as any DP x EP layout of its "
+            f"{tp_pp.gpus} GPUs{dp_total}, without the all-to-all traffic of expert parallelism{copies}"
+        )
+    dp_total = cluster_tokens(shape, dp_ep)
+    return dp_ep, f"{dp_ep.name()} on the same {tp_pp.gpus} GPUs holds {dp_total / tp_total:.2f}x the KV tokens of {tp_pp.name()} ({dp_total:,} against {tp_total:,}){copies}"
 
 
 def forced_dp(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reasons: list[str]) -> Candidate:
@@ -203,7 +206,10 @@ def side_by_side(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, cho
         other = tp_choice()
     else:
         auto = replace(options, dp=None, tp=None, pp=None)
-        best, tried = best_dp(spec, shape, auto)
+        group = None if spec.is_mla else chosen.gpus  # the DP layout the choice weighed
+        best, tried = best_dp(spec, shape, auto, group=group)
+        if best is None and group is not None:
+            best, tried = best_dp(spec, shape, auto)
         other = best or (max(tried, key=lambda c: c.tightest.kv_bytes) if tried else None)
     if other is not None:
         out["tp_pp" if kind == "dp_ep" else "dp_ep"] = layout_json(shape, other, False)

@@ -7,7 +7,10 @@ the rank's KV memory, one pool per DP engine). Nothing is copied from orch's out
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -82,11 +85,15 @@ def test_a_tp_plan_passes_neither_dp_key_to_vllm():
     assert "data_parallel_size" not in tp_ep.engine_kwargs()
 
 
-def test_moe_without_mla_keeps_tp_while_tp_splits_the_kv_heads():
+def test_moe_without_mla_keeps_tp_when_dp_on_the_same_gpus_holds_fewer_tokens():
+    # Mixtral-8x7B at TP=2 splits its 8 KV heads; DP=2 x TP=1 on the same 2 GPUs keeps attention whole in
+    # both ranks (its weights are the same per GPU otherwise: 8 experts over 2 GPUs either way)
     plan = plan_model(CATALOG["mixtral-8x7b"], H100x2)
     assert (plan.dp, plan.tp) == (1, 2)
-    assert any(r.startswith("layout: TP=2 PP=1 splits the 8 KV heads without copies") for r in plan.reasons)
-    assert plan.layouts["dp_ep"]["chosen"] is False
+    dp = plan.layouts["dp_ep"]
+    assert (dp["dp"], dp["tp"], dp["gpus_per_replica"], dp["chosen"]) == (2, 1, 2, False)
+    assert dp["kv_cache_tokens_cluster"] < plan.layouts["tp_pp"]["kv_cache_tokens_cluster"]
+    assert any(r.startswith("layout: TP=2 PP=1 holds at least as many KV tokens") for r in plan.reasons)
 
 
 def test_tp_past_the_kv_heads_gives_way_to_dp_ranks_on_the_same_gpus():
@@ -124,3 +131,18 @@ def test_a_cpu_dp_group_takes_one_rank_per_node():
     assert plan.kv_cache_tokens == 2 * plan.kv_cache_tokens_per_rank
     with pytest.raises(PlanError, match="one rank per node"):
         plan_model(moe, cpu, PlanOptions(dp=3, max_model_len=1024))
+
+
+def test_the_moe_layouts_benchmark_prints_both_layouts_for_its_six_rows(capsys):
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "moe_layouts.py"
+    spec = importlib.util.spec_from_file_location("moe_layouts", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--part", "plan"]) == 0
+    rows = json.loads(capsys.readouterr().out)["plan"]
+    assert [(r["model"], r["gpus"]) for r in rows] == [
+        (m, f"2 x 8 {g}") for m in ("deepseek-v3", "qwen3-235b-a22b", "mixtral-8x22b") for g in ("H100-80GB", "H200-141GB")
+    ]
+    assert all(set(r["layouts"]) == {"tp_pp", "dp_ep"} for r in rows)
+    assert {r["chosen"] for r in rows if r["model"] == "deepseek-v3"} == {"dp_ep"}  # MLA
