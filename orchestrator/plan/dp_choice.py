@@ -123,10 +123,10 @@ def prefer_dp(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, tp_pp:
     if dp_ep is None:
         return None, f"no DP x EP layout of the {tp_pp.gpus} GPUs of a {tp_pp.name()} replica fits, so {tp_pp.name()}{copies}"
     if cluster_tokens(shape, dp_ep) <= tp_total:
-        dp_total = f" ({dp_ep.name()}: {cluster_tokens(shape, dp_ep):,})"
+        best = f" ({dp_ep.name()}: {cluster_tokens(shape, dp_ep):,})"
         return None, (
             f"{tp_pp.name()} holds at least as many KV tokens over the cluster ({tp_total:,}) as any DP x EP layout of its "
-            f"{tp_pp.gpus} GPUs{dp_total}, without the all-to-all traffic of expert parallelism{copies}"
+            f"{tp_pp.gpus} GPUs{best}, without the all-to-all traffic of expert parallelism{copies}"
         )
     dp_total = cluster_tokens(shape, dp_ep)
     return dp_ep, f"{dp_ep.name()} on the same {tp_pp.gpus} GPUs holds {dp_total / tp_total:.2f}x the KV tokens of {tp_pp.name()} ({dp_total:,} against {tp_total:,}){copies}"
