@@ -63,8 +63,16 @@ def local_experts(spec: ModelSpec, sh: Sharding) -> int:
     return math.ceil(spec.num_experts / sh.moe_ranks)
 
 
+# Module names as checkpoints write them inside a layer.
+Q_A, KV_A, Q_B, Q, KV_B, O_PROJ = (
+    "self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa", "self_attn.q_b_proj", "self_attn.q_proj",
+    "self_attn.kv_b_proj", "self_attn.o_proj",
+)  # fmt: skip
+K = "self_attn.k_proj"
+DENSE_MLP, ROUTER, EXPERT, SHARED_EXPERT = "mlp.gate_proj", "mlp.gate", "mlp.experts.0.gate_proj", "mlp.shared_experts.gate_proj"
 # MLA's down-projections, whole on every GPU (DeepSeekV2FusedQkvAProjLinear disable_tp=True, ReplicatedLinear)
-WHOLE_ATTENTION = ("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa")
+WHOLE_ATTENTION = (Q_A, KV_A)
+SHARED_PREFIX = "mlp.shared_expert"  # DeepSeek's shared_experts, Qwen2-MoE's shared_expert
 
 
 def linear_share(spec: ModelSpec, sh: Sharding, name: str, *, expert: bool = False, kv: bool = False, router: bool = False) -> float:
@@ -78,7 +86,7 @@ def linear_share(spec: ModelSpec, sh: Sharding, name: str, *, expert: bool = Fal
         if sh.expert_parallel and sh.moe_ranks > 1:
             return local_experts(spec, sh) / spec.num_experts
         return 1.0 / sh.moe_ranks
-    if name.startswith("mlp.shared_expert"):
+    if name.startswith(SHARED_PREFIX):
         return 1.0 if sh.sequence_parallel_moe else 1.0 / sh.tp
     if kv and sh.tp > spec.kv_heads:
         return 1.0 / spec.kv_heads  # the one whole KV head each rank keeps (QKVParallelLinear)
@@ -90,29 +98,26 @@ def attention_params_per_gpu(spec: ModelSpec, sh: Sharding) -> float:
     h = spec.hidden
     if spec.is_mla:
         qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
-        modules = [("self_attn.kv_a_proj_with_mqa", h * (spec.kv_lora_rank + spec.qk_rope_head_dim))]
+        modules = [(KV_A, h * (spec.kv_lora_rank + spec.qk_rope_head_dim))]
         if spec.q_lora_rank:
-            modules += [("self_attn.q_a_proj", h * spec.q_lora_rank), ("self_attn.q_b_proj", spec.q_lora_rank * spec.heads * qk)]
+            modules += [(Q_A, h * spec.q_lora_rank), (Q_B, spec.q_lora_rank * spec.heads * qk)]
         else:
-            modules.append(("self_attn.q_proj", h * spec.heads * qk))
-        modules += [
-            ("self_attn.kv_b_proj", spec.kv_lora_rank * spec.heads * (spec.qk_nope_head_dim + spec.v_head_dim)),
-            ("self_attn.o_proj", spec.heads * spec.v_head_dim * h),
-        ]
+            modules.append((Q, h * spec.heads * qk))
+        modules += [(KV_B, spec.kv_lora_rank * spec.heads * (spec.qk_nope_head_dim + spec.v_head_dim)), (O_PROJ, spec.heads * spec.v_head_dim * h)]
         return sum(params * linear_share(spec, sh, name) for name, params in modules)
-    q_o = 2 * h * spec.heads * spec.head_dim * linear_share(spec, sh, "self_attn.q_proj")
-    return q_o + 2 * h * spec.kv_heads * spec.head_dim * linear_share(spec, sh, "self_attn.k_proj", kv=True)
+    q_o = 2 * h * spec.heads * spec.head_dim * linear_share(spec, sh, Q)
+    return q_o + 2 * h * spec.kv_heads * spec.head_dim * linear_share(spec, sh, K, kv=True)
 
 
 def mlp_params_per_gpu(spec: ModelSpec, layer: int, sh: Sharding) -> float:
     """One layer's MLP on one GPU: the dense MLP, or the router, the routed and the shared experts."""
     h = spec.hidden
     if not is_moe_layer(spec, layer):
-        return 3 * h * spec.intermediate * linear_share(spec, sh, "mlp.gate_proj")
+        return 3 * h * spec.intermediate * linear_share(spec, sh, DENSE_MLP)
     expert = 3 * h * spec.moe_intermediate
-    routed = spec.num_experts * expert * linear_share(spec, sh, "mlp.experts.0.gate_proj", expert=True)
-    shared = spec.shared_experts * expert * linear_share(spec, sh, "mlp.shared_experts.gate_proj")
-    router = h * spec.num_experts * linear_share(spec, sh, "mlp.gate", router=True)
+    routed = spec.num_experts * expert * linear_share(spec, sh, EXPERT, expert=True)
+    shared = spec.shared_experts * expert * linear_share(spec, sh, SHARED_EXPERT)
+    router = h * spec.num_experts * linear_share(spec, sh, ROUTER, router=True)
     return router + routed + shared
 
 
