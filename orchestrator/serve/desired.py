@@ -155,9 +155,6 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
         gpu_memory_utilization=request.gpu_memory_utilization, max_num_seqs=request.max_num_seqs,
         max_num_batched_tokens=request.max_num_batched_tokens, enforce_eager=request.enforce_eager,
         block_size=request.block_size, vllm_version=request.vllm_version or GPU_EXTRA_VLLM,
-        # TP x PP until the rollout renders DP groups (build_dp_openai_app, issue 23 item 3): `orch plan`
-        # may prefer DP x EP for an MoE model, a rollout must not render data_parallel_size into a plain app
-        dp=1,
     )  # fmt: skip
     plan = plan_model(spec, shape if shape is not None else shape_from_manifest(manifest), options)
     if not plan.fits:
