@@ -73,7 +73,10 @@ def test_dense_layers_stay_split_by_tp_in_every_dp_rank():
 def test_module_shares_for_a_per_module_byte_count():
     sh = Sharding(tp=8)
     assert linear_share(V3, sh, "mlp.gate", router=True) == 1.0
-    assert linear_share(V3, sh, "self_attn.kv_a_proj_with_mqa") == 1.0
+    assert linear_share(V3, sh, "self_attn.kv_a_proj_with_mqa") == linear_share(V3, sh, "self_attn.q_a_proj") == 1.0
+    assert linear_share(V3, sh, "mlp.shared_experts.up_proj") == 1 / 8
+    assert linear_share(V3, Sharding(tp=8, dp=2, expert_parallel=True), "mlp.shared_experts.up_proj") == 1.0
+    assert linear_share(V3, Sharding(tp=2, dp=4), "mlp.experts.0.up_proj", expert=True) == 1 / 8
     assert linear_share(V3, sh, "self_attn.q_b_proj") == 1 / 8
     qwen = spec_from_config(QWEN3_235B_FP8, "Qwen/Qwen3-235B-A22B-FP8 config.json")  # 4 KV heads
     assert linear_share(qwen, sh, "self_attn.k_proj", kv=True) == 1 / 4  # one whole KV head of 4 per rank
