@@ -80,6 +80,7 @@ def test_module_shares_for_a_per_module_byte_count():
     assert linear_share(V3, sh, "self_attn.q_b_proj") == 1 / 8
     qwen = spec_from_config(QWEN3_235B_FP8, "Qwen/Qwen3-235B-A22B-FP8 config.json")  # 4 KV heads
     assert linear_share(qwen, sh, "self_attn.k_proj", kv=True) == 1 / 4  # one whole KV head of 4 per rank
+    assert linear_share(qwen, sh, "self_attn.q_proj") == 1 / 8  # the query heads stay split
     assert linear_share(qwen, Sharding(tp=2), "self_attn.k_proj", kv=True) == 1 / 2
     assert linear_share(qwen, Sharding(tp=8, expert_parallel=True), "mlp.experts.0.down_proj", expert=True) == 16 / 128
 
