@@ -51,6 +51,9 @@ def test_routed_experts_are_spread_over_dp_x_tp_whole_with_expert_parallel():
     assert mlp_params_per_gpu(V3, layer, Sharding(tp=1, dp=16, expert_parallel=True)) == router + 16 * EXPERT + shared_tp
     # 256 experts over EP=24: ranks 0..15 hold 11, the rest 10; the heaviest GPU decides
     assert local_experts(V3, Sharding(tp=1, dp=24, expert_parallel=True)) == 11 == math.ceil(256 / 24)
+    # an odd expert count over EP=2: 128 of 255 on the first rank, not half of every expert
+    odd = replace(V3, num_experts=255)
+    assert linear_share(odd, Sharding(tp=2, expert_parallel=True), "mlp.experts.0.gate_proj", expert=True) == 128 / 255
     # without expert parallelism the experts' intermediate size is split over all DP x TP GPUs
     # (flatten_tp_across_dp_and_pcp): the same share when E divides, never whole experts
     assert mlp_params_per_gpu(V3, layer, Sharding(tp=1, dp=24)) == router + 256 * EXPERT / 24 + EXPERT
