@@ -78,6 +78,13 @@ def kv_share(spec: ModelSpec, sh: Sharding) -> float:
     return 1.0 / spec.kv_heads if sh.tp > spec.kv_heads else 1.0 / sh.tp
 
 
+def expert_split(sh: Sharding) -> int:
+    """GPUs each routed expert's intermediate size is split over (``FusedMoEConfig``'s
+    ``intermediate_size_per_partition = intermediate_size // moe tp_size``): DP x TP without expert
+    parallelism, 1 (whole experts) with it."""
+    return 1 if sh.expert_parallel else sh.moe_ranks
+
+
 def routed_share(spec: ModelSpec, sh: Sharding) -> float:
     """All routed experts of a layer: whole experts under EP, else every expert split over DP x TP."""
     if sh.expert_parallel and sh.moe_ranks > 1:
