@@ -47,6 +47,10 @@ def engine_flags(command):
         click.option("--enforce-eager", is_flag=True, default=False, help="vLLM enforce_eager: no CUDA graphs (and no CUDA graph memory estimate)."),
         click.option("--block-size", type=click.Choice(["8", "16", "32", "64", "128"]), default=None,
                      help="vLLM block_size: KV tokens per block; the KV cache holds whole blocks [default: vLLM's, 16]."),
+        click.option("--sampler", type=click.Choice(["flashinfer", "pytorch"]), default=None, help=(
+            "The top-k/top-p sampler the engine uses and profiles (rendered as VLLM_USE_FLASHINFER_SAMPLER) "
+            "[default: the version's: flashinfer from vLLM 0.29, or where `orch up` found flashinfer installed]."
+        )),
     ]  # fmt: skip
     for option in reversed(options):
         command = option(command)

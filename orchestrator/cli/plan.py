@@ -30,11 +30,12 @@ from orchestrator.plan.shape import (
     shape_from_manifest,
 )
 from orchestrator.state import StateStore
-from orchestrator.workflows.plan import calibrated, planning_shape, vllm_version_for
+from orchestrator.workflows.hf_fetch import fetch_repo_config
+from orchestrator.workflows.plan import calibrated, planning_shape, sampler_for, vllm_version_for
 
 
 @click.command("plan")
-@click.option("--model", "model", required=True, help=f"Catalog name ({', '.join(CATALOG)}), a Hugging Face model folder, or a config.json.")
+@click.option("--model", "model", required=True, help=f"Catalog name ({', '.join(CATALOG)}), a Hugging Face repo id (org/name: the local HF cache, else the Hub), a model folder, or a config.json.")
 @click.option("--cluster", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Take the shape from this cluster.yaml (from the GPUs `orch up` probed when it is up).")
 @click.option("--gpu-type", default=None, help=f"GPU type: {', '.join(GPU_TYPES)} or {CPU} [default {DEFAULT_GPU_TYPE}].")
 @click.option("--gpu-memory-gib", type=FiniteFloat(min=0, min_open=True), default=None, help="Memory per GPU in GiB (CUDA's total), instead of the type's.")
@@ -55,8 +56,8 @@ from orchestrator.workflows.plan import calibrated, planning_shape, vllm_version
 @engine_flags
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (exit 2 when nothing fits, after printing it).")
 @click.pass_context
-def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp, pp, dp, expert_parallel, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype, nvlink,
-         vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, as_json) -> None:  # fmt: skip
+def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp, pp, dp, expert_parallel, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype,
+         kv_cache_dtype, nvlink, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, sampler, as_json) -> None:  # fmt: skip
     """Size MODEL on a cluster: weights, KV cache, B_max, and the TP/PP choice with its reasons.
 
     \b
@@ -68,6 +69,7 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
     """
     if gpu_type is not None and gpu_type.lower() == CPU and (tp or 1) * (pp or 1) > 1:
         raise UsageError("--tp/--pp do not apply to --gpu-type cpu (one replica per node)")
+    fetched = fetch_repo_config(model)  # a Hugging Face repo id not in the local cache: its config files
     spec = resolve_model(model)
     state_dir = ctx.obj.get("state_dir") if isinstance(ctx.obj, dict) else None
     manifest = load_manifest_file(cluster) if cluster is not None else None
@@ -76,6 +78,7 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
         base = planning_shape(manifest, StateStore(state_dir)) if state_dir is not None else shape_from_manifest(manifest)
     shape = shape_from_flags(base, gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink)
     version, version_source = vllm_version_for(vllm_version, manifest, state_dir)
+    flashinfer, sampler_source = sampler_for(sampler, version, manifest, state_dir)
     options = PlanOptions(
         tp=tp,
         pp=pp,
@@ -91,8 +94,10 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
         max_num_batched_tokens=max_num_batched_tokens,
         enforce_eager=enforce_eager,
         block_size=int(block_size) if block_size else None,
+        flashinfer_sampler=flashinfer,
     )
-    shape = replace(shape, notes=(*shape.notes, f"vLLM {version}: {version_source}"))
+    sampler_note = f"sampler: {'FlashInfer' if flashinfer else 'PyTorch/Triton'} ({sampler_source}); the rollout sets VLLM_USE_FLASHINFER_SAMPLER={int(flashinfer)}"
+    shape = replace(shape, notes=(*shape.notes, f"vLLM {version}: {version_source}", *([] if shape.is_cpu else [sampler_note]), *([fetched] if fetched else [])))
     result = plan_model(spec, shape, options)
     if manifest is not None and state_dir is not None and result.fits:
         result = calibrated(spec, shape, options, result, manifest, StateStore(state_dir))
@@ -120,6 +125,8 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -
         f"[bold]{spec.name}[/bold]: {p.params / 1e9:.2f}B parameters, {spec.layers} layers, {spec.heads} heads / {spec.kv_heads} KV heads "
         f"x {spec.head_dim}, vocab {spec.vocab:,}{', ' + '; '.join(kind) if kind else ''}. Checkpoint dtype {spec.dtype}."
     )
+    if spec.quantization is not None:
+        out.print(f"Quantization: {spec.quantization.describe()}", markup=False)
     out.print(f"Cluster: {shape.describe()}")
 
     weights = Table(title="Weights  M_w = Psi * s", title_justify="left")

@@ -115,8 +115,8 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--sync-model", is_flag=True, help="First copy the model to <model_store>/<name> on every node (`orch model sync`); without it nothing is copied.")
 @click.option("--sync-from", default="local", show_default=True, help="With --sync-model: where the model is, local (this machine, same path) or a node name.")
 @click.pass_context
-def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, expert_parallel, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype,
-            replicas, engine_args, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, dry_run, allow_downtime,
+def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, expert_parallel, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype,
+            kv_cache_dtype, replicas, engine_args, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, sampler, dry_run, allow_downtime,
             timeout_s, as_json, sync_model, sync_from) -> None:  # fmt: skip
     """Deploy MODEL as a Ray Serve LLM application, gated by a real completion.
 
@@ -128,22 +128,26 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
     """
     from orchestrator.serve.desired import RolloutRequest, desired_for_model
     from orchestrator.state import StateStore
-    from orchestrator.workflows.plan import planning_shape, vllm_version_for
+    from orchestrator.workflows.hf_fetch import fetch_repo_config
+    from orchestrator.workflows.plan import planning_shape, sampler_for, vllm_version_for
     from orchestrator.workflows.rollout import RolloutOptions, execute
 
     state_dir = ctx.obj["state_dir"]
     manifest = resolve_manifest(cluster_yaml, state_dir, "rollout")
     version, _ = vllm_version_for(vllm_version, manifest, state_dir)
+    flashinfer, _ = sampler_for(sampler, version, manifest, state_dir)
     request = RolloutRequest(
         model=model, served_name=served_name, model_path=model_path, tp=tp, pp=pp, dp=dp, expert_parallel=expert_parallel,
         max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib, dtype=dtype,
         kv_cache_dtype=kv_cache_dtype, replicas=replicas, engine_args=_engine_args(engine_args),
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, enforce_eager=enforce_eager,
-        block_size=int(block_size) if block_size else None, vllm_version=version,
+        block_size=int(block_size) if block_size else None, vllm_version=version, flashinfer_sampler=flashinfer,
     )  # fmt: skip
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s)
     api_key = os.environ.get(manifest.serve.api_key_env) or None
+    if model_path is None:
+        fetch_repo_config(model)  # a Hugging Face repo id: its config into the local cache, for the planner
     if sync_model:
         _sync_first(manifest, state_dir, request, sync_from, dry_run, as_json)
     with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():

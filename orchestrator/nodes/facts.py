@@ -160,6 +160,7 @@ class Versions(_Jsonable):
     nccl: str | None = None
     vllm_dist: str | None = None
     transformers: str | None = None
+    flashinfer: str | None = None  # flashinfer-python: decides vLLM's default sampler (orch plan)
 
 
 @dataclass(frozen=True)

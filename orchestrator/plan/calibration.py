@@ -81,7 +81,11 @@ def measured_reserve_gib(spec: ModelSpec, options: PlanOptions, total_gib: float
 
 def model_fingerprint(spec: ModelSpec) -> str:
     """A hash of the numbers that size the model (not its name or path)."""
-    numbers = {k: v for k, v in asdict(spec).items() if k not in ("name", "source")}
+    numbers = {k: v for k, v in asdict(spec).items() if k not in ("name", "source", "quantization", "tower_params", "towers")}
+    if spec.tower_params:  # fields added later count only when set, so older fingerprints stay valid
+        numbers["tower_params"] = spec.tower_params
+    if spec.quantization is not None:  # what it is, not where it was read (None keeps older fingerprints)
+        numbers["quantization"] = {k: v for k, v in asdict(spec.quantization).items() if k != "source"}
     return hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -76,7 +76,7 @@ class PlanOptions:
     enforce_eager: bool = False
     min_concurrency: float = 1.0  # vLLM refuses to start below one max_model_len sequence
     vllm_version: str = GPU_EXTRA_VLLM
-    flashinfer_sampler: bool | None = None  # True: the engine logs "Using FlashInfer for top-p & top-k sampling"
+    flashinfer_sampler: bool | None = None  # True/False: the sampler the engine is told to use; None: the version's default
     reserve_gib: float | None = None  # a measured reserve per GPU (calibration) instead of the model
 
 
@@ -98,7 +98,7 @@ def utilization(spec: ModelSpec, options: PlanOptions) -> float:
 def batch_limits(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs): as given, else the version's API-server defaults."""
     length = options.max_model_len or spec.max_position
-    tokens, seqs = terms_for(spec, options).batch_defaults(shape.gpu_memory_bytes or 0, shape.gpu_type, length)
+    tokens, seqs = terms_for(spec, options).batch_defaults(shape.gpu_memory_bytes or 0, shape.gpu_type, length, multimodal=spec.tower_params > 0)
     return options.max_num_batched_tokens or tokens, options.max_num_seqs or seqs
 
 
@@ -164,12 +164,21 @@ def reserve_bytes(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *,
     return non_torch * GIB + max(forward, sampler) + pipeline + graphs * GIB
 
 
+def resolved_kv_cache_dtype(spec: ModelSpec, options: PlanOptions) -> str:
+    """vLLM's ``auto`` KV cache dtype becomes fp8 for a checkpoint that says so (ModelOpt's
+    ``kv_cache_quant_algo: FP8``; ``vllm/utils/torch_utils.py resolve_kv_cache_dtype_string``)."""
+    quant = spec.quantization
+    if options.kv_cache_dtype == "auto" and quant is not None and quant.kv_cache_dtype and options.dtype in (None, spec.dtype):
+        return quant.kv_cache_dtype
+    return options.kv_cache_dtype
+
+
 def stage_capacities(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *, tp: int, pp: int,
                      dp: int = 1, expert_parallel: bool = False) -> tuple[StageCapacity, ...]:  # fmt: skip
     """Weights, reserve, KV memory and KV tokens of one GPU in each pipeline stage (of one DP rank:
     every rank of a DP group is sized the same, its KV cache is its own)."""
     dtype = options.dtype or spec.dtype
-    s_kv = kv_dtype_bytes(dtype, options.kv_cache_dtype)
+    s_kv = kv_dtype_bytes(dtype, resolved_kv_cache_dtype(spec, options))
     block = options.block_size or VLLM_BLOCK_SIZE
     out = []
     for i, (start, end) in enumerate(stage_layer_ranges(spec.layers, pp)):

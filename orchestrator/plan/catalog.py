@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -21,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ModelSpecError
+from orchestrator.plan.hf_cache import cached_snapshot, is_repo_id, not_cached_error
+from orchestrator.plan.quantization import Quantization, parse_quantization
 from orchestrator.plan.tinymodel import TINY_CONFIG
+from orchestrator.plan.towers import towers_from_config
 
 # bytes per stored number; "auto" is resolved by the caller from the model's dtype.
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
@@ -30,7 +34,8 @@ _TORCH_DTYPES = {
     "fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8", "int4": "int4",
 }  # fmt: skip
 
-HINT = "use a catalog name (see `orch plan --help`) or a local Hugging Face model folder / config.json"
+QUANT_CONFIG_FILE = "hf_quant_config.json"  # ModelOpt (<= 0.29) writes its quantization here
+HINT = "use a catalog name (see `orch plan --help`), a Hugging Face repo id (org/name) or a local model folder / config.json"
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,11 @@ class ModelSpec:
     v_head_dim: int = 0
     source: str = "catalog"
     architecture: str = ""  # config.json's model_type (decides vLLM's Model Runner V2 default)
+    # The checkpoint's own quantization (None: unquantized, or a catalog entry sized uniformly at dtype)
+    quantization: Quantization | None = None
+    # A multimodal checkpoint's vision/audio towers and projector (16-bit, on every stage, split over TP)
+    tower_params: int = 0
+    towers: str = ""  # which families they were counted as (orchestrator.plan.towers)
 
     @property
     def is_moe(self) -> bool:
@@ -104,6 +114,10 @@ CATALOG: dict[str, ModelSpec] = {
         num_experts=256, experts_per_token=8, shared_experts=1, moe_intermediate=2048, first_k_dense=3,
         kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
         architecture="deepseek_v3",
+        quantization=parse_quantization(
+            {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]},
+            "the catalog (deepseek-ai/DeepSeek-V3 config.json quantization_config)",
+        ),
     ),
     # Qwen/Qwen3-235B-A22B (bf16): the numbers of its FP8 sibling's config.json (tests/unit/test_memory.py)
     "qwen3-235b-a22b": ModelSpec(
@@ -129,11 +143,22 @@ CATALOG: dict[str, ModelSpec] = {
 # ---- config.json -> ModelSpec (pure) ----
 
 
+# Fields a text_config may leave to its transformers class's defaults (transformers 5.19:
+# configuration_gemma3.py Gemma3TextConfig: vocab_size 262208, tie_word_embeddings True,
+# max_position_embeddings 131072) or that
+# vLLM builds without a config field (llama4.py: one shared expert in every MoE layer).
+_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262_208, "tie_word_embeddings": True, "max_position_embeddings": 131_072},
+    "llama4_text": {"n_shared_experts": 1},
+}
+
+
 def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """Multimodal checkpoints nest the language model's numbers under ``text_config``."""
     inner = config.get("text_config")
     if isinstance(inner, Mapping) and "num_hidden_layers" in inner:
         merged = dict(config)
+        merged.update(_TEXT_DEFAULTS.get(str(inner.get("model_type")), {}))
         merged.update(inner)
         return merged
     return config
@@ -192,24 +217,7 @@ def _int(cfg: Mapping[str, Any], key: str, source: str, default: int | None = No
     return value
 
 
-def _dtype(cfg: Mapping[str, Any], source: str) -> str:
-    quant = cfg.get("quantization_config")
-    if isinstance(quant, Mapping):
-        method = str(quant.get("quant_method", "")).lower()
-        groups = quant.get("config_groups")
-        if method == "compressed-tensors" and isinstance(groups, Mapping):
-            # llm-compressor checkpoints (RedHatAI/...-FP8-dynamic, -W8A8, -W4A16): the weights' type and bits
-            for group in groups.values():
-                weights = group.get("weights") if isinstance(group, Mapping) else None
-                if isinstance(weights, Mapping) and weights.get("num_bits") in (4, 8):
-                    if weights.get("num_bits") == 8:
-                        return "fp8" if weights.get("type") == "float" else "int8"
-                    return "int4"
-        bits = quant.get("bits") or quant.get("w_bit")
-        if method == "fp8" or "fp8" in str(quant.get("fmt", "")).lower():
-            return "fp8"
-        if bits in (4, 8):
-            return "int4" if bits == 4 else "int8"
+def _torch_dtype(cfg: Mapping[str, Any], source: str) -> str:
     raw = cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))
     dtype = _TORCH_DTYPES.get(str(raw).replace("torch.", "").lower())
     if dtype is None:
@@ -217,8 +225,23 @@ def _dtype(cfg: Mapping[str, Any], source: str) -> str:
     return dtype
 
 
-def spec_from_config(config: Mapping[str, Any], source: str, name: str | None = None) -> ModelSpec:
-    """A ``ModelSpec`` from a Hugging Face ``config.json`` dict. Pure.
+def _quantization(cfg: Mapping[str, Any], source: str, quant_file: Mapping[str, Any] | None, quant_source: str | None) -> Quantization | None:
+    """The checkpoint's quantization: config.json's quantization_config, else ModelOpt's
+    hf_quant_config.json (vLLM's order, ``vllm/transformers_utils/config.py``)."""
+    quant = cfg.get("quantization_config")
+    if quant is not None:
+        return parse_quantization(quant, f"{source} (quantization_config)")
+    if quant_file is not None:
+        return parse_quantization(quant_file, quant_source or "hf_quant_config.json")
+    return None
+
+
+def spec_from_config(
+    config: Mapping[str, Any], source: str, name: str | None = None, *,
+    quant_file: Mapping[str, Any] | None = None, quant_source: str | None = None,
+) -> ModelSpec:
+    """A ``ModelSpec`` from a Hugging Face ``config.json`` dict (and ModelOpt's
+    ``hf_quant_config.json``, when the checkpoint has one). Pure.
 
     Required: num_hidden_layers, hidden_size, num_attention_heads, vocab_size, and
     intermediate_size for dense models. ``num_key_value_heads`` defaults to the attention heads
@@ -259,6 +282,8 @@ def spec_from_config(config: Mapping[str, Any], source: str, name: str | None = 
     if num_experts and not 0 < _int(cfg, "num_experts_per_tok", source, default=1) <= num_experts:
         raise ModelSpecError(f"{source}: num_experts_per_tok must be between 1 and the {num_experts} experts", hint=HINT)
     max_pos = _int(cfg, "max_position_embeddings", source, default=0) or _int(cfg, "max_sequence_length", source, default=4096)
+    quantization = _quantization(cfg, source, quant_file, quant_source)
+    towers = towers_from_config(config, hidden)
     # Each field is in range, but together they can still describe an impossible model.
     rough = layers * (4 * hidden * heads * head_dim + 3 * hidden * (intermediate + (num_experts + 1) * moe_inter)) + 2 * vocab * hidden
     if rough > MAX_PARAMS:
@@ -276,7 +301,7 @@ def spec_from_config(config: Mapping[str, Any], source: str, name: str | None = 
         head_dim=head_dim,
         vocab=vocab,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        dtype=_dtype(cfg, source),
+        dtype=quantization.dtype if quantization is not None else _torch_dtype(cfg, source),
         max_position=max_pos,
         num_experts=num_experts,
         experts_per_token=_int(cfg, "num_experts_per_tok", source, default=0) if num_experts else 0,
@@ -290,6 +315,9 @@ def spec_from_config(config: Mapping[str, Any], source: str, name: str | None = 
         v_head_dim=_int(cfg, "v_head_dim", source, default=0) if kv_lora else 0,
         source=source,
         architecture=_architecture(cfg),
+        quantization=quantization,
+        tower_params=towers.total,
+        towers=towers.kind,
     )
 
 
@@ -318,9 +346,10 @@ def closest_name(name: str) -> str | None:
 
 
 def resolve_model(name_or_path: str | Path) -> ModelSpec:
-    """A catalog name, a local Hugging Face model folder, or a config.json path -> ModelSpec.
+    """A catalog name, a local Hugging Face model folder, a config.json path, or a Hugging Face
+    repo id (``org/name`` that is no local path) found in the local Hugging Face cache -> ModelSpec.
 
-    Reads at most one file. Raises ``ModelSpecError`` naming the catalog and the closest name for
+    Reads the config.json and, beside it, ModelOpt's hf_quant_config.json. Raises ``ModelSpecError`` naming the catalog and the closest name for
     an unknown name, or the missing field and the file for a config orch cannot size.
     """
     text = str(name_or_path)
@@ -329,6 +358,12 @@ def resolve_model(name_or_path: str | Path) -> ModelSpec:
     if text.lower() in CATALOG:
         return CATALOG[text.lower()]
     path = Path(text).expanduser()
+    if not path.exists() and is_repo_id(text):
+        # a Hugging Face repo id: its config.json from the local cache (orchestrator.plan.hf_cache)
+        snapshot = cached_snapshot(text, os.environ)
+        if snapshot is None:
+            raise not_cached_error(text, os.environ)
+        return spec_from_files(snapshot / "config.json", text)
     looks_like_path = path.exists() or "/" in text or text.endswith(".json")
     if not looks_like_path:
         guess = closest_name(text)
@@ -338,9 +373,16 @@ def resolve_model(name_or_path: str | Path) -> ModelSpec:
             hint="pass a catalog name, or the path of a local Hugging Face model folder or its config.json",
         )
     config_path = path / "config.json" if path.is_dir() else path
-    config = parse_config_text(_read_config(config_path), str(config_path))
     name = path.name if path.is_dir() else path.parent.name or str(config_path)
-    return spec_from_config(config, str(config_path), name=name)
+    return spec_from_files(config_path, name)
+
+
+def spec_from_files(config_path: Path, name: str) -> ModelSpec:
+    """A checkpoint folder's config.json, and its hf_quant_config.json beside it when there is one."""
+    config = parse_config_text(_read_config(config_path), str(config_path))
+    quant_path = config_path.parent / QUANT_CONFIG_FILE
+    quant = parse_config_text(_read_config(quant_path), str(quant_path)) if quant_path.is_file() else None
+    return spec_from_config(config, str(config_path), name=name, quant_file=quant, quant_source=str(quant_path))
 
 
 def _read_config(config_path: Path) -> bytes:

@@ -13,6 +13,11 @@ that defines it (docs/planner.md has the table with its evidence):
   kernel (``v1/sample/ops/topk_topp_triton.py``, vllm#33538, present in 0.18.0) at ~12 (vllm#32558's
   table: 384 MB against 1.25 GB at 256 x 131072); FlashInfer's kernel, when the engine logs
   "Using FlashInfer for top-p & top-k sampling", at ~8 (logits and probabilities in fp32).
+- which sampler: ``default_flashinfer_sampler`` (FlashInfer by default from 0.29, whose wheel
+  requires flashinfer-python; where installed in 0.9-0.11.0 and 0.21-0.28), or the plan's
+  ``--sampler``; the rollout renders VLLM_USE_FLASHINFER_SAMPLER to match (``vllm/envs.py``).
+- V0 past 32K tokens: chunked prefill by default, 512 batched tokens (0.6.4
+  ``engine/arg_utils.py``, ``config.py SchedulerConfig``).
 - Model Runner V2 (``v1/worker/gpu/model_runner.py``) skips top-k/top-p in its dummy sampler run
   (~4 bytes per logit). Default for Qwen3 dense models from 0.22.0, Llama and Mistral dense from
   0.23.0, all dense models from 0.25.0 (release notes; vllm#39337, #43458, #44443).
@@ -45,6 +50,11 @@ CUDA_GRAPH_ESTIMATE: Version = (0, 21, 0)
 MRV2_QWEN3: Version = (0, 22, 0)
 MRV2_LLAMA_MISTRAL: Version = (0, 23, 0)
 MRV2_ALL_DENSE: Version = (0, 25, 0)
+FLASHINFER_SAMPLER_ON: tuple[Version, Version] = ((0, 9, 0), (0, 11, 1))  # on when installed (vllm#15777 .. #26859)
+FLASHINFER_SAMPLER_DEFAULT_AGAIN: Version = (0, 21, 0)  # on when installed again (vllm#40376)
+FLASHINFER_REQUIRED: Version = (0, 29, 0)  # vllm 0.29.0's wheel requires flashinfer-python (0.6.18)
+V0_LONG_CONTEXT = 32_768  # V0: chunked prefill by default past this max_model_len
+V0_CHUNKED_PREFILL_TOKENS = 512
 
 SORT_BYTES_PER_LOGIT = 38.5  # fp32 logits + sorted values + int64 indices + softmax/cumsum/mask
 TRITON_BYTES_PER_LOGIT = 12.0
@@ -81,6 +91,7 @@ class EngineTerms:
     gpu_memory_utilization: float
     sampler: str  # "none" | "sort" | "triton" | "flashinfer" | "mrv2"
     cuda_graph_subtracted: bool
+    flashinfer_sampler: bool = False  # the sampler the engine is told to use (VLLM_USE_FLASHINFER_SAMPLER)
 
     @property
     def v0(self) -> bool:
@@ -96,11 +107,16 @@ class EngineTerms:
             "mrv2": MRV2_BYTES_PER_LOGIT,
         }[self.sampler]
 
-    def batch_defaults(self, gpu_memory_bytes: int, gpu_type: str, max_model_len: int) -> tuple[int, int]:
+    def batch_defaults(self, gpu_memory_bytes: int, gpu_type: str, max_model_len: int, multimodal: bool = False) -> tuple[int, int]:
         """(max_num_batched_tokens, max_num_seqs) this version's API server picks."""
         if gpu_type == "cpu":  # vLLM's CPU backend (get_batch_defaults, API server, one worker)
             return 2048, 128
         if self.v0:
+            # V0 turns chunked prefill on by default past 32K tokens on a GPU for text models, and
+            # then batches 512 tokens (vllm 0.6.4 engine/arg_utils.py create_engine_config, config.py
+            # SchedulerConfig); otherwise a whole max_model_len (at least 2048) per step.
+            if max_model_len > V0_LONG_CONTEXT and not multimodal:
+                return V0_CHUNKED_PREFILL_TOKENS, 256
             return max(max_model_len, 2048), 256
         if self.version < BATCH_DEFAULTS_BY_GPU:
             return 2048, 256
@@ -118,6 +134,7 @@ class EngineTerms:
             "sampler_warmup": self.sampler,
             "sampler_bytes_per_logit": self.sampler_bytes_per_logit,
             "cuda_graph_estimate_subtracted": self.cuda_graph_subtracted,
+            "flashinfer_sampler": self.flashinfer_sampler,
         }
 
 
@@ -132,22 +149,37 @@ def _mrv2_default(version: Version, architecture: str, is_moe: bool) -> bool:
     return version >= MRV2_QWEN3 and "qwen3" in arch
 
 
+def default_flashinfer_sampler(version: Version, installed: bool | None = None) -> bool:
+    """Whether vLLM ``version`` samples with FlashInfer when VLLM_USE_FLASHINFER_SAMPLER is unset.
+
+    From 0.29 flashinfer-python is a requirement of the vLLM wheel and the variable defaults to on
+    (0.29.0/0.32.0 ``vllm/envs.py``, ``v1/sample/ops/topk_topp_sampler.py flashinfer_sampler_supported``),
+    so yes unless the nodes' probe found it missing. 0.9-0.11.0 and 0.21-0.28 use it when it is
+    installed (``installed``: what `orch up` probed; None: unknown, taken as not installed). Before
+    V1 (0.8) and 0.11.1-0.20: only when asked for."""
+    if version >= FLASHINFER_REQUIRED:
+        return installed is not False
+    on = FLASHINFER_SAMPLER_ON[0] <= version < FLASHINFER_SAMPLER_ON[1] or version >= FLASHINFER_SAMPLER_DEFAULT_AGAIN
+    return bool(on and installed)
+
+
 def engine_terms(version: Version, *, architecture: str = "", is_moe: bool = False, flashinfer_sampler: bool | None = None) -> EngineTerms:
     """The terms of ``version`` for a model of ``architecture`` (config.json's model_type or
-    architectures, which decide Model Runner V2). ``flashinfer_sampler``: True when the engine
-    logs "Using FlashInfer for top-p & top-k sampling" (0.9-0.11.0 with flashinfer installed, or
-    opted in), None for the version's default."""
+    architectures, which decide Model Runner V2). ``flashinfer_sampler``: True/False as the engine
+    is told (orch renders VLLM_USE_FLASHINFER_SAMPLER to match), None for the version's default
+    (``default_flashinfer_sampler``)."""
+    flashinfer = default_flashinfer_sampler(version) if flashinfer_sampler is None else flashinfer_sampler
     if version < V1_DEFAULT:
-        return EngineTerms(version, "V0", 0.90, "sort", False)
+        return EngineTerms(version, "V0", 0.90, "sort", False, flashinfer)
     util = 0.92 if version >= CUDA_GRAPH_ESTIMATE else 0.90
     graphs = version >= CUDA_GRAPH_ESTIMATE
     if _mrv2_default(version, architecture, is_moe):
-        return EngineTerms(version, "V1 (Model Runner V2)", util, "mrv2", graphs)
-    if flashinfer_sampler:
+        return EngineTerms(version, "V1 (Model Runner V2)", util, "mrv2", graphs, flashinfer)
+    if flashinfer:
         sampler = "flashinfer"
     else:
         sampler = "triton" if version >= TRITON_TOPK_TOPP else "sort"
-    return EngineTerms(version, "V1", util, sampler, graphs)
+    return EngineTerms(version, "V1", util, sampler, graphs, flashinfer)
 
 
 # ---- where the version comes from ----
@@ -158,3 +190,12 @@ def probed_vllm_version(facts: dict) -> str | None:
     or None when no node reported one. Nodes run one version (preflight's VERSION_MISMATCH)."""
     found = sorted({str(v["versions"]["vllm"]) for v in facts.values() if isinstance(v, dict) and isinstance(v.get("versions"), dict) and v["versions"].get("vllm")})
     return found[0] if found else None
+
+
+def probed_flashinfer(facts: dict) -> bool | None:
+    """Whether every node `orch up` probed has flashinfer installed (``versions.flashinfer``);
+    None when no node reported its versions."""
+    reported = [v["versions"] for v in facts.values() if isinstance(v, dict) and isinstance(v.get("versions"), dict)]
+    if not reported:
+        return None
+    return all(bool(r.get("flashinfer")) for r in reported)

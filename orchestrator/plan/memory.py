@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
+from orchestrator.plan.modules import head_bytes_per_param, quantized_layer_bytes_per_gpu
 from orchestrator.plan.sharding import Sharding, linear_params_per_gpu
 
 GIB = 2**30
@@ -38,10 +39,11 @@ class ParamCount:
     attention: int
     mlp: int
     norms: int
+    towers: int = 0  # a multimodal checkpoint's vision/audio towers and projector
 
     @property
     def total(self) -> int:
-        return self.embedding + self.lm_head + self.attention + self.mlp + self.norms
+        return self.embedding + self.lm_head + self.attention + self.mlp + self.norms + self.towers
 
     @property
     def linear(self) -> int:
@@ -90,7 +92,7 @@ def count_params(spec: ModelSpec, *, include_norms: bool = True) -> ParamCount:
     norms = (spec.layers * norm_params(spec) + spec.hidden) if include_norms else 0
     embedding = spec.vocab * spec.hidden
     lm_head = 0 if spec.tie_embeddings else spec.vocab * spec.hidden
-    return ParamCount(embedding=embedding, lm_head=lm_head, attention=attention, mlp=mlp, norms=norms)
+    return ParamCount(embedding=embedding, lm_head=lm_head, attention=attention, mlp=mlp, norms=norms, towers=spec.tower_params)
 
 
 def weight_bytes(params: int, dtype: str) -> float:
@@ -160,13 +162,6 @@ def stage_layer_ranges(num_layers: int, pp: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def _linear_params_per_rank(spec: ModelSpec, layer: int, tp: int, *, dp: int = 1, expert_parallel: bool = False) -> float:
-    """Linear parameters of one layer on one GPU of a ``dp`` x ``tp`` layout; how each module is cut
-    (replicated K/V heads past the KV heads, MLA's whole down-projections, the router on every GPU,
-    experts over DP x TP) is ``orchestrator.plan.sharding``'s."""
-    return linear_params_per_gpu(spec, layer, Sharding(tp=tp, dp=dp, expert_parallel=expert_parallel))
-
-
 def stage_weight_bytes(spec: ModelSpec, start: int, end: int, *, tp: int, first: bool, last: bool, dtype: str | None = None,
                        dp: int = 1, expert_parallel: bool = False) -> float:  # fmt: skip
     """Weight bytes on one GPU of the stage holding layers [start, end) at TP ``tp`` (in a DP rank of
@@ -178,17 +173,31 @@ def stage_weight_bytes(spec: ModelSpec, start: int, end: int, *, tp: int, first:
     the first stage is also the last, and loaded again on the last stage otherwise (as vLLM does).
     """
     dtype = dtype or spec.dtype
-    s_linear = DTYPE_BYTES[dtype]
     s_dense = 4 if dtype == "fp32" else 2
-    linear: float = sum(_linear_params_per_rank(spec, i, tp, dp=dp, expert_parallel=expert_parallel) for i in range(start, end))
+    # How each module is cut over the GPUs (replicated K/V heads past the KV heads, MLA's whole
+    # down-projections, the router on every GPU, experts over DP x TP) is orchestrator.plan.sharding's
+    sh = Sharding(tp=tp, dp=dp, expert_parallel=expert_parallel)
+    if spec.quantization is not None and dtype == spec.dtype:
+        # The checkpoint's own quantization, module by module (orchestrator.plan.modules), each
+        # module's bytes times the share of it this GPU holds
+        linear_bytes = sum(quantized_layer_bytes_per_gpu(spec, i, sh) for i in range(start, end))
+    else:
+        linear_bytes = sum(linear_params_per_gpu(spec, i, sh) for i in range(start, end)) * DTYPE_BYTES[dtype]
     dense: float = (end - start) * norm_params(spec)
+    head = 0.0
     if first:
         dense += spec.vocab * spec.hidden / tp
     if last:
         dense += spec.hidden
         if not (spec.tie_embeddings and first):
-            dense += spec.vocab * spec.hidden / tp
-    return linear * s_linear + dense * s_dense
+            head_quantized = head_bytes_per_param(spec) if dtype == spec.dtype else None
+            if head_quantized is None:
+                dense += spec.vocab * spec.hidden / tp
+            else:
+                head = spec.vocab * spec.hidden / tp * head_quantized
+    # vLLM builds a multimodal checkpoint's towers on every stage, their linear layers split over TP
+    dense += spec.tower_params / tp
+    return linear_bytes + dense * s_dense + head
 
 
 def gib(value: float) -> float:

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, replace
 
 from orchestrator.errors import PlanError
+from orchestrator.plan.alternatives import alternatives, why_chosen
 from orchestrator.plan.capacity import (
     VLLM_BLOCK_SIZE,
     PlanOptions,
@@ -36,6 +37,7 @@ from orchestrator.plan.capacity import (
 )
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
 from orchestrator.plan.dp_choice import best_dp, choose_layout, forced_dp, side_by_side
+from orchestrator.plan.dtype_rules import check_dtype, online_quantization, quantization_json, weights_reason
 from orchestrator.plan.layout import Candidate, evaluate, fill_nodes, idle_gpus, replicas_for, tp_problem, valid_tps
 from orchestrator.plan.memory import GIB, count_params
 from orchestrator.plan.shape import ClusterShape, make_shape, shape_from_facts, shape_from_manifest
@@ -61,6 +63,7 @@ PLANNED_ENGINE_ARGS: tuple[tuple[str, str], ...] = (
     ("max_num_batched_tokens", "max_num_batched_tokens"),
     ("enforce_eager", "enforce_eager"),
     ("block_size", "block_size"),  # only when set: vLLM picks per attention backend otherwise
+    ("online_quantization", "quantization"),  # only when vLLM quantizes an unquantized checkpoint on load
 )
 
 
@@ -104,6 +107,9 @@ class ParallelPlan:
     dp: int = 1
     expert_parallel: bool = False
     layouts: dict | None = None  # "tp_pp"/"dp_ep" -> dp_choice.layout_json, side by side for MoE models
+    quantization: dict | None = None  # the checkpoint's own (method, scheme, source), None if unquantized
+    alternatives: tuple[dict, ...] = ()  # other layouts of the same GPUs, when stages share a node
+    online_quantization: str | None = None  # vLLM's --quantization for on-the-fly fp8 of a 16-bit checkpoint
 
     @property
     def gpus_per_replica(self) -> int:
@@ -117,11 +123,21 @@ class ParallelPlan:
     def _planned(self, field: str) -> bool:
         if field == "block_size":
             return self.block_size_set
+        if field == "online_quantization":
+            return self.online_quantization is not None
         if field == "dp":
             return self.dp > 1
         if field == "expert_parallel":
             return self.expert_parallel
         return True
+
+    @property
+    def engine_env(self) -> dict[str, str]:
+        """Environment the engine needs to behave as planned: the sampler whose warm-up the reserve
+        assumed (VLLM_USE_FLASHINFER_SAMPLER, read by vllm/envs.py in 0.11.0, 0.29.0 and 0.32.0)."""
+        if self.gpu_type == "cpu" or not self.engine_terms:
+            return {}
+        return {"VLLM_USE_FLASHINFER_SAMPLER": "1" if self.engine_terms.get("flashinfer_sampler") else "0"}
 
     def engine_kwargs(self) -> dict:
         """The vLLM engine arguments this plan stands for (for Ray Serve LLM's engine_kwargs)."""
@@ -167,6 +183,9 @@ class ParallelPlan:
             "enforce_eager": self.enforce_eager,
             "vllm_version": self.vllm_version,
             "engine_terms": self.engine_terms,
+            "quantization": self.quantization,
+            "engine_env": self.engine_env,
+            "alternatives": list(self.alternatives),
             "stages": [s.to_json() for s in self.stages],
             "engine_kwargs": self.engine_kwargs(),
             "layouts": self.layouts or {},
@@ -188,6 +207,7 @@ def _check_options(spec: ModelSpec, options: PlanOptions) -> int:
         raise PlanError(f"--kv-cache-gib must be positive, got {options.kv_cache_gib}")
     if options.dtype is not None and options.dtype not in DTYPE_BYTES:
         raise PlanError(f"unknown dtype '{options.dtype}'", hint=f"use one of {', '.join(DTYPE_BYTES)}")
+    check_dtype(spec, options.dtype)
     if options.kv_cache_dtype not in ("auto", "fp8"):
         raise PlanError(f"unknown kv cache dtype '{options.kv_cache_dtype}'", hint="use auto or fp8")
     length = options.max_model_len or spec.max_position
@@ -325,7 +345,10 @@ def _suggestions(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, bes
             # plan_model checked every option but the dtype already, so the choice cannot refuse it
             cand, _ = _choose(spec, shape, replace(options, dtype=dtype, tp=None, pp=None))
             if cand.fits:
-                out.append(f"--dtype {dtype} (a {dtype} checkpoint) would fit with TP={cand.tp} PP={cand.pp}")
+                if dtype == "fp8" and spec.quantization is None:
+                    out.append(f"--dtype fp8 (vLLM quantizes the linear layers on load) would fit with TP={cand.tp} PP={cand.pp}")
+                else:
+                    out.append(f"an {dtype} checkpoint of the model (AWQ, GPTQ, compressed-tensors) would fit with TP={cand.tp} PP={cand.pp}")
                 break
         if options.kv_cache_dtype == "auto" and best.weights_fit:
             cand = evaluate(spec, shape, replace(options, kv_cache_dtype="fp8"), best.tp, best.pp)
@@ -358,6 +381,9 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     reasons: list[str] = list(shape.notes)
     if not shape.is_cpu:
         reasons.append(_terms_reason(spec, options))
+    weights = weights_reason(spec, options)
+    if weights:
+        reasons.append(weights)
     assumption = shape.interconnect_assumption()
     if assumption:
         reasons.append(assumption)
@@ -385,6 +411,11 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         if not chosen.fits:
             raise PlanError(f"the forced layout does not fit: {chosen.summary()}", hint="; ".join(suggestions) or None)
     replicas = replicas_for(shape, chosen.tp, chosen.pp, chosen.dp) if chosen.fits else 0
+    alts = () if options.tp is not None or options.pp is not None else alternatives(
+        shape, options, chosen, lambda tp, pp, opts: evaluate(spec, shape, opts, tp, pp), lambda tp: tp_problem(spec, tp) is None,
+    )  # fmt: skip
+    chosen_why = why_chosen(shape, chosen, alts) if chosen.fits else None
+    reasons.extend([a.describe() for a in alts] + ([chosen_why] if chosen_why else []))
     if chosen.fits and not shape.is_cpu:
         reasons.append(f"{shape.total_gpus} GPU(s) / {chosen.gpus} per replica = {replicas} replica(s)")
         idle = idle_gpus(shape, chosen.tp, chosen.pp, chosen.dp)
@@ -432,6 +463,9 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         dp=chosen.dp,
         expert_parallel=chosen.expert_parallel,
         layouts=layouts,
+        quantization=quantization_json(spec) if dtype == spec.dtype else None,
+        online_quantization=online_quantization(spec, dtype, options.vllm_version),
+        alternatives=tuple(a.to_json() for a in alts),
     )
 
 

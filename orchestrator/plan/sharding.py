@@ -63,16 +63,38 @@ def local_experts(spec: ModelSpec, sh: Sharding) -> int:
     return math.ceil(spec.num_experts / sh.moe_ranks)
 
 
-# Module names as checkpoints write them inside a layer.
-Q_A, KV_A, Q_B, Q, KV_B, O_PROJ = (
-    "self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa", "self_attn.q_b_proj", "self_attn.q_proj",
-    "self_attn.kv_b_proj", "self_attn.o_proj",
-)  # fmt: skip
-K = "self_attn.k_proj"
-DENSE_MLP, ROUTER, EXPERT, SHARED_EXPERT = "mlp.gate_proj", "mlp.gate", "mlp.experts.0.gate_proj", "mlp.shared_experts.gate_proj"
 # MLA's down-projections, whole on every GPU (DeepSeekV2FusedQkvAProjLinear disable_tp=True, ReplicatedLinear)
-WHOLE_ATTENTION = (Q_A, KV_A)
+WHOLE_ATTENTION = ("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa")
 SHARED_PREFIX = "mlp.shared_expert"  # DeepSeek's shared_experts, Qwen2-MoE's shared_expert
+
+
+def split_share(sh: Sharding) -> float:
+    """A module split by the rank's TP (column- or row-parallel)."""
+    return 1.0 / sh.tp
+
+
+def kv_share(spec: ModelSpec, sh: Sharding) -> float:
+    """A K or V projection: split by TP, one whole KV head per rank past the KV heads (QKVParallelLinear)."""
+    return 1.0 / spec.kv_heads if sh.tp > spec.kv_heads else 1.0 / sh.tp
+
+
+def expert_split(sh: Sharding) -> int:
+    """GPUs each routed expert's intermediate size is split over (``FusedMoEConfig``'s
+    ``intermediate_size_per_partition = intermediate_size // moe tp_size``): DP x TP without expert
+    parallelism, 1 (whole experts) with it."""
+    return 1 if sh.expert_parallel else sh.moe_ranks
+
+
+def routed_share(spec: ModelSpec, sh: Sharding) -> float:
+    """All routed experts of a layer: whole experts under EP, else every expert split over DP x TP."""
+    if sh.expert_parallel and sh.moe_ranks > 1:
+        return local_experts(spec, sh) / spec.num_experts
+    return 1.0 / sh.moe_ranks
+
+
+def shared_expert_share(sh: Sharding) -> float:
+    """Shared experts: split by TP, whole under sequence-parallel MoE."""
+    return 1.0 if sh.sequence_parallel_moe else 1.0 / sh.tp
 
 
 def linear_share(spec: ModelSpec, sh: Sharding, name: str, *, expert: bool = False, kv: bool = False, router: bool = False) -> float:
@@ -83,14 +105,12 @@ def linear_share(spec: ModelSpec, sh: Sharding, name: str, *, expert: bool = Fal
     if router or name in WHOLE_ATTENTION:
         return 1.0
     if expert:
-        if sh.expert_parallel and sh.moe_ranks > 1:
-            return local_experts(spec, sh) / spec.num_experts
-        return 1.0 / sh.moe_ranks
+        return routed_share(spec, sh)
     if name.startswith(SHARED_PREFIX):
-        return 1.0 if sh.sequence_parallel_moe else 1.0 / sh.tp
-    if kv and sh.tp > spec.kv_heads:
-        return 1.0 / spec.kv_heads  # the one whole KV head each rank keeps (QKVParallelLinear)
-    return 1.0 / sh.tp
+        return shared_expert_share(sh)
+    if kv:
+        return kv_share(spec, sh)
+    return split_share(sh)
 
 
 def attention_params_per_gpu(spec: ModelSpec, sh: Sharding) -> float:
@@ -98,27 +118,23 @@ def attention_params_per_gpu(spec: ModelSpec, sh: Sharding) -> float:
     h = spec.hidden
     if spec.is_mla:
         qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
-        modules = [(KV_A, h * (spec.kv_lora_rank + spec.qk_rope_head_dim))]
-        if spec.q_lora_rank:
-            modules += [(Q_A, h * spec.q_lora_rank), (Q_B, spec.q_lora_rank * spec.heads * qk)]
-        else:
-            modules.append((Q, h * spec.heads * qk))
-        modules += [(KV_B, spec.kv_lora_rank * spec.heads * (spec.qk_nope_head_dim + spec.v_head_dim)), (O_PROJ, spec.heads * spec.v_head_dim * h)]
-        return sum(params * linear_share(spec, sh, name) for name, params in modules)
-    q_o = 2 * h * spec.heads * spec.head_dim * linear_share(spec, sh, Q)
-    return q_o + 2 * h * spec.kv_heads * spec.head_dim * linear_share(spec, sh, K, kv=True)
+        whole = h * (spec.kv_lora_rank + spec.qk_rope_head_dim) + h * spec.q_lora_rank  # kv_a (+ q_a)
+        q = spec.q_lora_rank * spec.heads * qk if spec.q_lora_rank else h * spec.heads * qk  # q_b or q_proj
+        kv_b_o = spec.kv_lora_rank * spec.heads * (spec.qk_nope_head_dim + spec.v_head_dim) + spec.heads * spec.v_head_dim * h
+        return whole + (q + kv_b_o) * split_share(sh)
+    q_o = 2 * h * spec.heads * spec.head_dim * split_share(sh)
+    return q_o + 2 * h * spec.kv_heads * spec.head_dim * kv_share(spec, sh)
 
 
 def mlp_params_per_gpu(spec: ModelSpec, layer: int, sh: Sharding) -> float:
-    """One layer's MLP on one GPU: the dense MLP, or the router, the routed and the shared experts."""
+    """One layer's MLP on one GPU: the dense MLP, or the router (whole), the routed and the shared experts."""
     h = spec.hidden
     if not is_moe_layer(spec, layer):
-        return 3 * h * spec.intermediate * linear_share(spec, sh, DENSE_MLP)
+        return 3 * h * spec.intermediate * split_share(sh)
     expert = 3 * h * spec.moe_intermediate
-    routed = spec.num_experts * expert * linear_share(spec, sh, EXPERT, expert=True)
-    shared = spec.shared_experts * expert * linear_share(spec, sh, SHARED_EXPERT)
-    router = h * spec.num_experts * linear_share(spec, sh, ROUTER, router=True)
-    return router + routed + shared
+    routed = spec.num_experts * expert * routed_share(spec, sh)
+    shared = spec.shared_experts * expert * shared_expert_share(sh)
+    return h * spec.num_experts + routed + shared
 
 
 def linear_params_per_gpu(spec: ModelSpec, layer: int, sh: Sharding) -> float:

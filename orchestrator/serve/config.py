@@ -62,6 +62,7 @@ class ServingPlan:
     # `replicas` then counts groups. Expert parallel: the routed experts spread over DP x TP.
     dp: int = 1
     expert_parallel: bool = False
+    engine_env: tuple[tuple[str, str], ...] = ()  # the plan's engine environment (ParallelPlan.engine_env)
 
     @property
     def workers(self) -> int:
@@ -100,6 +101,7 @@ class ServingPlan:
             "gpus_per_node": int(get("gpus_per_node", 0) or 0) or None,
             "dp": max(1, int(get("dp", 1) or 1)),
             "expert_parallel": bool(get("expert_parallel", False)),
+            "engine_env": tuple(sorted((str(k), str(v)) for k, v in dict(get("engine_env") or {}).items())),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -181,6 +183,7 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
         ray_address = cluster_ray_address(manifest)
         if ray_address:
             env["RAY_ADDRESS"] = ray_address
+        env.update(dict(plan.engine_env))  # e.g. the sampler the plan's reserve assumed
     interfaces = {n.interface for n in nodes}
     # Per-node values (different NIC names, VLLM_HOST_IP) live in each node's Ray process env
     # (orch up); a runtime_env value would override them on every node alike.
@@ -271,10 +274,8 @@ def render_app(
         raise ServeConfigError(f"{len(stage_nodes)} stage nodes given for pp={plan.pp}",
                                hint="give one node per pipeline stage (stage_nodes_for picks them)")  # fmt: skip
     bundles, strategy = placement(plan, accelerator, stage_nodes, node_resource, defaults.cpus_per_cpu_worker)
-    dtype, quantization = vllm_dtype(plan.dtype)
+    dtype = vllm_dtype(plan.dtype)
     engine_extra: dict[str, Any] = {}
-    if quantization:
-        engine_extra["quantization"] = quantization
     if plan.kv_cache_dtype and plan.kv_cache_dtype != "auto":
         engine_extra["kv_cache_dtype"] = plan.kv_cache_dtype
     engine_extra.update(dict(extra_engine_kwargs or {}))

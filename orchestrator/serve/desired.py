@@ -22,6 +22,7 @@ from orchestrator.plan.calibration import model_fingerprint
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import resolve_model
 from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
+from orchestrator.plan.hf_cache import is_repo_id
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
@@ -67,16 +68,25 @@ class RolloutRequest:
     enforce_eager: bool = False
     block_size: int | None = None
     vllm_version: str | None = None  # None: the planner's default (the gpu extra's pin)
+    flashinfer_sampler: bool | None = None  # None: the version's default (engine_terms.default_flashinfer_sampler)
 
 
 def _looks_like_path(model: str) -> bool:
     return "/" in model or model.startswith((".", "~"))
 
 
+def _is_hub_repo(model: str) -> bool:
+    """``org/name`` that is no local path here: a Hugging Face repo id (orchestrator.plan.hf_cache)."""
+    return not Path(model).expanduser().exists() and is_repo_id(model)
+
+
 def model_location(manifest: Manifest, model: str, served_name: str | None, model_path: str | None = None) -> tuple[str, str, str]:
     """(served name, model path on the nodes, what the planner reads: local path or catalog name).
 
-    A path is used as given (made absolute). A name is looked up in the manifest's model_store
+    An existing path is used as given (made absolute). ``org/name`` that is no local path is a
+    Hugging Face repo id: vLLM loads it by id, or from ``<model_store>/<name>`` when the manifest
+    sets a model_store; the planner reads its config from the local Hugging Face cache. A name is
+    looked up in the manifest's model_store
     (``<model_store>/<name>``); the local demo's ``tiny`` without a model_store is built in orch's
     cache. Anything else is a usage error naming what to pass."""
 
@@ -86,6 +96,12 @@ def model_location(manifest: Manifest, model: str, served_name: str | None, mode
         local = Path(model_path).expanduser()
         spec = str(local) if (local / "config.json").exists() else model
         return served_name or (model if not _looks_like_path(model) else local.name), model_path, spec
+    if _is_hub_repo(model):
+        # vLLM downloads the repo on the nodes; with a model_store, the nodes load the synced copy
+        # <model_store>/<name> (what `orch model sync` makes of a folder named after the repo).
+        if manifest.model_store is not None:
+            return served_name or model, str(Path(manifest.model_store).expanduser() / model.split("/")[1]), model
+        return served_name or model, model, model
     if _looks_like_path(model):
         path = Path(model).expanduser().resolve()
         return served_name or path.name, str(path), str(path)
@@ -144,7 +160,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     planned = {arg: flag for flag, arg in PLANNED_ENGINE_ARGS}
     for key, _ in request.engine_args:
         if key in planned:
-            flag = {"tp": "tp", "pp": "pp"}.get(planned[key], planned[key]).replace("_", "-")
+            flag = {"tp": "tp", "pp": "pp", "online_quantization": "dtype"}.get(planned[key], planned[key]).replace("_", "-")
             raise UsageError(
                 f"--engine-arg {key} sizes the engine's memory, so the plan must know it",
                 hint=f"use --{flag} instead: the planner sizes with it and the rollout passes it to vLLM",
@@ -155,6 +171,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
         gpu_memory_utilization=request.gpu_memory_utilization, max_num_seqs=request.max_num_seqs,
         max_num_batched_tokens=request.max_num_batched_tokens, enforce_eager=request.enforce_eager,
         block_size=request.block_size, vllm_version=request.vllm_version or GPU_EXTRA_VLLM,
+        flashinfer_sampler=request.flashinfer_sampler,
     )  # fmt: skip
     plan = plan_model(spec, shape if shape is not None else shape_from_manifest(manifest), options)
     if not plan.fits:

@@ -20,8 +20,13 @@ _DTYPES = {
     "auto": "auto",
 }
 
-# Planner dtypes that are a weight quantization rather than an activation dtype.
-_QUANTIZATIONS = {"fp8": "fp8"}
+# Planner dtypes that are a weight quantization rather than an activation dtype: vLLM takes the
+# activation dtype from the checkpoint ("auto") and the quantization from the checkpoint's own
+# quantization_config, or, for on-the-fly fp8 of a 16-bit checkpoint, from the plan's
+# `quantization` engine argument (orchestrator.plan.dtype_rules). Rendering `quantization: fp8`
+# for an fp8 checkpoint would make vLLM refuse it ("Quantization method specified in the model
+# config (compressed-tensors) does not match ...", vllm/config/model.py _verify_quantization).
+_WEIGHT_QUANTIZATIONS = ("fp8", "int8", "int4")
 
 # vLLM engine argument names are Python identifiers in snake case (``AsyncEngineArgs`` fields);
 # anything else (quotes, spaces, YAML syntax) is refused before it gets near the template.
@@ -76,13 +81,9 @@ def parse_engine_arg(item: str) -> tuple[str, Any]:
                                hint="quote it, e.g. --engine-arg 'name=\"a value\"'") from exc  # fmt: skip
 
 
-def vllm_dtype(dtype: str) -> tuple[str, str | None]:
-    """Planner dtype -> (vLLM --dtype, --quantization or None)."""
+def vllm_dtype(dtype: str) -> str:
+    """Planner dtype -> vLLM's --dtype (the activation dtype)."""
     key = dtype.lower()
-    if key in _QUANTIZATIONS:
-        return "bfloat16", _QUANTIZATIONS[key]
-    if key in ("int8", "int4"):
-        # Integer weights come from a pre-quantized checkpoint (AWQ/GPTQ): vLLM reads its method
-        # from the model's config; the activation dtype stays 16-bit.
-        return "auto", None
-    return _DTYPES.get(key, key), None
+    if key in _WEIGHT_QUANTIZATIONS:
+        return "auto"
+    return _DTYPES.get(key, key)

@@ -11,7 +11,13 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.plan.calibration import calibration_key, why_not_reusable
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import ModelSpec
-from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM, parse_vllm_version, probed_vllm_version
+from orchestrator.plan.engine_terms import (
+    GPU_EXTRA_VLLM,
+    default_flashinfer_sampler,
+    parse_vllm_version,
+    probed_flashinfer,
+    probed_vllm_version,
+)
 from orchestrator.plan.planner import ParallelPlan, plan_model
 from orchestrator.plan.shape import ClusterShape, recorded_facts, shape_from_facts, shape_from_manifest
 from orchestrator.state import StateStore
@@ -50,6 +56,19 @@ def vllm_version_for(flag: str | None, manifest: Manifest | None, state_dir: Pat
         if probed:
             return probed, f"the vLLM that `orch up` probed on the nodes of {manifest.name}"
     return GPU_EXTRA_VLLM, "the version the gpu extra pins (ray[llm]==2.60.0 requires vllm 0.29.0)"
+
+
+def sampler_for(flag: str | None, version: str, manifest: Manifest | None, state_dir: Path | None) -> tuple[bool, str]:
+    """(FlashInfer sampler or not, why): --sampler, else the version's default given whether `orch up`
+    found flashinfer on the manifest's nodes (engine_terms.default_flashinfer_sampler)."""
+    if flag is not None:
+        return flag == "flashinfer", f"--sampler {flag}"
+    installed = None
+    if manifest is not None and state_dir is not None:
+        installed = probed_flashinfer(probed_facts(manifest, StateStore(state_dir)))
+    choice = default_flashinfer_sampler(parse_vllm_version(version), installed)
+    where = {True: "installed on the nodes `orch up` probed", False: "missing on the nodes `orch up` probed", None: "not probed"}[installed]
+    return choice, f"vLLM {version}'s default with flashinfer {where}"
 
 
 def calibrated(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, result: ParallelPlan, manifest: Manifest, state: StateStore) -> ParallelPlan:

@@ -224,7 +224,10 @@ def test_the_engine_terms_follow_the_models_architecture_moe_and_sampler():
 
     assert engine(qwen3_dense, at(vllm_version="0.22.0")) == ("V1 (Model Runner V2)", "mrv2")
     assert engine(llama, at(vllm_version="0.22.0")) == ("V1", "triton")
-    assert engine(QWEN3_235B, at(vllm_version="0.29.0")) == ("V1", "triton")  # MoE: never Model Runner V2
+    # MoE: never Model Runner V2; from 0.29 vLLM requires flashinfer and samples with it by default
+    assert engine(QWEN3_235B, at(vllm_version="0.29.0")) == ("V1", "flashinfer")
+    assert engine(QWEN3_235B, at(vllm_version="0.29.0", flashinfer_sampler=False)) == ("V1", "triton")
+    assert engine(QWEN3_235B, at(vllm_version="0.28.0")) == ("V1", "triton")  # installed or not: unknown here
     assert engine(llama, at(vllm_version="0.29.0")) == ("V1 (Model Runner V2)", "mrv2")
     assert engine(llama, at(vllm_version="0.10.1", flashinfer_sampler=True)) == ("V1", "flashinfer")
     assert engine(llama, at(vllm_version="0.10.1")) == ("V1", "sort")

@@ -53,6 +53,8 @@ def _numbers(spec: ModelSpec) -> dict:
     d = asdict(spec)
     d.pop("name")
     d.pop("source")
+    if d["quantization"] is not None:
+        d["quantization"].pop("source")  # where it was read, not what it is
     return d
 
 
@@ -123,12 +125,15 @@ def test_defaults_mha_head_dim_and_untied():
 
 def test_text_config_of_a_multimodal_checkpoint_is_used():
     outer = {"architectures": ["Mistral3ForConditionalGeneration"], "vision_config": {"hidden_size": 1024}, "text_config": dict(LLAMA31_8B)}
-    assert _numbers(spec_from_config(outer, "c")) == _numbers(CATALOG["llama3-8b"])
+    spec = spec_from_config(outer, "c")
+    # the text model is the text_config's; the vision tower is counted apart (test_multimodal_towers)
+    assert {**_numbers(spec), "tower_params": 0, "towers": ""} == _numbers(CATALOG["llama3-8b"])
+    assert spec.tower_params > 0
 
 
 def test_quantized_checkpoints_report_their_weight_dtype():
     assert spec_from_config(DEEPSEEK_V3, "c").dtype == "fp8"
-    awq = dict(LLAMA31_8B, quantization_config={"quant_method": "awq", "bits": 4})
+    awq = dict(LLAMA31_8B, quantization_config={"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True})
     assert spec_from_config(awq, "c").dtype == "int4"
     assert spec_from_config(dict(LLAMA31_8B, torch_dtype="float16"), "c").dtype == "fp16"
 
@@ -218,7 +223,6 @@ def _llm_compressor(bits: int, kind: str) -> dict:
         (_llm_compressor(4, "int"), "int4"),
         ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8"),  # GPTQ 8-bit
         ({"quant_method": "awq", "w_bit": 4, "q_group_size": 128}, "int4"),  # AutoAWQ's own naming
-        ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "bf16"),  # no weight bits orch reads
     ],
 )
 def test_quantization_configs_give_the_weight_dtype(quant, dtype):
@@ -414,19 +418,26 @@ def test_the_json_value_error_quotes_at_most_80_characters_of_pythons_message():
 
 
 @pytest.mark.parametrize(
-    ("quant", "dtype"),
+    ("quant", "message"),
     [
-        ({"quant_method": "compressed-tensors", "format": "dense"}, "bf16"),  # no config_groups
-        ({"quant_method": "compressed-tensors", "config_groups": {"group_0": "corrupt"}}, "bf16"),
-        ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"input_activations": {"num_bits": 8}}}}, "bf16"),
-        ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {"num_bits": 16}}}}, "bf16"),
-        ({"quant_method": "other", "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int"}}}}, "bf16"),
-        ({"fmt": "FP8_E4M3"}, "fp8"),  # the FP8 format named without quant_method fp8
+        ({"quant_method": "compressed-tensors", "format": "dense"}, "compressed-tensors quantization_config has no config_groups"),
+        ({"quant_method": "compressed-tensors", "config_groups": {"group_0": "corrupt"}}, "no compressed-tensors config group quantizes weights"),
+        ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"input_activations": {"num_bits": 8}}}},
+         "no compressed-tensors config group quantizes weights"),
+        ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {"num_bits": 16}}}},
+         "quantization 'num_bits' must be one of 4, 8, got 16"),
+        ({"quant_method": "other", "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int"}}}}, "unknown quant_method 'other'"),
+        ({"fmt": "FP8_E4M3"}, "quantization_config has no quant_method"),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "a bitsandbytes checkpoint; vLLM 0.29 and 0.32 cannot load it"),
+        ({"quant_method": "awq", "bits": 4}, "the awq quantization_config has no 'group_size'"),
     ],
-    ids=["no-groups", "corrupt-group", "no-weights", "16-bit-weights", "groups-of-another-method", "fmt-fp8"],
+    ids=["no-groups", "corrupt-group", "no-weights", "16-bit-weights", "unknown-method", "fmt-without-method", "bitsandbytes", "awq-no-group"],
 )
-def test_quantization_configs_without_usable_weight_bits_keep_the_torch_dtype_but_fmt_fp8_counts(quant, dtype):
-    assert spec_from_config(dict(LLAMA31_8B, quantization_config=quant), "c").dtype == dtype
+def test_quantization_configs_orch_cannot_size_are_errors_never_a_silent_16_bit_plan(quant, message):
+    with pytest.raises(ModelSpecError) as err:
+        spec_from_config(dict(LLAMA31_8B, quantization_config=quant), "c")
+    assert message in str(err.value) and str(err.value).startswith("c")
+    assert err.value.exit_code == 2 and err.value.hint
 
 
 def _base_reading(field: str) -> dict:

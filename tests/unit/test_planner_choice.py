@@ -311,6 +311,10 @@ def test_plan_json_carries_every_figure_rounded_as_documented():
         "gpu_memory_utilization": 1.0, "kv_cache_gib_fixed": False, "gpu_type": "5GiB-GPU", "gpu_memory_gib": 5.0,
         "gpus_per_node": 8, "nodes": 1, "max_num_batched_tokens": 2048, "max_num_seqs": 256, "block_size": 16,
         "enforce_eager": False, "vllm_version": "0.29.0", "stages": [stage], "engine_kwargs": TP4_ENGINE_KWARGS,
+        "quantization": None,  # an unquantized checkpoint
+        # vLLM 0.29 requires flashinfer and samples with it by default: the rollout says so explicitly
+        "engine_env": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},
+        "alternatives": [],  # TP inside a node: nothing to weigh against pipeline stages
     }  # fmt: skip
     terms = data.pop("engine_terms")
     layouts = data.pop("layouts")

@@ -28,13 +28,21 @@ H100x2 = make_shape(gpu_type_name="H100-80GB", gpus_per_node=8, nodes=2)
 LATENT = 61 * (512 + 64) * 2  # MLA: one latent per layer, bf16, the same on every TP rank
 
 
+def blocks(n_in: int, n_out: int) -> int:
+    """Bytes of an fp8 matrix's weight_scale_inv: one fp32 per 128 x 128 block (DeepSeek-V3's
+    ``weight_block_size``; vllm 0.32.0 quantization/fp8.py)."""
+    return -(-n_in // 128) * -(-n_out // 128) * 4
+
+
 def v3_weights_at_tp1(local_experts: int) -> int:
     """One GPU of a DP rank at TP=1 with ``local_experts`` whole experts per MoE layer: the FP8
-    checkpoint's linear layers at 1 byte, embeddings, head and norms at 16 bits."""
-    attention = 7168 * 1536 + 7168 * 576 + 1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * 7168
-    expert = 3 * 7168 * 2048
-    dense = 3 * (attention + 3 * 7168 * 18432)
-    moe = 58 * (attention + 7168 * 256 + local_experts * expert + expert)  # router, routed, the shared expert
+    checkpoint's linear layers at 1 byte plus their block scales, the router (GateLinear without a
+    quant_config, models/deepseek_v2.py) at 16 bits, embeddings, head and norms at 16 bits."""
+    mats = ((7168, 1536), (7168, 576), (1536, 128 * 192), (512, 128 * 256), (128 * 128, 7168))  # q_a, kv_a, q_b, kv_b, o
+    attention = sum(i * o + blocks(i, o) for i, o in mats)
+    expert = 3 * 7168 * 2048 + 2 * blocks(7168, 2048) + blocks(2048, 7168)
+    dense = 3 * (attention + 3 * 7168 * 18432 + 2 * blocks(7168, 18432) + blocks(18432, 7168))
+    moe = 58 * (attention + 2 * 7168 * 256 + local_experts * expert + expert)  # router, routed, the shared expert
     norms = 61 * (2 * 7168 + 1536 + 512) + 7168
     return dense + moe + 2 * (norms + 2 * 129280 * 7168)
 
@@ -98,7 +106,7 @@ def test_moe_without_mla_keeps_tp_when_dp_on_the_same_gpus_holds_fewer_tokens():
 
 def test_tp_past_the_kv_heads_gives_way_to_dp_ranks_on_the_same_gpus():
     # Qwen3-235B-A22B in bf16 needs TP=8 on H100s; its 4 KV heads are then each cached twice.
-    bf16 = replace(spec_from_config(QWEN3_235B_FP8, "Qwen/Qwen3-235B-A22B-FP8 config.json"), dtype="bf16")
+    bf16 = replace(spec_from_config(QWEN3_235B_FP8, "Qwen/Qwen3-235B-A22B-FP8 config.json"), dtype="bf16", quantization=None)
     plan = plan_model(bf16, H100x2, PlanOptions(max_model_len=32768))
     tp = plan.layouts["tp_pp"]
     assert tp["tp"] == 8 and plan.gpus_per_replica == 8

@@ -221,7 +221,7 @@ def test_a_plan_short_of_kv_cache_says_what_would_fit_it():
     # the 5-7 GiB as 80,000-114,000 tokens: at least 80,016 with the reserve under 2 GiB.
     assert plan.suggestions[1:] == (
         "2 nodes of 1 would fit it with TP=1 PP=2",
-        "--dtype fp8 (a fp8 checkpoint) would fit with TP=1 PP=1",
+        "--dtype fp8 (vLLM quantizes the linear layers on load) would fit with TP=1 PP=1",
         "--kv-cache-dtype fp8 would double the KV cache and fit",
     )
     assert not any("GPU(s) /" in r for r in plan.reasons)  # no replicas line for a plan that does not fit
@@ -275,7 +275,7 @@ def test_a_forced_layout_that_does_not_fit_is_told_of_a_larger_pp_on_this_cluste
     assert err.hint is not None
     first, *rest = err.hint.split("; ")
     assert 20_000 < _kv_tokens_in(first) < 47_000 and "needs 131,072:" in first
-    assert rest == ["TP=2 PP=2 would fit it on this cluster", "--dtype fp8 (a fp8 checkpoint) would fit with TP=2 PP=1"]
+    assert rest == ["TP=2 PP=2 would fit it on this cluster", "--dtype fp8 (vLLM quantizes the linear layers on load) would fit with TP=2 PP=1"]
 
 
 def test_a_quantized_checkpoint_is_told_of_smaller_dtypes_only():
@@ -287,7 +287,7 @@ def test_a_quantized_checkpoint_is_told_of_smaller_dtypes_only():
     _kv_tokens_in(first)
     assert rest == [
         "TP=1 PP=2 would fit it on this cluster",
-        "--dtype int4 (a int4 checkpoint) would fit with TP=2 PP=1",
+        "an int4 checkpoint of the model (AWQ, GPTQ, compressed-tensors) would fit with TP=2 PP=1",
     ]
 
 
@@ -296,7 +296,7 @@ def test_an_fp8_checkpoint_too_large_for_the_node_is_told_of_int4():
     # + 4 GiB of bf16 embeddings and head / 4 = 48 GiB per GPU, leaving > 20 GiB for 1 GiB of KV cache.
     plan = plan_model(LLAMA_405B, h100s(4), PlanOptions(dtype="fp8", max_model_len=8192))
     assert (plan.fits, plan.dtype) == (False, "fp8")
-    assert plan.suggestions[-1] == "--dtype int4 (a int4 checkpoint) would fit with TP=4 PP=1"
+    assert plan.suggestions[-1] == "an int4 checkpoint of the model (AWQ, GPTQ, compressed-tensors) would fit with TP=4 PP=1"
 
 
 # ---- plan_model: every field of the plan ----

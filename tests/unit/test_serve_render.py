@@ -2,7 +2,7 @@
 found untested). Expected values: the shipped manifests in cluster-templates/ (hosts, interfaces,
 env), the defaults docs/rollout.md documents (health check every 10 s with a 30 s timeout, 30 s
 graceful shutdown, max_surge_percent 100, direct streaming, RAY_ADDRESS on GPU), vLLM's argument
-names and choices (``--quantization fp8``, ``--kv-cache-dtype fp8_e4m3``) and Ray Serve's
+names and choices (``--dtype auto`` for quantized weights, ``--kv-cache-dtype fp8_e4m3``) and Ray Serve's
 ``autoscaling_config`` field names (min/initial/max_replicas, target_ongoing_requests)."""
 
 from __future__ import annotations
@@ -98,14 +98,16 @@ def test_the_405b_manifest_renders_in_full(gpu_manifest):
 
 
 def test_fp8_weights_and_an_fp8_kv_cache_become_vllm_flags(gpu_manifest):
+    # fp8 weights: vLLM takes the activation dtype from the checkpoint ("auto"); the quantization is
+    # the checkpoint's own (an on-the-fly one comes in the plan's engine kwargs: test_quantized_rollout)
     plan = ServingPlan(tp=8, pp=1, max_model_len=4096, dtype="fp8", kv_cache_dtype="fp8_e4m3")
     kw = _llm(render_app(gpu_manifest, plan, TARGET, node_resource=node_resource).app)["engine_kwargs"]
-    assert (kw["dtype"], kw["quantization"], kw["kv_cache_dtype"]) == ("bfloat16", "fp8", "fp8_e4m3")
+    assert (kw["dtype"], kw["kv_cache_dtype"]) == ("auto", "fp8_e4m3") and "quantization" not in kw
     # 16-bit weights and vLLM's own KV dtype ("auto"): neither flag is passed.
     kw = _llm(
         render_app(gpu_manifest, ServingPlan(tp=8, pp=1, max_model_len=4096), TARGET, node_resource=node_resource).app
     )["engine_kwargs"]
-    assert "quantization" not in kw and "kv_cache_dtype" not in kw
+    assert kw["dtype"] == "bfloat16" and "quantization" not in kw and "kv_cache_dtype" not in kw
 
 
 def test_deployment_settings_come_from_the_defaults_given(gpu_manifest, cpu_manifest):
