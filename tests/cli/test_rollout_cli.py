@@ -108,3 +108,17 @@ def test_explicit_tp_across_nodes_is_planned_with_a_warning(capsys):
     assert "warning: forced TP=16 exceeds the 8 GPU(s) per node, so one tensor-parallel group spans 2 nodes" in text
     assert "warning: tensor parallel 16 spans nodes of 8 GPU(s)" in text
     assert "strategy: PACK" in text and "TP=16 PP=1" in text
+
+
+def test_max_ongoing_requests_flag_sets_serves_cap(capsys):
+    base = ["rollout", "--model", "llama3-405b", "--model-path", "/m", "--max-model-len", "8192", str(M405), "--dry-run"]
+    assert main([*base, "--json", "--max-ongoing-requests", "500"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"]["args"]["llm_configs"][0]["deployment_config"]["max_ongoing_requests"] == 500
+    assert data["plan"]["in_flight"]["source"] == "--max-ongoing-requests"
+    assert main(base) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "in flight: 1280 per Serve replica (max_num_seqs 1024 x 1.25 headroom)" in out
+    rc = main([*base, "--max-ongoing-requests", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--max-ongoing-requests" in err and "Traceback" not in err

@@ -51,25 +51,29 @@ class FakeServe:
     """Serve's declarative API: apply() records the body; each new app goes through `script`
     (a list of statuses per poll, the last one repeating)."""
 
-    def __init__(self, scripts=None, message="", keep_in: Path | None = None):
+    def __init__(self, scripts=None, message="", keep_in: Path | None = None, messages=None):
         self.bodies = []
         self.apps: dict[str, dict] = {}
         self.polls: dict[str, int] = {}
         self.scripts = scripts or {}
         self.message = message
+        # name -> the deployment's message at each poll (the last repeating), whatever the status:
+        # Serve's "A replica failed to start ... Retrying N more time(s)" while it is DEPLOYING
+        self.messages: dict[str, list[str]] = messages or {}
         self.deployed: dict[str, float] = {}
         self.keep_in = keep_in  # a file that holds Serve's state after every call
 
     def _keep(self):
         if self.keep_in is not None:
-            data = {"apps": self.apps, "polls": self.polls, "deployed": self.deployed, "scripts": self.scripts, "message": self.message}
+            data = {"apps": self.apps, "polls": self.polls, "deployed": self.deployed, "scripts": self.scripts, "message": self.message,
+                    "messages": self.messages}  # fmt: skip
             self.keep_in.write_text(json.dumps(data))
 
     @classmethod
     def load(cls, path: Path) -> FakeServe:
         """The Serve a (killed) process left behind in ``path``: what a new orch finds."""
         data = json.loads(path.read_text())
-        serve = cls(scripts=data["scripts"], message=data["message"], keep_in=path)
+        serve = cls(scripts=data["scripts"], message=data["message"], keep_in=path, messages=data.get("messages"))
         serve.apps, serve.polls, serve.deployed = data["apps"], data["polls"], data["deployed"]
         return serve
 
@@ -106,7 +110,10 @@ class FakeServe:
             st = script[min(i, len(script) - 1)]
             dep_status = {"RUNNING": "HEALTHY", "DEPLOY_FAILED": "DEPLOY_FAILED"}.get(st, "UPDATING")
             rep = ReplicaStatus("r1", "RUNNING" if st == "RUNNING" else "STARTING", node_id="n-head", log_file_path=f"/serve/replica_{name}.log")
-            dep = DeploymentStatus("LLMServer:tiny", dep_status, message=self.message if st == "DEPLOY_FAILED" else "", replicas=(rep,))
+            message = self.message if st == "DEPLOY_FAILED" else ""
+            if self.messages.get(name):
+                message = self.messages[name][min(i, len(self.messages[name]) - 1)]
+            dep = DeploymentStatus("LLMServer:tiny", dep_status, message=message, replicas=(rep,))
             out[name] = AppStatus(name, st, route_prefix=cfg["route_prefix"], last_deployed_time_s=self.deployed[name],
                                   deployments=(dep,), deployed_config=cfg)  # fmt: skip
         self._keep()
