@@ -70,8 +70,8 @@ def main() -> int:
             t0 = time.monotonic()
             result = served.rollout(options, tp=tp, replicas=1, max_model_len=2048)
             ready_s = time.monotonic() - t0
-            measure(served.endpoint, served.api_key, argparse.Namespace(requests=4, concurrency=2, output_tokens=8))  # warm-up
-            out[label] = {"rollout_s": round(ready_s, 1), "action": result.action, **measure(served.endpoint, served.api_key, args)}
+            measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
+            out[label] = {"rollout_s": round(ready_s, 1), "action": result.action, **measure(served.endpoint, served.api_key, args.concurrency, args.requests, args.output_tokens)}
         a, b = out["tp1_one_host"], out["tp2_two_hosts"]
         out["tp2_over_tp1_tok_s"] = round(b["output_tok_s"] / a["output_tok_s"], 3) if a["output_tok_s"] else None
     finally:

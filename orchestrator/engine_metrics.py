@@ -37,6 +37,7 @@ TPOT_NAMES = (TPOT, "vllm:time_per_output_token_seconds")
 CACHE_INFO = "vllm:cache_config_info"
 PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"  # counters, in tokens (vllm/v1/metrics/loggers.py)
 PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
+REQUEST_SUCCESS = "vllm:request_success"  # counter of finished requests (label finished_reason)
 REPLICA_LABEL = "ReplicaId"  # added by vLLM's RayPrometheusStatLogger under Ray Serve LLM
 MODEL_LABEL = "model_name"
 

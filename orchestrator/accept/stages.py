@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from orchestrator.bench.goodput import LoadLevel, goodput, misses
 from orchestrator.errors import OrchError
 from orchestrator.manifest.sections import Targets
 
@@ -52,6 +53,7 @@ class AcceptancePlan:
     restart_timeout_s: float = 900.0
     poll_s: float = 2.0
     skip: tuple[str, ...] = ()
+    replicas: int = 1  # replicas serving the revision (the sweep's goodput is divided by them)
 
 
 class BackgroundLoad(Protocol):
@@ -95,18 +97,9 @@ class StageResult:
 
 def judge_level(level: Mapping[str, Any], targets: Targets) -> list[str]:
     """Why a load level misses the targets ([] = it meets them)."""
-    reasons = []
     if level["succeeded"] == 0:
         return [f"no request succeeded ({', '.join(f'{k} {v}' for k, v in level['errors'].items()) or 'no request sent'})"]
-    if level["error_rate"] > targets.max_error_rate:
-        reasons.append(f"error rate {level['error_rate']:.1%} > {targets.max_error_rate:.1%}")
-    ttft = level["ttft_ms"]["p95"]
-    if targets.ttft_p95_ms is not None and ttft is not None and ttft > targets.ttft_p95_ms:
-        reasons.append(f"TTFT p95 {ttft:.0f} ms > {targets.ttft_p95_ms:g} ms")
-    tpot = level["tpot_ms"]["p95"]
-    if targets.tpot_p95_ms is not None and tpot is not None and tpot > targets.tpot_p95_ms:
-        reasons.append(f"TPOT p95 {tpot:.1f} ms > {targets.tpot_p95_ms:g} ms")
-    return reasons
+    return misses(LoadLevel.from_level(level), targets)
 
 
 def _level_metrics(level: Mapping[str, Any]) -> dict[str, Any]:
@@ -161,7 +154,9 @@ def sweep_stage(env: AcceptanceEnv, plan: AcceptancePlan) -> StageResult:
             crossed = (c, reasons)
             break
         met = c
-    metrics = {"highest_concurrency_meeting_targets": met, "crossed_at": crossed[0] if crossed else None}
+    found = goodput([LoadLevel.from_level(lv, plan.short_prompt_tokens, plan.short_output_tokens) for lv in levels], plan.targets, plan.replicas)
+    metrics = {"highest_concurrency_meeting_targets": met, "crossed_at": crossed[0] if crossed else None,
+               "goodput": found.to_dict() if found else None}  # fmt: skip
     details = {"levels": levels, "crossed_because": crossed[1] if crossed else []}
     if met is None:
         return StageResult("concurrency_sweep", FAIL, f"even concurrency 1 misses the targets: {', '.join(crossed[1]) if crossed else ''}",
@@ -170,6 +165,8 @@ def sweep_stage(env: AcceptanceEnv, plan: AcceptancePlan) -> StageResult:
         summary = f"targets met up to concurrency {met}; crossed at {crossed[0]} ({', '.join(crossed[1])})"
     else:
         summary = f"targets met at every level up to {met} (not crossed: raise --max-concurrency to find the limit)"
+    if found is not None:
+        summary += f"; goodput {found.per_replica_req_per_s:.2f} req/s per replica at concurrency {found.per_replica_concurrency:g}"
     return StageResult("concurrency_sweep", PASS, summary, env.clock() - t0, metrics, details)
 
 

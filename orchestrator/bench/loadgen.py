@@ -23,6 +23,10 @@ import httpx
 from orchestrator.bench.latency import LevelStats, RequestRecord, poisson_arrivals, summarize
 from orchestrator.bench.sse import SseDecoder, StreamProtocolError, read_chunk
 
+# Ray Serve's session header (RAY_SERVE_SESSION_ID_HEADER_KEY's default, ray/serve/_private/constants.py);
+# HAProxy forwards it to LLMRouter, which gives it to the request router as the session id.
+SESSION_HEADER = "x-session-id"
+
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 OnRecord = Callable[[str, RequestRecord], None]
@@ -32,6 +36,7 @@ OnRecord = Callable[[str, RequestRecord], None]
 class Prompt:
     text: str
     tokens: int | None = None  # exact length when built with the model's tokenizer
+    prefix: int | None = None  # the shared-prefix workload: which system prompt it starts with
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,11 @@ class RequestSpec:
     @property
     def path(self) -> str:
         return "/v1/chat/completions" if self.endpoint == "chat" else "/v1/completions"
+
+    def prompt_headers(self, prompt: Prompt) -> dict[str, str] | None:
+        """Per-request headers: a shared-prefix prompt names its system prompt as the session
+        (Serve's session header), which a session-affinity router pins to one replica."""
+        return {SESSION_HEADER: f"prefix-{prompt.prefix}"} if prompt.prefix is not None else None
 
     def headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json", "Accept": "text/event-stream"}
@@ -160,7 +170,7 @@ async def send_request(client: httpx.AsyncClient, spec: RequestSpec, prompt: Pro
     usage_out = usage_in = server_ttft = None
     done = False
     try:
-        async with client.stream("POST", spec.path, content=content) as resp:
+        async with client.stream("POST", spec.path, content=content, headers=spec.prompt_headers(prompt)) as resp:
             headers_at = clock() - t0
             if resp.status_code >= 400:
                 text = (await resp.aread())[:200].decode("utf-8", "replace")

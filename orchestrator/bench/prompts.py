@@ -80,3 +80,35 @@ def approximate_prompts(n_prompts: int, tokens: int, rng: random.Random, fit: tu
     a, b = fit
     words = max(1, round((tokens - b) / a))
     return [Prompt(random_words(rng, words)) for _ in range(n_prompts)]
+
+
+def shared_prefix_prompts(
+    n_prompts: int,
+    prefixes: int,
+    prefix_tokens: int,
+    turn_tokens: int,
+    rng: random.Random,
+    tokenizer=None,
+    fit: tuple[float, float] = (1.3, 1.0),
+) -> list[Prompt]:
+    """The shared-prefix workload: ``prefixes`` long system prompts of ``prefix_tokens`` tokens,
+    each followed by short user turns of ``turn_tokens`` tokens, ``n_prompts`` in all (the turns
+    spread evenly over the prefixes), in shuffled order. Every turn is different, so only the
+    system prompt can come from vLLM's prefix cache. Exact part lengths with ``tokenizer`` (the
+    prompt's count is its whole text's), else sized by ``fit``."""
+    if prefixes < 1 or n_prompts < 1:
+        raise ValueError("the workload needs at least one prefix and one prompt")
+
+    def text_of(tokens: int) -> str:
+        if tokenizer is not None:
+            return exact_prompts(tokenizer, 1, tokens, rng)[0].text
+        return approximate_prompts(1, tokens, rng, fit)[0].text
+
+    systems = [text_of(prefix_tokens) for _ in range(prefixes)]
+    out = []
+    for i in range(n_prompts):
+        text = f"{systems[i % prefixes]}\n{text_of(turn_tokens)}"
+        tokens = len(tokenizer.encode(text, add_special_tokens=False)) if tokenizer is not None else None
+        out.append(Prompt(text, tokens=tokens, prefix=i % prefixes))
+    rng.shuffle(out)
+    return out

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.bench.crosscheck import FigureCheck
+from orchestrator.bench.goodput import Goodput
 from orchestrator.bench.latency import PERCENTILE_METHOD, LevelStats
 
 SCHEMA = "orch.bench/1"
@@ -135,6 +136,16 @@ def crosscheck_table(rows: Sequence[tuple[str, dict | None]]) -> list[str]:
     return lines
 
 
+def goodput_text(info: Mapping[str, Any]) -> str:
+    """What the run says one replica sustains with the manifest's objective met (one line)."""
+    where = f"; recorded against revision {info['revision']}" if info.get("revision") is not None else ""
+    if info.get("objective") is None:
+        return "goodput: the manifest sets no slo: (or targets:) to judge the levels by" + where
+    if info.get("goodput") is None:
+        return "goodput: no level met the objective" + where
+    return "goodput: " + Goodput.from_dict(info["goodput"]).describe() + where
+
+
 def render_markdown(result: Mapping[str, Any], plot_name: str | None = "tradeoff.png") -> str:
     t, c = result["target"], result["config"]
     lines = [
@@ -150,6 +161,9 @@ def render_markdown(result: Mapping[str, Any], plot_name: str | None = "tradeoff
         "",
         *levels_table(result["levels"]),
     ]
+    goodput = result.get("goodput")
+    if goodput is not None:
+        lines += ["", "## Goodput", "", goodput_text(goodput)]
     rows = [(lv["label"], lv.get("crosscheck")) for lv in result["levels"]]
     if result.get("crosscheck"):
         rows.append(("whole run", result["crosscheck"]))

@@ -22,7 +22,13 @@ import httpx
 
 from orchestrator.bench import crosscheck
 from orchestrator.bench.loadgen import LevelRun, OnRecord, Prompt, RequestSpec, run_levels
-from orchestrator.bench.prompts import approximate_prompts, calibrate_words_per_token, exact_prompts, load_tokenizer
+from orchestrator.bench.prompts import (
+    approximate_prompts,
+    calibrate_words_per_token,
+    exact_prompts,
+    load_tokenizer,
+    shared_prefix_prompts,
+)
 from orchestrator.bench.report import bench_result, level_dict
 from orchestrator.errors import OrchError, UsageError
 
@@ -51,6 +57,14 @@ class BenchOptions:
     timeout_s: float = 300.0
     settle_timeout_s: float = 60.0  # Ray exports every few seconds; a loaded node lags more
     stream_interval: int | None = None
+    # "shared_prefix": `prefixes` system prompts of `prefix_tokens` tokens, each followed by short
+    # user turns of `prompt_tokens` tokens, in shuffled order (bench.prompts.shared_prefix_prompts)
+    workload: str = "random"
+    prefixes: int = 8
+    prefix_tokens: int = 1024
+
+
+WORKLOADS = ("random", "shared_prefix")
 
 
 def resolved_seed(seed: int | None) -> int:
@@ -95,7 +109,10 @@ def multi_scraper(
 
 
 def build_prompts(opts: BenchOptions, n: int, rng: random.Random, count_tokens: Callable[[str], int] | None) -> tuple[list[Prompt], str]:
-    """Exact prompts with the local tokenizer, else sized from the server's usage counts."""
+    """Exact prompts with the local tokenizer, else sized from the server's usage counts; the
+    shared-prefix workload when the options ask for it."""
+    shared = opts.workload == "shared_prefix"
+    what = f"shared prefix: {opts.prefixes} system prompts of {opts.prefix_tokens} tokens + {opts.prompt_tokens}-token turns; " if shared else ""
     if opts.tokenizer is not None:
         try:
             tok = load_tokenizer(opts.tokenizer)
@@ -104,14 +121,19 @@ def build_prompts(opts: BenchOptions, n: int, rng: random.Random, count_tokens: 
                 f"--tokenizer {opts.tokenizer}: cannot load a tokenizer from it ({type(exc).__name__})",
                 hint="point --tokenizer at a local model folder with tokenizer files, or leave it out",
             ) from exc
+        if shared:
+            return shared_prefix_prompts(n, opts.prefixes, opts.prefix_tokens, opts.prompt_tokens, rng, tokenizer=tok), what + f"exact, tokenizer {opts.tokenizer}"
         return exact_prompts(tok, n, opts.prompt_tokens, rng), f"exact, tokenizer {opts.tokenizer}"
+    fit, how = (1.3, 1.0), "approximate, default 1.3 tokens/word"
     if count_tokens is not None:
         try:
             fit = calibrate_words_per_token(count_tokens, rng)
-            return approximate_prompts(n, opts.prompt_tokens, rng, fit), f"approximate, {fit[0]:.2f} tokens/word from server usage"
+            how = f"approximate, {fit[0]:.2f} tokens/word from server usage"
         except (httpx.HTTPError, KeyError, ValueError, TypeError):
             pass
-    return approximate_prompts(n, opts.prompt_tokens, rng), "approximate, default 1.3 tokens/word"
+    if shared:
+        return shared_prefix_prompts(n, opts.prefixes, opts.prefix_tokens, opts.prompt_tokens, rng, fit=fit), what + how
+    return approximate_prompts(n, opts.prompt_tokens, rng, fit), how
 
 
 def server_token_counter(spec: RequestSpec) -> Callable[[str], int]:
@@ -203,6 +225,8 @@ def run_bench(
         "warmup": opts.warmup,
         "metrics_urls": list(opts.metrics_urls),
         "stream_interval": opts.stream_interval,
+        "workload": opts.workload,
+        **({"prefixes": opts.prefixes, "prefix_tokens": opts.prefix_tokens} if opts.workload == "shared_prefix" else {}),
     }
     target = {"url": opts.base_url, "model": opts.model, "endpoint": opts.endpoint}
     return bench_result(target, config, level_dicts, whole, started), runs

@@ -27,6 +27,7 @@ def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat
     from orchestrator.serve.client import open_serve_client
     from orchestrator.state import StateStore
     from orchestrator.workflows.accept import ClusterAcceptanceEnv, deployed_max_model_len
+    from orchestrator.workflows.load_record import configured_replicas, record_sweep
 
     unknown = [s for s in skip if s not in STAGES]
     if unknown:
@@ -34,9 +35,11 @@ def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat
     manifest = target["manifest"]
     state_dir = ctx.obj["state_dir"]
     state = StateStore(state_dir)
-    targets = manifest.targets or Targets()
+    targets = manifest.targets or manifest.slo or Targets()
     mml = max_model_len or deployed_max_model_len(state, manifest.name) or 1024
-    plan = AcceptancePlan(targets=targets, max_model_len=mml, requests=requests, max_concurrency=max_concurrency, skip=skip)
+    current = state.current_revision(manifest.name)
+    replicas = (configured_replicas(current.config) if current is not None else None) or 1
+    plan = AcceptancePlan(targets=targets, max_model_len=mml, requests=requests, max_concurrency=max_concurrency, skip=skip, replicas=replicas)
     bench = BenchOptions(
         base_url=target["url"], model=target["model"], tokenizer=tokenizer, api_key=target["api_key"],
         metrics_urls=target["metrics"], seed=seed, timeout_s=timeout_s, endpoint="chat" if chat else "completions", warmup=1,
@@ -58,6 +61,10 @@ def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat
             err.print(f"accepting {manifest.name}: {target['model']} at {target['url']} (max_model_len {mml}); report in {out_dir}")
             results = run_acceptance(env, plan, on_stage)
     data = acceptance_dict(results, plan, {"cluster": manifest.name, "model": target["model"], "url": target["url"]}, started)
+    if current is not None:
+        import time
+
+        data["recorded_revision"] = record_sweep(state, current, results, plan, "chat" if chat else "completions", time.time())
     paths = write_acceptance_report(data, out_dir)
     data["files"] = {k: str(v) for k, v in paths.items()}
     if json_mode:

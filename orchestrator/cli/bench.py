@@ -92,6 +92,10 @@ def print_results(result: dict) -> None:
             )
     else:
         out.print("cross-check: no metrics page (give --metrics-url)")
+    if result.get("goodput") is not None:
+        from orchestrator.bench.report import goodput_text
+
+        out.print(goodput_text(result["goodput"]), markup=False)
 
 
 @click.command("bench")
@@ -103,9 +107,14 @@ def print_results(result: dict) -> None:
 @click.option("--output-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Unmeasured requests first.")
 @click.option("--stream-interval", type=click.IntRange(min=1), help="vLLM: tokens per streamed chunk (first and last chunk still at once).")
+@click.option("--workload", type=click.Choice(["random", "shared-prefix"]), default="random", show_default=True,
+              help="random: every prompt different; shared-prefix: --prefixes system prompts of --prefix-tokens, each "
+                   "followed by --prompt-tokens user turns, shuffled.")
+@click.option("--prefixes", type=click.IntRange(min=1), default=8, show_default=True, help="shared-prefix: system prompts.")
+@click.option("--prefix-tokens", type=click.IntRange(min=1), default=1024, show_default=True, help="shared-prefix: tokens per system prompt.")
 @click.pass_context
 def bench(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, chat, seed, timeout_s, json_mode, out,
-          concurrency, rate, requests, prompt_tokens, output_tokens, warmup, stream_interval):
+          concurrency, rate, requests, prompt_tokens, output_tokens, warmup, stream_interval, workload, prefixes, prefix_tokens):
     """Measure TTFT, TPOT and throughput against an OpenAI-compatible endpoint."""
     from orchestrator.bench.session import BenchOptions
     from orchestrator.cli.output import console, print_json
@@ -118,8 +127,16 @@ def bench(ctx, cluster_yaml, url, model, api_key_env, metrics_url, tokenizer, ch
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, endpoint="chat" if chat else "completions",
         tokenizer=tokenizer, api_key=target["api_key"], metrics_urls=target["metrics"], seed=seed, warmup=warmup,
         timeout_s=timeout_s, stream_interval=stream_interval, settle_timeout_s=target["settle_s"],
+        workload=workload.replace("-", "_"), prefixes=prefixes, prefix_tokens=prefix_tokens,
     )
-    result, _runs = _progress_runner(opts, json_mode)
+    result, runs = _progress_runner(opts, json_mode)
+    if target["manifest"] is not None and url is None:
+        import time
+
+        from orchestrator.state import StateStore
+        from orchestrator.workflows.load_record import record_bench
+
+        result["goodput"] = record_bench(StateStore(ctx.obj["state_dir"]), target["manifest"], result, runs, "orch bench", time.time())
     if out is not None:
         from orchestrator.bench.report import write_bench_report
 

@@ -30,6 +30,22 @@ class HttpEndpoint:
     def unauthenticated_status(self, route_prefix: str, model: str) -> int | None:
         return readiness.unauthenticated_status(self.base_url, route_prefix, model)
 
+    def load(self, route_prefix: str, model: str, api_key: str, gate) -> dict:
+        """The SLO gate's load through ``route_prefix`` with orch's load generator (`orch bench`'s
+        run: prompts sized from the server's own token counts, the recorded shape)."""
+        from orchestrator.bench.session import BenchOptions, run_bench
+
+        shape = gate.shape
+        opts = BenchOptions(
+            base_url=self.base_url.rstrip("/") + route_prefix.rstrip("/"), model=model, concurrency=(gate.concurrency,),
+            requests=gate.requests, prompt_tokens=int(shape.get("prompt_tokens") or 128), output_tokens=int(shape.get("output_tokens") or 64),
+            endpoint=str(shape.get("endpoint") or "completions"), api_key=api_key, warmup=1,
+            workload=str(shape.get("workload") or "random"), prefixes=int(shape.get("prefixes") or 8),
+            prefix_tokens=int(shape.get("prefix_tokens") or 1024),
+        )  # fmt: skip
+        result, _runs = run_bench(opts)
+        return result
+
 
 @contextmanager
 def open_cluster_apis(manifest: Manifest, runners: Mapping[str, Runner], token: str | None) -> Iterator[ClusterApis]:

@@ -29,6 +29,9 @@ from orchestrator.plan.shape import (
     shape_from_flags,
     shape_from_manifest,
 )
+from orchestrator.serve.config import ServingPlan, serve_in_flight
+from orchestrator.serve.desired import serve_defaults
+from orchestrator.serve.in_flight import InFlight
 from orchestrator.state import StateStore
 from orchestrator.workflows.hf_fetch import fetch_repo_config
 from orchestrator.workflows.plan import calibrated, planning_shape, sampler_for, vllm_version_for
@@ -54,10 +57,12 @@ from orchestrator.workflows.plan import calibrated, planning_shape, sampler_for,
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
 @click.option("--nvlink/--no-nvlink", default=None, help="Whether GPUs in a node share NVLink [default: the GPU type's usual board].")
 @engine_flags
+@click.option("--target-rps", type=FiniteFloat(min=0, min_open=True), default=None,
+              help="With --cluster: the request rate to serve [default: the manifest's slo.target_rps]; sized with the goodput recorded on the cluster.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (exit 2 when nothing fits, after printing it).")
 @click.pass_context
 def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp, pp, dp, expert_parallel, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype,
-         kv_cache_dtype, nvlink, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, sampler, as_json) -> None:  # fmt: skip
+         kv_cache_dtype, nvlink, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, sampler, target_rps, as_json) -> None:  # fmt: skip
     """Size MODEL on a cluster: weights, KV cache, B_max, and the TP/PP choice with its reasons.
 
     \b
@@ -69,6 +74,8 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
     """
     if gpu_type is not None and gpu_type.lower() == CPU and (tp or 1) * (pp or 1) > 1:
         raise UsageError("--tp/--pp do not apply to --gpu-type cpu (one replica per node)")
+    if target_rps is not None and cluster is None:
+        raise UsageError("--target-rps needs --cluster: the replicas are sized with the goodput recorded on that cluster")
     fetched = fetch_repo_config(model)  # a Hugging Face repo id not in the local cache: its config files
     spec = resolve_model(model)
     state_dir = ctx.obj.get("state_dir") if isinstance(ctx.obj, dict) else None
@@ -102,17 +109,42 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
     if manifest is not None and state_dir is not None and result.fits:
         result = calibrated(spec, shape, options, result, manifest, StateStore(state_dir))
     seed = seed_tables(spec, result, shape.gpu_memory_bytes)
+    target = _target(manifest, state_dir, spec, shape, result, target_rps) if manifest is not None and result.fits else None
+    requests = serve_in_flight(ServingPlan.from_parallel_plan(result), serve_defaults(manifest, None))
     if as_json:
-        print_json({**result.to_json(), "shape": shape.describe(), "seed": seed})
+        print_json({**result.to_json(), "shape": shape.describe(), "seed": seed, "in_flight": requests.to_json(),
+                    **({"target": target} if target else {})})
     else:
-        _render(spec, shape, result, seed)
+        _render(spec, shape, result, seed, requests)
+        if target:
+            console().print(f"[bold]Target[/bold]: {target['summary']}")
     if not result.fits:
         # The plan (or its JSON, with "fits": false) is printed first; then exit 2, like any plan
         # vLLM would refuse, so a script cannot mistake "nothing fits" for a plan to deploy.
         raise PlanError(f"{spec.name} does not fit {shape.describe()}", hint="; ".join(result.suggestions) or None)
+    if target and target.get("fits") is False:
+        raise PlanError(f"the target needs {target['replicas']} replica(s) and the cluster holds {target['max_replicas']}",
+                        hint="add GPUs (nodes), lower the target rate, or raise the per-replica goodput (a smaller TP, another engine setting)")  # fmt: skip
 
 
-def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -> None:
+def _target(manifest, state_dir, spec: ModelSpec, shape: ClusterShape, result: ParallelPlan, target_rps: float | None) -> dict | None:
+    """Replicas a target rate needs at the goodput recorded on the cluster, against its GPUs."""
+    from orchestrator.serve.scaling import size_for_target
+    from orchestrator.workflows.plan import recorded_goodput
+
+    target = target_rps if target_rps is not None else (manifest.slo.target_rps if manifest.slo is not None else None)
+    if target is None:
+        return None
+    if state_dir is None:
+        return {"target_rps": target, "summary": "no state: the goodput a load run recorded is unknown"}
+    capacity, note = recorded_goodput(manifest, StateStore(state_dir), spec, result.tp, result.pp)
+    if capacity is None:
+        return {"target_rps": target, "summary": f"{target:g} req/s: cannot size ({note})", "goodput_note": note}
+    sizing = size_for_target(target, capacity, result.tp * result.pp, shape)
+    return {"target_rps": target, "goodput": capacity.to_dict(), "goodput_note": note, **sizing.to_dict(), "summary": sizing.describe() + f" ({note})"}
+
+
+def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict, requests: InFlight) -> None:
     from rich.table import Table
 
     out = console()
@@ -174,6 +206,7 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict) -
         ("gpu_memory_utilization", f"{p.gpu_memory_utilization:g}"),
         ("vLLM", f"{p.vllm_version} ({(p.engine_terms or {}).get('engine', '?')}); max_num_seqs {p.max_num_seqs}, max_num_batched_tokens {p.max_num_batched_tokens}"
                  + (", enforce_eager" if p.enforce_eager else "")),
+        ("max_ongoing_requests", f"{requests.describe()}; Serve queues the rest"),
     ]
     for key, value in rows:
         table.add_row(key, value)

@@ -65,6 +65,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
     if dry_run:
         import yaml
 
+        from orchestrator.serve.in_flight import InFlight
         from orchestrator.serve.secrets import for_display
 
         dp = int(result.plan.get("dp") or 1)
@@ -74,6 +75,8 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
         groups = " (DP groups)" if dp > 1 else ""
         out.print(f"[bold]plan[/bold] for {result.model}: {layout} "
                   f"replicas={result.plan.get('replicas')}{groups} max_model_len={result.plan.get('max_model_len')}")  # fmt: skip
+        if result.plan.get("in_flight"):
+            out.print(f"  - in flight: {InFlight.from_json(result.plan['in_flight']).describe()}", markup=False)
         for reason in [*result.plan.get("reasons", []), *result.plan.get("notes", [])]:
             out.print(f"  - {reason}", markup=False)
         out.print(f"[bold]decision[/bold]: {d['kind']}: {d['reason']}")
@@ -86,6 +89,12 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
                   + (f"; first token of the probe {result.first_token_s * 1000:.0f} ms" if result.first_token_s else ""))  # fmt: skip
     if getattr(result, "calibration_note", None):
         out.print(result.calibration_note, markup=False)
+    gate = getattr(result, "slo_gate", None)
+    if gate and gate.get("measured"):
+        m = gate["measured"]
+        out.print(f"SLO gate passed at concurrency {gate['plan']['concurrency']}: TTFT p95 {m['ttft_p95_ms'] or 0:.0f} ms, "
+                  f"TPOT p95 {m['tpot_p95_ms'] or 0:.1f} ms, {m['req_per_s']:.2f} req/s (recorded against revision {result.revision})",
+                  markup=False)  # fmt: skip
 
 
 @click.command("rollout")
@@ -106,6 +115,8 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default=None)
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
 @click.option("--replicas", type=click.IntRange(min=1), default=None, help="Replicas [default: as many as the cluster holds].")
+@click.option("--max-ongoing-requests", type=click.IntRange(min=1), default=None,
+              help="Requests one engine replica takes at once (Serve's max_ongoing_requests) [default: the manifest's serve.max_ongoing_requests, else the engine's max_num_seqs x 1.25].")
 @click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE", help="Extra vLLM engine argument (repeatable; not the ones that size memory, which have their own flags).")
 @engine_flags
 @click.option("--dry-run", is_flag=True, help="Print the plan, the decision and the rendered config; change nothing.")
@@ -114,10 +125,14 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--sync-model", is_flag=True, help="First copy the model to <model_store>/<name> on every node (`orch model sync`); without it nothing is copied.")
 @click.option("--sync-from", default="local", show_default=True, help="With --sync-model: where the model is, local (this machine, same path) or a node name.")
+@click.option("--request-router", type=click.Choice(["default", "prefix-affinity", "session-affinity"]), default=None,
+              help="How Serve picks a replica per request [default: the manifest's serve.request_router].")
+@click.option("--slo-gate", is_flag=True, help="Before the switch, the candidate must meet the manifest's slo: at the load "
+              "level recorded for the live revision (`orch bench`/`orch accept`); else the rollout fails and the live revision keeps serving.")
 @click.pass_context
 def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, expert_parallel, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype,
-            kv_cache_dtype, replicas, engine_args, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, sampler, dry_run, allow_downtime,
-            timeout_s, as_json, sync_model, sync_from) -> None:  # fmt: skip
+            kv_cache_dtype, replicas, max_ongoing_requests, engine_args, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size,
+            sampler, dry_run, allow_downtime, timeout_s, as_json, sync_model, sync_from, request_router, slo_gate) -> None:  # fmt: skip
     """Deploy MODEL as a Ray Serve LLM application, gated by a real completion.
 
     \b
@@ -129,7 +144,7 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
     from orchestrator.serve.desired import RolloutRequest, desired_for_model
     from orchestrator.state import StateStore
     from orchestrator.workflows.hf_fetch import fetch_repo_config
-    from orchestrator.workflows.plan import planning_shape, sampler_for, vllm_version_for
+    from orchestrator.workflows.plan import planning_shape, recorded_goodput, sampler_for, vllm_version_for
     from orchestrator.workflows.rollout import RolloutOptions, execute
 
     state_dir = ctx.obj["state_dir"]
@@ -143,16 +158,20 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
         kv_cache_dtype=kv_cache_dtype, replicas=replicas, engine_args=_engine_args(engine_args),
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, enforce_eager=enforce_eager,
         block_size=int(block_size) if block_size else None, vllm_version=version, flashinfer_sampler=flashinfer,
+        request_router=request_router.replace("-", "_") if request_router else None,
+        max_ongoing_requests=max_ongoing_requests,
     )  # fmt: skip
-    options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s)
+    options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s, slo_gate=slo_gate)
     api_key = os.environ.get(manifest.serve.api_key_env) or None
     if model_path is None:
         fetch_repo_config(model)  # a Hugging Face repo id: its config into the local cache, for the planner
     if sync_model:
         _sync_first(manifest, state_dir, request, sync_from, dry_run, as_json)
     with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():
-        shape = planning_shape(manifest, StateStore(state_dir))
-        result = execute(manifest, desired_for_model(manifest, request, shape=shape), api_key, rollout_deps(manifest, state_dir, progress), options)
+        state = StateStore(state_dir)
+        shape = planning_shape(manifest, state)
+        desired = desired_for_model(manifest, request, shape=shape, capacity_for=lambda spec, tp, pp: recorded_goodput(manifest, state, spec, tp, pp))
+        result = execute(manifest, desired, api_key, rollout_deps(manifest, state_dir, progress), options)
     _print_result(result, as_json, dry_run)
 
 

@@ -71,12 +71,16 @@ def _window(live: Any) -> str:
 
 
 def _model_lines(m: Any) -> list[Any]:
-    """Three short lines per model (readable at 80 columns)."""
+    """Three or four short lines per model (readable at 80 columns)."""
     from rich.text import Text
 
     tokens, conc = _capacity(m.capacity)
     source = "" if m.capacity is None else (" (engine log)" if m.capacity.source == "log" else f" ({m.capacity.source})")
     lines = [Text.from_markup(f"model [bold]{m.model_id}[/]: KV cache {tokens}, max concurrency {conc}{source}")]
+    if m.max_ongoing_requests is not None or m.max_num_seqs is not None:
+        cap = "-" if m.max_ongoing_requests is None else f"{m.max_ongoing_requests:,}"
+        seqs = "vLLM's default" if m.max_num_seqs is None else f"{m.max_num_seqs:,}"
+        lines.append(Text(f"  Serve max_ongoing_requests {cap} per replica; engine max_num_seqs {seqs}"))
     live = m.live
     if live is None:
         lines.append(Text("  live: no engine metrics"))
@@ -88,6 +92,8 @@ def _model_lines(m: Any) -> list[Any]:
         now = f"  now: KV cache used {usage}, {_num(live.running)} running, {_num(live.waiting)} waiting"
     lines.append(Text(now))
     lines.append(Text(f"  TTFT p50/p95 {_latency(live.ttft)}, TPOT p50/p95 {_latency(live.tpot)}, {_window(live)}"))
+    if m.slo is not None:
+        lines.append(Text.from_markup(slo_line(m.slo)))
     return lines
 
 
@@ -109,6 +115,22 @@ def _ranks_table(ranks: list[Any]) -> Any:
         table.add_row(r.dp.group, f"{r.dp.rank}/{r.dp.size}", r.replica_id, _styled(r.state, REPLICA_STYLE), node, tokens, used,
                       _num(g.running if g else None))  # fmt: skip
     return table
+
+
+def slo_line(slo: Any) -> str:
+    """The live p95s against the manifest's objective, one line."""
+    parts = []
+    for name, bound, live in (("TTFT", slo.ttft_p95_ms, slo.live_ttft_p95_ms), ("TPOT", slo.tpot_p95_ms, slo.live_tpot_p95_ms)):
+        if bound is not None:
+            parts.append(f"{name} p95 {'-' if live is None else f'{live:.1f} ms'} (objective {bound:g} ms)")
+    verdict = {True: "[green]met[/]", False: "[bold red]missed[/]", None: "[dim]no requests to judge[/]"}[slo.met]
+    return "  SLO: " + ", ".join(parts) + f": {verdict}"
+
+
+def _hit_rate(cache: Any) -> str:
+    if cache is None or cache.hit_rate is None:
+        return "-"
+    return f"{cache.hit_rate * 100:.1f}%"
 
 
 def render_serving(serving: Any) -> Any:
@@ -136,19 +158,21 @@ def render_serving(serving: Any) -> Any:
 
     if serving.deployments:
         table = Table(title="deployments", title_justify="left")
-        for col in ("deployment", "status", "replica", "state", "node", "pid"):
+        caches = any(r.prefix_cache is not None for d in serving.deployments for r in d.replicas)
+        for col in ("deployment", "status", "replica", "state", "node", "pid", *(("prefix cache hits",) if caches else ())):
             table.add_column(col, overflow="fold")
         for d in serving.deployments:
             status = _styled(d.status, DEPLOYMENT_STYLE)
             target = f" ({len(d.replicas)}/{d.target_replicas})" if d.target_replicas is not None else ""
             if not d.replicas:
-                table.add_row(d.name, status + target, "-", "-", "-", "-")
+                table.add_row(d.name, status + target, "-", "-", "-", "-", *(("-",) if caches else ()))
             for i, r in enumerate(d.replicas):
                 node = r.node or "-"
                 if r.node_state and r.node_state != "ALIVE":
                     node += f" [bold red]({r.node_state})[/]"
                 table.add_row(d.name if i == 0 else "", status + target if i == 0 else "", r.replica_id,
-                              _styled(r.state, REPLICA_STYLE), node, _num(r.pid))  # fmt: skip
+                              _styled(r.state, REPLICA_STYLE), node, _num(r.pid),
+                              *((_hit_rate(r.prefix_cache),) if caches else ()))  # fmt: skip
         parts.append(table)
         spanned = [(r, w) for d in serving.deployments for r in d.replicas for w in r.workers]
         if spanned:

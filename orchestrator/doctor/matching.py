@@ -76,7 +76,10 @@ class Signature:
 
     ``keywords``: cheap substrings, at least one of which must be in the line before the regex
     runs (most lines of a healthy log hold none). ``predicate``: an optional extra test on the
-    regex match (for example "the quoted value is a filesystem path").
+    regex match (for example "the quoted value is a filesystem path"). ``retry_cannot_fix``: a
+    replica that failed to start with this line fails the same way on every new attempt, so a
+    rollout stops its candidate at once instead of waiting for Serve's retries (the codes and why:
+    ``doctor.signatures.RETRY_CANNOT_FIX``).
     """
 
     code: str
@@ -87,6 +90,7 @@ class Signature:
     keywords: tuple[str, ...]
     hint: str
     predicate: Callable[[re.Match[str]], bool] | None = field(default=None, compare=False)
+    retry_cannot_fix: bool = False
 
     def match(self, text: str) -> re.Match[str] | None:
         if not any(k in text for k in self.keywords):

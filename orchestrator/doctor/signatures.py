@@ -96,7 +96,44 @@ _CODE_INFO: dict[str, tuple[str, str]] = {
         "the raylet crashed, was overloaded, or traffic between it and the head is dropped; check "
         "the node's raylet.out, memory pressure and the firewall",
     ),
+    "MODEL_ARCH_UNSUPPORTED": (
+        "The model's architecture is not one the node's vLLM implements",
+        "the model's config.json names an architecture (`architectures`) that this vLLM version does not "
+        "implement: check the name, and the vLLM version on the nodes (a newer model may need a newer vLLM)",
+    ),
+    "ENGINE_ARG_INVALID": (
+        "vLLM refused the value of an engine argument",
+        "an engine argument (an `--engine-arg`, or one orch set from the plan) has a value vLLM's config "
+        "refuses; the line above the evidence names the field, the evidence the allowed values and the "
+        "value given: fix it and roll out again",
+    ),
 }
+
+# The failures a new attempt of the same replica meets again, and why. Serve retries a replica
+# that failed to start (3 times in a row by default, each a new engine start: minutes); when the
+# failed replica's error or log shows one of these, `orch rollout` stops its candidate at once
+# and names the cause (workflows/start_failures.py). Only ``fail`` signatures count: a ``warn``
+# one is an echo of another rank's failure or a wait. Left to Serve's retries, because the next
+# attempt may well start: GCS_UNREACHABLE and NODE_HEARTBEAT_LOST (a node briefly unreachable),
+# PLACEMENT_INFEASIBLE (scheduling waits for resources another replica is still releasing),
+# ENGINE_DEAD (an echo: the cause is another line, matched on its own), CGRAPH_TIMEOUT (a stage
+# stalled, load can do that), SHM_EXHAUSTED (/dev/shm filled by a process that may be exiting),
+# NODE_IP_MISMATCH, RAY_VERSION_MISMATCH and VLLM_MISSING_ON_NODE (facts of one node, and the next
+# attempt may be placed on another).
+RETRY_CANNOT_FIX: dict[str, str] = {
+    "COLLECTIVE_IFACE_NOT_FOUND": "the interface named for NCCL/Gloo does not exist or has no address on the node, "
+                                  "and every new attempt gets the same environment",
+    "COLLECTIVE_PEER_LOOPBACK": "every new attempt takes the same socket interface setting, so the peer advertises "
+                                "the same loopback address again",
+    "COLLECTIVE_CONNECT_FAILED": "NCCL/Gloo retried the connect themselves before giving up; a wrong address or a "
+                                 "firewall between the nodes is still there on the next attempt",
+    "MODEL_PATH_NOT_FOUND": "the model folder is missing on the node, and nothing puts it there between attempts",
+    "CUDA_OOM": "the model, activations and KV cache the config asks for do not fit the GPU's memory at load; the "
+                "same config on the same GPU does not fit either",
+    "MODEL_ARCH_UNSUPPORTED": "the architecture comes from the model's files and the implementation from the vLLM "
+                              "installed on the nodes; neither changes between attempts",
+    "ENGINE_ARG_INVALID": "the engine arguments are part of the deployed config: every attempt gets the same value",
+}  # fmt: skip
 
 
 def _sig(
@@ -117,6 +154,7 @@ def _sig(
         keywords=keywords,
         hint=f"{hint}; see {runbook(code)}",
         predicate=predicate,
+        retry_cannot_fix=severity == "fail" and code in RETRY_CANNOT_FIX,
     )
 
 
@@ -342,6 +380,31 @@ SIGNATURES: tuple[Signature, ...] = (
         ("Last heartbeat was sent",),
         "ray",
         severity="warn",
+    ),
+    # --- the model's architecture: vLLM has no implementation of it (vllm/model_executor/models/
+    # registry.py; its wordings for an architecture vLLM dropped have no real line here yet)
+    _sig(
+        "MODEL_ARCH_UNSUPPORTED",
+        r"Model architectures \[[^\]]*\] are not supported for now",
+        ("are not supported for now",),
+        "vllm",
+    ),
+    # --- an engine argument's value refused by a vLLM config class: pydantic's header naming the
+    # class, then the field and its error ("policy\n  Input should be 'fcfs' or 'priority'
+    # [type=literal_error, input_value='lifo', ...]"). Not ModelConfig's header: its validators
+    # also report a missing model or an unknown architecture ("Value error, ..."), which other
+    # signatures name; a field error of ModelConfig still matches the second line.
+    _sig(
+        "ENGINE_ARG_INVALID",
+        r"\d+ validation errors? for (?!ModelConfig\b)\w*Config\b",
+        ("validation error",),
+        "vllm",
+    ),
+    _sig(
+        "ENGINE_ARG_INVALID",
+        r"Input should be .* \[type=\w+, input_value=",
+        ("Input should be",),
+        "vllm",
     ),
 )
 

@@ -19,6 +19,7 @@ from orchestrator.manifest.sections import (
     NodeSpec,
     RaySettings,
     ServeSettings,
+    Slo,
     SshDefaults,
     Targets,
     _Frozen,
@@ -37,6 +38,7 @@ class Manifest(_Frozen):
     serve: Annotated[ServeSettings, BeforeValidator(_none_is_empty)] = Field(default_factory=ServeSettings)
     env: EnvMap = Field(default_factory=dict)
     targets: Targets | None = None
+    slo: Slo | None = None
     source_path: Path | None = Field(default=None, exclude=True)  # set by the loader only
 
     @model_validator(mode="after")
@@ -51,6 +53,11 @@ class Manifest(_Frozen):
         if problems:
             raise ValueError("; ".join(f"{format_path(path)}: {message}" for path, message in problems))
         return self
+
+    @property
+    def objective(self) -> Targets | None:
+        """The latency objective goodput and the SLO gate judge by: ``slo``, else ``targets``."""
+        return self.slo if self.slo is not None else self.targets
 
     @property
     def head(self) -> NodeSpec:

@@ -1,5 +1,5 @@
 """The sections of the cluster manifest: field checks and the strict models of ssh, nodes, ray,
-serve and targets, plus the Ray port constants the rules need. Pure."""
+serve, targets and slo, plus the Ray port constants the rules need. Pure."""
 
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     Strict,
     ValidationInfo,
+    model_validator,
 )
 
 if TYPE_CHECKING:  # NodeSpec's helpers take the whole manifest; for annotations only
@@ -278,12 +279,38 @@ class RaySettings(_Frozen):
     num_cpus: PositiveInt | None = None
 
 
+# How Serve picks the LLMServer replica of each request (docs/rollout.md, "Request routing"):
+# "default" is what Serve LLM sets under direct streaming (round robin), "prefix_affinity" Ray
+# Serve LLM's PrefixCacheAffinityRouter (requests sharing a prompt prefix go to the same replica).
+REQUEST_ROUTERS = ("default", "prefix_affinity", "session_affinity")
+
+
 class ServeSettings(_Frozen):
     http_port: Port = 8000
     api_key_env: Annotated[str, Strict(), AfterValidator(_check_env_name)] = "ORCH_API_KEY"
+    request_router: Literal["default", "prefix_affinity", "session_affinity"] = "default"
+    # Serve's autoscaling, sized from the recorded per-replica goodput (`slo:`) and bounded by
+    # the cluster's GPUs (serve/scaling.py); false: the plan's fixed replica count.
+    autoscaling: Annotated[bool, Strict()] = False
+    # Serve's max_ongoing_requests per engine replica; None: the engine's batch with headroom
+    # (orchestrator.serve.in_flight). `orch rollout --max-ongoing-requests` wins over it.
+    max_ongoing_requests: PositiveInt | None = None
 
 
 class Targets(_Frozen):
     ttft_p95_ms: Millis | None = None
     tpot_p95_ms: Millis | None = None
     max_error_rate: Annotated[float, Strict(), Field(ge=0, le=1)] = 0.01
+
+
+class Slo(Targets):
+    """The latency objective the model is served to: p95 TTFT and TPOT (at least one), the error
+    budget, and optionally the request rate the whole deployment must sustain with them met."""
+
+    target_rps: Annotated[float, Strict(), Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _needs_a_latency(self) -> Slo:
+        if self.ttft_p95_ms is None and self.tpot_p95_ms is None:
+            raise ValueError("set ttft_p95_ms or tpot_p95_ms (or both): an objective without a latency bound cannot be met or missed")
+        return self

@@ -16,6 +16,7 @@ in ``AppStatus.deployed_config`` for re-applying unchanged apps, and ``to_dict``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -79,6 +80,7 @@ class DeploymentStatus:
     message: str = ""
     target_replicas: int | None = None
     replicas: tuple[ReplicaStatus, ...] = ()
+    max_ongoing_requests: int | None = None  # Serve's cap per replica, as deployed
 
     def replica_states(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -93,6 +95,7 @@ class DeploymentStatus:
             "status_trigger": self.status_trigger,
             "message": self.message,
             "target_replicas": self.target_replicas,
+            "max_ongoing_requests": self.max_ongoing_requests,
             "replicas": [r.to_dict() for r in self.replicas],
         }
 
@@ -189,6 +192,7 @@ def parse_serve_status(payload: Any) -> ServeStatus:
                     message=str(dep.get("message") or ""),
                     target_replicas=_int(dep.get("target_num_replicas")),
                     replicas=replicas,
+                    max_ongoing_requests=_int((dep.get("deployment_config") or {}).get("max_ongoing_requests")),
                 )
             )
         apps[str(name)] = AppStatus(
@@ -214,6 +218,54 @@ def failure_messages(app: AppStatus) -> list[str]:
     for d in app.deployments:
         if d.message.strip() and d.status in ("DEPLOY_FAILED", "UNHEALTHY"):
             out.append(f"{d.name}: {d.message.strip()}")
+    return out
+
+
+# How Serve's controller words a replica that failed to start (ray/serve/_private/
+# deployment_state.py, Ray 2.60: record_replica_startup_failure while it retries, then the
+# REPLICA_STARTUP_FAILED transition once the retries are spent, alone or during a rolling update).
+STARTUP_RETRYING = "A replica failed to start with exception."
+STARTUP_GAVE_UP = "The deployment failed to start "
+_RETRIES_LEFT = re.compile(r"Retrying (\d+) more time\(s\)")
+# The failed replica's process, as Ray names it in a task error's header ("ray::ServeReplica:
+# orch-r3:LLMServer:tiny.initialize_and_get_metadata() (pid=28768, ip=192.0.2.2, actor_id=...")
+# or in an ActorDiedError ("class_name: ServeReplica:... pid: 28768 ... ip: 192.0.2.2").
+_REPLICA_PROCESS = (
+    re.compile(r"ray::ServeReplica:\S*\s+\(pid=(\d+), ip=([0-9A-Fa-f.:]+)"),
+    re.compile(r"class_name: ServeReplica:.*?\bpid: (\d+)\b.*?\bip: ([0-9A-Fa-f.:]+)", re.DOTALL),
+)
+
+
+@dataclass(frozen=True)
+class StartupFailure:
+    """A replica of ``deployment`` failed to start, as Serve's deployment message says.
+
+    ``retries_left``: the attempts Serve still makes (0 once it gave up; None when the message
+    does not say, as after a replica of this version has already run). ``error``: the replica's
+    own error (what follows "Error:"); ``pid``/``node_ip``: the failed replica's process, whose
+    worker log on that node holds the engine's lines (None when the error does not name it)."""
+
+    deployment: str
+    message: str
+    error: str
+    retries_left: int | None
+    pid: int | None = None
+    node_ip: str | None = None
+
+
+def startup_failures(app: AppStatus) -> list[StartupFailure]:
+    """The deployments of ``app`` whose message says a replica failed to start (retrying or not)."""
+    out = []
+    for d in app.deployments:
+        text = d.message.strip()
+        if not text.startswith((STARTUP_RETRYING, STARTUP_GAVE_UP)):
+            continue
+        _, sep, error = text.partition("Error:")
+        retries = _RETRIES_LEFT.search(text.split("Error:", 1)[0])
+        left = int(retries.group(1)) if retries else (0 if text.startswith(STARTUP_GAVE_UP) else None)
+        proc = next((m for m in (p.search(error) for p in _REPLICA_PROCESS) if m), None)
+        out.append(StartupFailure(d.name, text, error.strip() if sep else "", left,
+                                  int(proc.group(1)) if proc else None, proc.group(2) if proc else None))  # fmt: skip
     return out
 
 

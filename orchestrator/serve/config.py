@@ -29,7 +29,9 @@ from orchestrator.resources import read_text
 from orchestrator.serve.app_shape import DP_IMPORT_PATH, OPENAI_IMPORT_PATH, llm_config_of
 from orchestrator.serve.engine_args import check_engine_arg_key, vllm_dtype
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint
+from orchestrator.serve.in_flight import SOURCE_FLAG, InFlight, in_flight
 from orchestrator.serve.placement import placement
+from orchestrator.serve.routing import router_class
 
 TEMPLATE_NAME = "serve-app.yaml.j2"
 IMPORT_PATH = OPENAI_IMPORT_PATH
@@ -41,8 +43,6 @@ DIRECT_STREAMING_ENV = {"RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
 # Serve LLM's router under direct streaming: HAProxy asks it which LLMServer replica takes each
 # request (ray.llm core/ingress/builder.py). See ServeDefaults.router_drain_s.
 ROUTER_DEPLOYMENT = "LLMRouter"
-
-
 @dataclass(frozen=True)
 class ServingPlan:
     """What the serve config needs from the planner's ParallelPlan (adapter: from_parallel_plan)."""
@@ -63,6 +63,7 @@ class ServingPlan:
     dp: int = 1
     expert_parallel: bool = False
     engine_env: tuple[tuple[str, str], ...] = ()  # the plan's engine environment (ParallelPlan.engine_env)
+    max_num_seqs: int | None = None  # per engine: the plan's (flag or the vLLM version's default)
 
     @property
     def workers(self) -> int:
@@ -102,6 +103,7 @@ class ServingPlan:
             "dp": max(1, int(get("dp", 1) or 1)),
             "expert_parallel": bool(get("expert_parallel", False)),
             "engine_env": tuple(sorted((str(k), str(v)) for k, v in dict(get("engine_env") or {}).items())),
+            "max_num_seqs": int(get("max_num_seqs", 0) or 0) or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -124,10 +126,16 @@ class ServeDefaults:
     # before, measured; a CI run lost a request to "router_unreachable"). So it gets the surge and
     # waits this long before it exits. (LLMServer, the direct ingress, is held 30 s by Serve.)
     router_drain_s: float = 10
-    max_ongoing_requests: int | None = None  # None: from the plan's max concurrency
+    # Serve's max_ongoing_requests per replica; None: the engine's batch with headroom (in_flight).
+    max_ongoing_requests: int | None = None
+    max_ongoing_source: str = SOURCE_FLAG  # who set max_ongoing_requests (the flag or the manifest)
     cpus_per_cpu_worker: float = 1
     cpu_kv_cache_gib: float = 1  # VLLM_CPU_KVCACHE_SPACE when the plan gives none
-    autoscaling_max_replicas: int | None = None  # set: autoscale between plan.replicas and this
+    autoscaling_max_replicas: int | None = None  # set: autoscale between the minimum and this
+    autoscaling_min_replicas: int | None = None  # None: the plan's replicas (serve/scaling.py sets both)
+    autoscaling_target_ongoing: int | None = None  # per replica; None: the batch, 80% of max_ongoing_requests (in_flight)
+    # The LLMServer deployment's request router (serve/routing.py; docs/rollout.md, "Request routing").
+    request_router: str = "default"
 
 
 @dataclass(frozen=True)
@@ -229,15 +237,13 @@ def cluster_ray_address(manifest: Any) -> str | None:
     return f"{host}:{port}"
 
 
-def max_ongoing(plan: ServingPlan, defaults: ServeDefaults) -> int:
-    """Serve's max_ongoing_requests per replica. A DP group's replicas are its ranks, each one
-    engine with its own KV cache: the plan's concurrency (per group) is split over them."""
-    if defaults.max_ongoing_requests:
-        return defaults.max_ongoing_requests
-    if plan.max_concurrency:
-        # The engine's own capacity at max_model_len, with headroom for short requests.
-        return int(min(1024, max(32, math.floor(float(plan.max_concurrency) / plan.dp * 2))))
-    return 256
+def serve_in_flight(plan: ServingPlan, defaults: ServeDefaults) -> InFlight:
+    """Serve's max_ongoing_requests for the engine deployment (serve.in_flight): the engine's batch
+    with headroom unless set. A data-parallel plan is rendered as ``build_dp_openai_app``: each
+    DPServer replica is one rank, one engine, so its batch is that engine's max_num_seqs (the group
+    takes dp x that)."""
+    return in_flight(plan.max_num_seqs, dp=plan.dp, ranks_per_serve_replica=1,
+                     override=defaults.max_ongoing_requests, override_source=defaults.max_ongoing_source)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -281,14 +287,17 @@ def render_app(
     engine_extra.update(dict(extra_engine_kwargs or {}))
     for key in engine_extra:
         check_engine_arg_key(key)
+    requests = serve_in_flight(plan, defaults)
     autoscaling = None
-    if defaults.autoscaling_max_replicas and defaults.autoscaling_max_replicas > plan.replicas:
+    low = defaults.autoscaling_min_replicas or plan.replicas
+    if defaults.autoscaling_max_replicas and defaults.autoscaling_max_replicas > low:
         autoscaling = {
-            "min_replicas": plan.replicas,
-            "initial_replicas": plan.replicas,
+            "min_replicas": low,
+            "initial_replicas": low,
             "max_replicas": defaults.autoscaling_max_replicas,
-            "target_ongoing_requests": max(1, max_ongoing(plan, defaults) // 2),
+            "target_ongoing_requests": defaults.autoscaling_target_ongoing or requests.autoscaling_target,
         }
+    request_router = router_class(defaults.request_router)
     context = {
         "import_path": DP_IMPORT_PATH if plan.data_parallel else IMPORT_PATH,
         "dp": plan.dp,
@@ -309,9 +318,10 @@ def render_app(
         "bundles": bundles,
         "strategy": strategy,
         "env_vars": serving_env(manifest, plan, defaults, node_cores),
-        "num_replicas": plan.replicas,
+        "num_replicas": low,
+        "request_router_class": request_router,
         "autoscaling": autoscaling,
-        "max_ongoing_requests": max_ongoing(plan, defaults),
+        "max_ongoing_requests": requests.max_ongoing_requests,
         "health_check_period_s": defaults.health_check_period_s,
         "health_check_timeout_s": defaults.health_check_timeout_s,
         "graceful_shutdown_timeout_s": defaults.graceful_shutdown_timeout_s,

@@ -10,10 +10,12 @@ files) and ``desired_for_revision`` reads the state store.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from orchestrator.bench.goodput import Goodput
 from orchestrator.cluster.node_state import current_by_name
 from orchestrator.cluster.ray_nodes import node_resource
 from orchestrator.errors import PlanError, ServeConfigError, StateError, UsageError
@@ -27,8 +29,10 @@ from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
 from orchestrator.serve.app_shape import llm_configs
-from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, ServingPlan, render_app
+from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, ServingPlan, render_app, serve_in_flight
+from orchestrator.serve.in_flight import SOURCE_FLAG, SOURCE_MANIFEST
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
+from orchestrator.serve.scaling import autoscaling_for
 from orchestrator.state import StateStore
 
 
@@ -69,6 +73,8 @@ class RolloutRequest:
     block_size: int | None = None
     vllm_version: str | None = None  # None: the planner's default (the gpu extra's pin)
     flashinfer_sampler: bool | None = None  # None: the version's default (engine_terms.default_flashinfer_sampler)
+    request_router: str | None = None  # None: the manifest's serve.request_router
+    max_ongoing_requests: int | None = None  # Serve's cap per replica; None: the manifest's, else the engine's batch
 
 
 def _looks_like_path(model: str) -> bool:
@@ -151,10 +157,18 @@ def accelerator_type_for(manifest: Manifest, nodes: list) -> tuple[str | None, s
     return None, f"Ray reports no {key} resource on the nodes: accelerator_type left out"
 
 
-def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: ServeDefaults = ServeDefaults(), shape=None):
-    """A factory (Ray nodes -> Desired) for `orch rollout --model ...`. ``shape``: the cluster
-    shape to plan on (``workflows.plan.planning_shape``); default: the manifest's."""
+# (model, tp, pp) -> (the per-replica goodput recorded for them, a note): workflows.plan.recorded_goodput
+CapacityLookup = Callable[[Any, int, int], "tuple[Goodput | None, str | None]"]
 
+
+def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: ServeDefaults = ServeDefaults(), shape=None,
+                      capacity_for: CapacityLookup | None = None):  # fmt: skip
+    """A factory (Ray nodes -> Desired) for `orch rollout --model ...`. ``shape``: the cluster
+    shape to plan on (``workflows.plan.planning_shape``); default: the manifest's.
+    ``capacity_for``: where the recorded goodput of the planned model and layout comes from; it
+    sizes Serve's autoscaling when the manifest asks for it (``serve.scaling``)."""
+
+    defaults = replace(defaults, request_router=request.request_router or manifest.serve.request_router)
     served, source, spec_ref = model_location(manifest, request.model, request.served_name, request.model_path)
     spec = resolve_model(spec_ref)
     planned = {arg: flag for flag, arg in PLANNED_ENGINE_ARGS}
@@ -173,7 +187,8 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
         block_size=request.block_size, vllm_version=request.vllm_version or GPU_EXTRA_VLLM,
         flashinfer_sampler=request.flashinfer_sampler,
     )  # fmt: skip
-    plan = plan_model(spec, shape if shape is not None else shape_from_manifest(manifest), options)
+    shape = shape if shape is not None else shape_from_manifest(manifest)
+    plan = plan_model(spec, shape, options)
     if not plan.fits:
         raise PlanError(
             f"{spec.name} does not fit this cluster: " + "; ".join(plan.reasons[-2:]),
@@ -187,13 +202,27 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     serving_plan = ServingPlan.from_parallel_plan(
         plan, replicas=request.replicas, kv_cache_gib=plan.kv_cache_gib_per_gpu if plan.kv_cache_gib_fixed else None
     )
+    defaults = serve_defaults(manifest, request.max_ongoing_requests, defaults)
     plan_json = plan.to_json()
     plan_json.pop("stages", None)
+    plan_json["in_flight"] = serve_in_flight(serving_plan, defaults).to_json()
     plan_json["model_fingerprint"] = model_fingerprint(spec)  # the calibration record's key (orch status)
     if request.replicas:
         plan_json["replicas"] = request.replicas
         plan_json["reasons"] = [*plan_json.get("reasons", []), f"replicas set to {request.replicas} by --replicas"]
     weights_per_node = plan.weights_gib_per_gpu * min(plan.tp * plan.pp, max(1, plan.gpus_per_node))
+    if manifest.serve.autoscaling:
+        capacity, note = capacity_for(spec, plan.tp, plan.pp) if capacity_for is not None else (None, None)
+        if capacity is None:
+            plan_json["reasons"] = [*plan_json.get("reasons", []), f"autoscaling asked (serve.autoscaling) but {note or 'no goodput is recorded'}: "
+                                    f"fixed replicas"]  # fmt: skip
+        else:
+            target = manifest.slo.target_rps if manifest.slo is not None else None
+            policy = autoscaling_for(capacity, plan.tp * plan.pp, shape, target, serving_plan.replicas)
+            defaults = replace(defaults, autoscaling_min_replicas=policy.min_replicas, autoscaling_max_replicas=policy.max_replicas,
+                               autoscaling_target_ongoing=policy.target_ongoing_requests)  # fmt: skip
+            plan_json["autoscaling"] = policy.to_dict()
+            plan_json["reasons"] = [*plan_json.get("reasons", []), *(f"autoscaling: {r}" for r in policy.reasons)]
 
     def build(nodes: list, cores: int | None = None) -> Desired:
         accel, note = accelerator_type_for(manifest, nodes)
@@ -217,6 +246,17 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
                        plan={**plan_json, "notes": list(rendered.notes)}, weights_gib_per_node=weights_per_node)  # fmt: skip
 
     return build
+
+
+def serve_defaults(manifest: Manifest | None, flag: int | None, defaults: ServeDefaults = ServeDefaults()) -> ServeDefaults:
+    """``defaults`` with Serve's max_ongoing_requests from --max-ongoing-requests (``flag``), else
+    the manifest's ``serve.max_ongoing_requests``, else as given (None: the engine's batch)."""
+    if flag:
+        return replace(defaults, max_ongoing_requests=flag, max_ongoing_source=SOURCE_FLAG)
+    configured = manifest.serve.max_ongoing_requests if manifest is not None else None
+    if configured:
+        return replace(defaults, max_ongoing_requests=configured, max_ongoing_source=SOURCE_MANIFEST)
+    return defaults
 
 
 def desired_for_revision(state: StateStore, cluster: str, to: int | None):

@@ -8,7 +8,8 @@ lines in earlier V1 releases, GPU blocks in V0; "GPU", "CPU", "XPU" or "GPU + ho
 p50/p95 from the histogram delta between two scrapes (``engine_metrics.Histogram.minus``), or since the
 engines started when no earlier scrape is given. Names and their two spellings (bare vLLM,
 Ray Serve LLM with a ``ReplicaId`` label) are ``orchestrator.engine_metrics``.
-``pick_baseline`` chooses which kept scrape to diff against.
+``prefix_cache_by_replica`` reads each replica's prefix-cache queries and hits (tokens, counters
+since its engine started). ``pick_baseline`` chooses which kept scrape to diff against.
 """
 
 from __future__ import annotations
@@ -263,6 +264,35 @@ def replica_gauges(samples: Sequence[prom.Sample], replica_id: str) -> ReplicaGa
         return max(values) if values else None
 
     return ReplicaGauges(one(prom.KV_USAGE), one(prom.RUNNING), one(prom.WAITING))
+
+
+@dataclass(frozen=True)
+class PrefixCache:
+    """One engine's prefix cache since it started: prompt tokens looked up and found (vLLM's
+    ``vllm:prefix_cache_queries`` / ``_hits`` counters, in tokens)."""
+
+    queries: float
+    hits: float
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.hits / self.queries if self.queries > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"queries": self.queries, "hits": self.hits, "hit_rate": self.hit_rate}
+
+
+def prefix_cache_by_replica(samples: Sequence[prom.Sample], model: str | None, replica_ids: Iterable[str]) -> dict[str, PrefixCache]:
+    """Each replica's prefix-cache counters (Ray Serve LLM labels them ``ReplicaId``); a replica
+    whose engine exported none yet is left out."""
+    out: dict[str, PrefixCache] = {}
+    for rid in replica_ids:
+        where = {prom.REPLICA_LABEL: rid}
+        queries = prom.counter(prom.select(samples, (prom.PREFIX_CACHE_QUERIES,), model, [rid]), prom.PREFIX_CACHE_QUERIES, where)
+        hits = prom.counter(prom.select(samples, (prom.PREFIX_CACHE_HITS,), model, [rid]), prom.PREFIX_CACHE_HITS, where)
+        if queries is not None:
+            out[rid] = PrefixCache(queries, hits or 0.0)
+    return out
 
 
 def pick_baseline(kept: Sequence[tuple[float, Any]], now: float, window_s: float, min_gap_s: float = 5.0) -> tuple[float, Any] | None:

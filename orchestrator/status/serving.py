@@ -20,6 +20,7 @@ application not running, or failed probe becomes a ``Problem`` whose hint ends w
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from orchestrator import engine_metrics as prom
@@ -27,10 +28,12 @@ from orchestrator.runbooks import runbook
 from orchestrator.serve.app_shape import is_engine_deployment, llm_configs, model_of_deployment
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.status.engine_stats import (
+    LiveMetrics,
     kv_capacity_from_metrics,
     live_metrics,
     parse_dp_rank,
     parse_kv_capacity,
+    prefix_cache_by_replica,
     replica_gauges,
 )
 from orchestrator.status.views import (
@@ -41,6 +44,7 @@ from orchestrator.status.views import (
     ReplicaView,
     RevisionView,
     ServingStatus,
+    SloView,
     WorkerView,
 )
 
@@ -94,6 +98,19 @@ def revision_app(revision: Any) -> tuple[str | None, list[str], dict[str, int]]:
     if name is None and revision is not None and getattr(revision, "number", None) is not None:
         name = f"orch-r{revision.number}"
     return name, models, lens
+
+
+def revision_batches(revision: Any) -> dict[str, int]:
+    """max_num_seqs per model id, from the revision's stored config (absent: vLLM's default)."""
+    config = getattr(revision, "config", None) or {}
+    out: dict[str, int] = {}
+    for llm in llm_configs(config) if isinstance(config, Mapping) else []:
+        if isinstance(llm, Mapping):
+            mid = (llm.get("model_loading_config") or {}).get("model_id")
+            seqs = (llm.get("engine_kwargs") or {}).get("max_num_seqs")
+            if mid and isinstance(seqs, int):
+                out[str(mid)] = seqs
+    return out
 
 
 def pick_app(serve: Any, wanted: str | None) -> Any:
@@ -192,7 +209,8 @@ def _deployment_view(
     if d.status in ("UNHEALTHY", "DEPLOY_FAILED"):
         problems.append(_problem("fail", REPLICA_UNHEALTHY, d.name, f"deployment {d.name} is {d.status}{_with(d.message)}",
                                  "`orch doctor` names the cause from the replica's logs"))  # fmt: skip
-    return DeploymentView(d.name, d.status, d.message, d.target_replicas, tuple(replicas)), problems
+    deployment = DeploymentView(d.name, d.status, d.message, d.target_replicas, tuple(replicas), getattr(d, "max_ongoing_requests", None))
+    return deployment, problems
 
 
 def _gang_problems(view: DeploymentView) -> list[Problem]:
@@ -262,19 +280,22 @@ def build_serving_status(
     pending: Sequence[tuple[int, str | None]] = (),
     rollout_holder: str | None = None,
     engine_workers: Mapping[str, Sequence[Any]] | None = None,
+    objective: Any | None = None,
 ) -> ServingStatus:
     """Join the inputs (see the module doc). ``serve``: a ``serve.client.ServeStatus`` (None when
     the dashboard could not be read; ``serve_error`` = (message, hint) then). ``engine_logs``:
     replica id -> the engine lines read from its worker log; ``log_errors``: replica id -> why not.
     ``pending``: (number, step reached) of revisions recorded as pending; ``rollout_holder``: who
     holds the cluster's lock (a rollout in flight), None when nobody does.
-    ``engine_workers``: replica id -> its engine's Ray worker actors (``status.workers``)."""
+    ``engine_workers``: replica id -> its engine's Ray worker actors (``status.workers``).
+    ``objective``: the manifest's latency objective (``Manifest.objective``), for ``SloView``."""
     engine_logs = engine_logs or {}
     log_errors = log_errors or {}
     problems: list[Problem] = _node_problems(nodes)
     notes: list[str] = []
     problems.extend(_interrupted_problems(pending, rollout_holder, revision, notes))
     app_name, model_ids, max_lens = revision_app(revision) if revision is not None else (None, [], {})
+    batches = revision_batches(revision) if revision is not None else {}
     rev_view = (
         RevisionView(revision.number, revision.model, revision.status, revision.config_fingerprint,
                      getattr(revision, "created_at", None), getattr(revision, "finished_at", None))  # fmt: skip
@@ -303,6 +324,7 @@ def build_serving_status(
     if not model_ids:
         model_ids = [m for m in (model_of_deployment(d.name) for d in deployments) if m]
     models = []
+    caches: dict[str, Any] = {}
     for mid in model_ids:
         engine_replicas = _engine_replicas(deployments, mid, single=len(model_ids) == 1)
         capacity = next((r.capacity for r in engine_replicas if r.capacity is not None and r.state == "RUNNING"), None)
@@ -322,7 +344,13 @@ def build_serving_status(
         distinct = {r.capacity.tokens for r in engine_replicas if r.capacity is not None}
         if len(distinct) > 1:
             notes.append(f"{mid}: replicas logged different KV-cache sizes: {sorted(t for t in distinct if t is not None)}")
-        models.append(ModelView(mid, max_lens.get(mid), capacity, live))
+        if metrics_now is not None:
+            caches.update(prefix_cache_by_replica(metrics_now, mid, [r.replica_id for r in engine_replicas]))
+        cap = next((d.max_ongoing_requests for d in deployments if model_of_deployment(d.name) == mid), None)
+        models.append(ModelView(mid, max_lens.get(mid), capacity, live, slo=slo_view(live, objective),
+                                max_num_seqs=batches.get(mid), max_ongoing_requests=cap))
+    if caches:
+        deployments = [replace(d, replicas=tuple(replace(r, prefix_cache=caches.get(r.replica_id)) for r in d.replicas)) for d in deployments]
     if metrics_error:
         notes.append(f"engine metrics unavailable: {metrics_error}")
     elif metrics_now is not None and models and all(m.live is None for m in models):
@@ -344,6 +372,21 @@ def build_serving_status(
         other_apps=others,
         notes=tuple(notes),
     )
+
+
+def slo_view(live: LiveMetrics | None, objective: Any | None) -> SloView | None:
+    """The live p95s (ms) against the objective; None without an objective."""
+    if objective is None:
+        return None
+    ttft = live.ttft.p95 * 1000.0 if live is not None and live.ttft is not None and live.ttft.count and live.ttft.p95 is not None else None
+    tpot = live.tpot.p95 * 1000.0 if live is not None and live.tpot is not None and live.tpot.count and live.tpot.p95 is not None else None
+    misses = []
+    if objective.ttft_p95_ms is not None and ttft is not None and ttft > objective.ttft_p95_ms:
+        misses.append(f"TTFT p95 {ttft:.0f} ms > {objective.ttft_p95_ms:g} ms")
+    if objective.tpot_p95_ms is not None and tpot is not None and tpot > objective.tpot_p95_ms:
+        misses.append(f"TPOT p95 {tpot:.1f} ms > {objective.tpot_p95_ms:g} ms")
+    judged = (objective.ttft_p95_ms is not None and ttft is not None) or (objective.tpot_p95_ms is not None and tpot is not None)
+    return SloView(objective.ttft_p95_ms, objective.tpot_p95_ms, ttft, tpot, (not misses) if judged else None, tuple(misses))
 
 
 def _interrupted_problems(pending: Sequence[tuple[int, str | None]], holder: str | None, revision: Any | None,

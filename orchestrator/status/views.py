@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.serve.readiness import ProbeResult
-from orchestrator.status.engine_stats import DpRank, KvCapacity, LiveMetrics, ReplicaGauges
+from orchestrator.status.engine_stats import DpRank, KvCapacity, LiveMetrics, PrefixCache, ReplicaGauges
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class ReplicaView:
     workers: tuple[WorkerView, ...] = ()  # the engine's Ray worker actors (GPU layout), rank order
     dp: DpRank | None = None  # a DPServer replica: its data-parallel rank (from its log)
     gauges: ReplicaGauges | None = None  # its engine's KV-cache usage and queues now (metrics)
+    prefix_cache: PrefixCache | None = None  # its engine's prefix-cache counters since it started
 
     def to_dict(self) -> dict[str, Any]:
         g = self.gauges
@@ -61,6 +62,7 @@ class ReplicaView:
             "running": g.running if g else None,
             "waiting": g.waiting if g else None,
             "workers": [w.to_dict() for w in self.workers],
+            "prefix_cache": self.prefix_cache.to_dict() if self.prefix_cache else None,
             "replica_id": self.replica_id,
             "deployment": self.deployment,
             "state": self.state,
@@ -79,6 +81,7 @@ class DeploymentView:
     message: str
     target_replicas: int | None
     replicas: tuple[ReplicaView, ...]
+    max_ongoing_requests: int | None = None  # Serve's cap per replica, as deployed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +89,7 @@ class DeploymentView:
             "status": self.status,
             "message": self.message,
             "target_replicas": self.target_replicas,
+            "max_ongoing_requests": self.max_ongoing_requests,
             "replicas": [r.to_dict() for r in self.replicas],
         }
 
@@ -95,14 +99,35 @@ class ModelView:
     max_model_len: int | None  # as configured in the revision
     capacity: KvCapacity | None
     live: LiveMetrics | None
+    slo: SloView | None = None  # the live p95s against the manifest's objective
+    max_num_seqs: int | None = None  # the engine's batch, as configured in the revision
+    max_ongoing_requests: int | None = None  # Serve's cap per engine replica, as deployed
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model_id": self.model_id,
             "max_model_len": self.max_model_len,
+            "max_num_seqs": self.max_num_seqs,
+            "max_ongoing_requests": self.max_ongoing_requests,
             "kv_cache": self.capacity.to_dict() if self.capacity else None,
             "live": self.live.to_dict() if self.live else None,
+            "slo": self.slo.to_dict() if self.slo else None,
         }
+
+@dataclass(frozen=True)
+class SloView:
+    """The engines' live TTFT/TPOT p95 (vLLM's histograms over the status window) against the
+    objective's bounds; ``met`` None when there is no figure to judge (no request finished)."""
+
+    ttft_p95_ms: float | None  # the bound
+    tpot_p95_ms: float | None
+    live_ttft_p95_ms: float | None
+    live_tpot_p95_ms: float | None
+    met: bool | None
+    misses: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "misses": list(self.misses)}
 
 @dataclass(frozen=True)
 class RevisionView:

@@ -16,6 +16,7 @@ from typing import Any
 
 from orchestrator.doctor.diagnose import node_temp_dirs
 from orchestrator.doctor.logscan import NodeScan, ScanLimits, ScanParseError, parse_scan, scan_argv
+from orchestrator.doctor.matching import LogLine
 from orchestrator.errors import RemoteError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
@@ -86,16 +87,25 @@ def worker_targets(workers: Sequence[Any], node_of: Mapping[str | None, str | No
 
 
 def read_logs(manifest: Manifest, runners: Mapping[str, Runner], targets: Sequence[LogTarget]) -> list[tuple[list[str] | None, str | None]]:
-    """(lines, error) of each target, in the order given: one scan per node, whatever the number
-    of targets on it (a TP=8 PP=2 replica has 17 logs on 2 nodes). Each target is one of the
-    scan's ``groups``; a file belongs to the first group it matched, as the scan reports."""
-    out: list[tuple[list[str] | None, str | None]] = [(None, None)] * len(targets)
+    """(lines, error) of each target, in the order given: the engine's start-up lines
+    (``KV_KEYWORDS``) of ``read_log_lines``."""
+    return [(None if lines is None else [ln.text for ln in lines], err) for lines, err in read_log_lines(manifest, runners, targets)]
+
+
+def read_log_lines(manifest: Manifest, runners: Mapping[str, Runner], targets: Sequence[LogTarget],
+                   keywords: Sequence[str] = KV_KEYWORDS,
+                   limits: ScanLimits = KV_SCAN_LIMITS) -> list[tuple[list[LogLine] | None, str | None]]:  # fmt: skip
+    """(lines holding one of ``keywords``, error) of each target, in the order given: one scan per
+    node, whatever the number of targets on it (a TP=8 PP=2 replica has 17 logs on 2 nodes). Each
+    target is one of the scan's ``groups``; a file belongs to the first group it matched, as the
+    scan reports. ``limits`` bound what one target's scan would read."""
+    out: list[tuple[list[LogLine] | None, str | None]] = [(None, None)] * len(targets)
     by_node: dict[str, list[int]] = {}
     for i, target in enumerate(targets):
         by_node.setdefault(target.node, []).append(i)
     for node_name, indexes in by_node.items():
         patterns = [targets[i].patterns for i in indexes]
-        scan = _scan_node(manifest, runners, node_name, patterns)
+        scan = _scan_node(manifest, runners, node_name, patterns, keywords, limits)
         if isinstance(scan, str):
             for i in indexes:
                 out[i] = (None, scan)
@@ -106,19 +116,20 @@ def read_logs(manifest: Manifest, runners: Mapping[str, Runner], targets: Sequen
                 out[i] = (None, f"{node_name}: no worker log {patterns[k][0]} in {scan.session_dir}/logs")
                 continue
             mine = sorted((ln for ln in scan.lines if group_of.get(ln.file) == k), key=lambda ln: (ln.file, ln.line_no or 0))
-            out[i] = ([ln.text for ln in mine], None)
+            out[i] = (mine, None)
     return out
 
 
-def _scan_node(manifest: Manifest, runners: Mapping[str, Runner], node_name: str, patterns: list[tuple[str, str]]) -> NodeScan | str:
+def _scan_node(manifest: Manifest, runners: Mapping[str, Runner], node_name: str, patterns: list[tuple[str, str]],
+               keywords: Sequence[str], limits: ScanLimits) -> NodeScan | str:  # fmt: skip
     """The scan of the node's session logs for these groups of patterns, or why it failed."""
     runner = runners.get(node_name)
     if runner is None:
         return f"no runner for {node_name}"
     node = manifest.node(node_name)
     # As many files per process as one scan of it alone would read, in the order of the targets.
-    limits = replace(KV_SCAN_LIMITS, max_files=KV_SCAN_LIMITS.max_files * len(patterns))
-    argv = scan_argv(node.python_bin(manifest), node_temp_dirs(manifest, node), KV_KEYWORDS, limits=limits, groups=tuple(patterns))
+    limits = replace(limits, max_files=limits.max_files * len(patterns))
+    argv = scan_argv(node.python_bin(manifest), node_temp_dirs(manifest, node), list(keywords), limits=limits, groups=tuple(patterns))
     try:
         result = runner.run(argv, timeout=60).check(node_name)
         scan = parse_scan(node_name, result.stdout)

@@ -1,14 +1,16 @@
 """The I/O edge of planning: which shape and vLLM version to plan for (from the state `orch up`
-recorded when the manifest is the one up) and the reserve a rollout measured (calibration).
-Reads orch's state; the planning itself is ``orchestrator.plan``."""
+recorded when the manifest is the one up), the reserve a rollout measured (calibration) and the
+per-replica goodput a load run recorded (replicas for a target rate, autoscaling). Reads orch's
+state; the planning itself is ``orchestrator.plan`` (and ``serve.scaling``)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
+from orchestrator.bench.goodput import Goodput
 from orchestrator.manifest.model import Manifest
-from orchestrator.plan.calibration import calibration_key, why_not_reusable
+from orchestrator.plan.calibration import calibration_key, model_fingerprint, why_not_reusable
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import ModelSpec
 from orchestrator.plan.engine_terms import (
@@ -22,6 +24,7 @@ from orchestrator.plan.planner import ParallelPlan, plan_model
 from orchestrator.plan.shape import ClusterShape, recorded_facts, shape_from_facts, shape_from_manifest
 from orchestrator.state import StateStore
 from orchestrator.workflows.calibration import load_calibrations
+from orchestrator.workflows.load_record import goodput_of, recorded_load
 
 
 def planning_shape(manifest: Manifest, state: StateStore) -> ClusterShape:
@@ -93,3 +96,28 @@ def calibrated(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, resul
                        expert_parallel=result.expert_parallel)  # fmt: skip
     note = f"calibrated: revision {record.get('revision', '?')} of this configuration measured {record['measured_reserve_gib']:.2f} GiB of reserve per GPU"
     return plan_model(spec, replace(shape, notes=(*shape.notes, note)), measured)
+
+
+def recorded_goodput(manifest: Manifest, state: StateStore, spec: ModelSpec, tp: int, pp: int) -> tuple[Goodput | None, str | None]:
+    """(the per-replica goodput recorded for this model and layout, a note saying where it comes
+    from or why none is used). Read from the serving revision's load record (`orch bench`,
+    `orch accept`, the SLO gate), judged by the manifest's objective as it is now; used only when
+    that revision runs the same model (fingerprint) at the same TP and PP."""
+    objective = manifest.objective
+    if objective is None:
+        return None, "no goodput: the manifest sets no slo: to judge measured levels by"
+    current = state.current_revision(manifest.name)
+    if current is None:
+        return None, "no goodput: no revision serves on this cluster yet"
+    entry = recorded_load(state, manifest.name, current.number)
+    if entry is None:
+        return None, f"no goodput: revision {current.number} has no recorded load (`orch bench CLUSTER_YAML` records one)"
+    plan = current.plan or {}
+    same = (plan.get("model_fingerprint") == model_fingerprint(spec), int(plan.get("tp") or 0) == tp, int(plan.get("pp") or 0) == pp)
+    if not all(same):
+        return None, (f"no goodput: revision {current.number}'s recorded load is for another model or layout "
+                      f"(TP={plan.get('tp')} PP={plan.get('pp')}), not this plan's TP={tp} PP={pp}")  # fmt: skip
+    found = goodput_of(entry, objective)
+    if found is None:
+        return None, f"no goodput: revision {current.number} met the objective at none of its recorded levels"
+    return found, f"goodput recorded on revision {current.number} ({entry.get('source')}): {found.describe()}"

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator import cluster_lock
+from orchestrator.bench.goodput import LoadLevel
 from orchestrator.errors import OrchError, RolloutFailed, RolloutInterrupted, StateError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
@@ -42,8 +43,10 @@ from orchestrator.serve.client import ServeStatus
 from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp
 from orchestrator.serve.desired import Desired
 from orchestrator.serve.secrets import fill_secrets, for_display, unfilled
+from orchestrator.serve.slo_gate import GatePlan, judge_gate, plan_gate
 from orchestrator.state import Revision, StateStore
 from orchestrator.workflows.calibration import calibrate_rollout
+from orchestrator.workflows.load_record import configured_replicas, levels_of, record_load, recorded_load, shape_of
 from orchestrator.workflows.rollout_repair import repair_interrupted
 from orchestrator.workflows.rollout_steps import (
     ClusterApis,
@@ -61,6 +64,7 @@ from orchestrator.workflows.rollout_steps import (
     serving_now,
     wait_for_app,
 )
+from orchestrator.workflows.start_failures import StartWatch
 
 __all__ = ["ClusterApis", "RolloutOptions", "RolloutResult", "ServingDeps", "execute"]
 
@@ -85,6 +89,7 @@ class RolloutResult:
     repaired: list[str] = field(default_factory=list)  # what an interrupted rollout left, and what was done
     calibration: dict | None = None  # what the engines logged against the plan (workflows.calibration)
     calibration_note: str | None = None  # recorded, or why not
+    slo_gate: dict | None = None  # --slo-gate: the load the candidate got, what it measured, the verdict
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +107,7 @@ class RolloutResult:
             "repaired": self.repaired,
             "calibration": self.calibration,
             "calibration_note": self.calibration_note,
+            "slo_gate": self.slo_gate,
             "plan": self.plan,
             "config": for_display(self.config),
         }
@@ -121,6 +127,7 @@ class Attempt:
     status: ServeStatus  # Serve as the decision saw it
     restore: RestorePlan  # how to put back what serves now
     options: RolloutOptions
+    gate: GatePlan | None = None  # --slo-gate: the load the candidate must carry with the objective met
 
 
 @dataclass(frozen=True)
@@ -221,6 +228,9 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
             return result
         if decision.kind == decisions.REFUSE:
             raise UsageError(decision.reason, hint="rerun with --allow-downtime to replace it in place, or free capacity")
+        gate = _gate(manifest, deps, decision, serving, desired, options)
+        if gate is not None:
+            result.slo_gate = {"plan": gate.to_dict()}
         if options.dry_run:
             result.action = "dry_run:" + decision.kind
             return result
@@ -231,7 +241,7 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
                 f"refusing to replace revision {serving.revision} in place: if the new revision failed, orch could not put it back ({plan.why_not})",
                 hint="export the named variables (or set them in the manifest's env) and rerun",
             )
-        attempt = Attempt(manifest, desired, api_key, fingerprint, decision, current, serving, status, plan, options)
+        attempt = Attempt(manifest, desired, api_key, fingerprint, decision, current, serving, status, plan, options, gate)
         return _carry_out(attempt, Link(runners, apis, nodes), deps, result)
 
 
@@ -266,12 +276,16 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         put(apis.serve, [*keep, app.with_api_key(api_key)], manifest)
         step(f"applied {app.name} on {app.app['route_prefix']} ({attempt.decision.kind})")
         reach(f"wait for {app.name} to run")
-        wait_for_app(apis.serve, app.name, options.timeout_s, deps, options.poll_s)
+        wait_for_app(apis.serve, app.name, options.timeout_s, deps, options.poll_s,
+                     watch=StartWatch(manifest, link.runners, link.nodes, deps.progress))  # fmt: skip
         reach(f"readiness probe of {app.name}")
         probe = check_ready(apis, app.app["route_prefix"], desired.served_name, api_key, deps, options)
         result.cold_load_s = round(deps.clock() - t_apply, 2)
         result.first_token_s = probe.first_token_s
         step(f"{app.name} answered a completion ({probe.output_tokens} tokens) {result.cold_load_s:.1f} s after the apply")
+        if attempt.gate is not None:
+            reach(f"SLO gate of {app.name}")
+            _run_gate(attempt.gate, app, attempt, apis, deps, trail)
         if side and old_live:
             # The switch: the live application takes the new config and Serve rolls it with a
             # surge (max_surge_percent): the new replica starts beside the old one, which serves
@@ -287,7 +301,8 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             step(f"{old_live} on {PUBLIC_ROUTE} takes revision {number}'s config: its new replica starts beside the old one, "
                  f"which serves until the new one is healthy; candidate {app.name} removed")  # fmt: skip
             reach(f"wait for {old_live} to take revision {number}'s config")
-            wait_for_app(apis.serve, old_live, options.timeout_s, deps, options.poll_s, since=since)
+            wait_for_app(apis.serve, old_live, options.timeout_s, deps, options.poll_s, since=since,
+                         watch=StartWatch(manifest, link.runners, link.nodes, deps.progress))  # fmt: skip
             reach(f"readiness probe of {old_live} on {PUBLIC_ROUTE}")
             check_ready(apis, PUBLIC_ROUTE, desired.served_name, api_key, deps, options)
             step(f"{old_live} serves revision {number}; the old replica is gone")
@@ -302,6 +317,52 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
     state.save_revision_meta(name, number, meta)
     result.config = served_as.app
     return result
+
+
+def candidate_replicas(app: Mapping[str, Any]) -> int:
+    """The replicas a rendered application starts with (fixed, or its autoscaling minimum)."""
+    fixed = configured_replicas(app)
+    if fixed is not None:
+        return fixed
+    llm = ((app.get("args") or {}).get("llm_configs") or [{}])[0]
+    return int(((llm.get("deployment_config") or {}).get("autoscaling_config") or {}).get("min_replicas") or 1)
+
+
+def _gate(manifest: Manifest, deps: ServingDeps, decision: decisions.Decision, serving: decisions.Serving, desired: Desired,
+          options: RolloutOptions) -> GatePlan | None:  # fmt: skip
+    """--slo-gate: the load the candidate must carry (refused up front when there is none)."""
+    if not options.slo_gate or decision.kind == decisions.NOOP:
+        return None
+    if decision.kind != decisions.SIDE_BY_SIDE:
+        raise UsageError(
+            f"--slo-gate measures a candidate beside the live revision before the switch; this rollout is {decision.kind} ({decision.reason})",
+            hint="free room for a second copy, or roll out without --slo-gate",
+        )
+    entry = recorded_load(deps.state, manifest.name, serving.revision) if serving.revision is not None else None
+    return plan_gate(entry, manifest.objective, serving.revision, candidate_replicas(desired.rendered.app))
+
+
+def _run_gate(gate: GatePlan, app: RenderedApp, attempt: Attempt, apis: ClusterApis, deps: ServingDeps, trail: Trail) -> None:
+    """Send the gate's load to the candidate's route and judge it; the measurement is the
+    candidate revision's load record. A miss is a Failure: the live revision keeps serving."""
+    trail.step(f"SLO gate: {app.name} gets {gate.describe()}")
+    bench = apis.endpoint.load(app.app["route_prefix"], attempt.desired.served_name, attempt.api_key, gate)
+    levels = levels_of(bench)
+    measured = levels[0] if levels else LoadLevel(f"concurrency={gate.concurrency}", gate.concurrency, None, 0, 0, 1.0, 0.0, None, None, None)
+    why = judge_gate(gate, measured)
+    figures = (f"TTFT p95 {measured.ttft_p95_ms or 0:.0f} ms, TPOT p95 {measured.tpot_p95_ms or 0:.1f} ms, "
+               f"{measured.succeeded}/{measured.requests} ok, {measured.req_per_s:.2f} req/s")  # fmt: skip
+    trail.result.slo_gate = {"plan": gate.to_dict(), "measured": measured.to_dict(), "passed": not why, "misses": why}
+    trail.meta["slo_gate"] = trail.result.slo_gate
+    # The candidate's measurement becomes its revision's record (the level the next gate holds to).
+    record = deps.state.get_revision(attempt.manifest.name, trail.number)
+    if record is not None and levels:
+        entry = record_load(deps.state, record, levels, shape_of(bench), gate.candidate_replicas, attempt.manifest.objective,
+                            "slo gate", deps.wall_clock())  # fmt: skip
+        trail.meta["load"] = entry
+    if why:
+        raise Failure(f"SLO gate: {app.name} misses the objective at {gate.describe()}", f"{figures}: {'; '.join(why)}")
+    trail.step(f"SLO gate passed: {figures}")
 
 
 def _calibrate(attempt: Attempt, link: Link, deps: ServingDeps, trail: Trail) -> None:
@@ -367,4 +428,6 @@ def _fail(attempt: Attempt, link: Link, deps: ServingDeps, trail: Trail, exc: Ba
         raise RolloutInterrupted(f"revision {number} interrupted; {back}", hint=RUNBOOK, rolled_back=restored) from None
     if not isinstance(exc, Exception):
         raise exc
-    raise RolloutFailed(f"revision {number} failed: {error}; {back}", hint=RUNBOOK, rolled_back=restored) from (None if isinstance(exc, Failure) else exc)
+    # A known cause (a replica that failed to start in a way no retry fixes) names its own runbook.
+    hint = exc.hint if isinstance(exc, Failure) and exc.hint else RUNBOOK
+    raise RolloutFailed(f"revision {number} failed: {error}; {back}", hint=hint, rolled_back=restored) from (None if isinstance(exc, Failure) else exc)

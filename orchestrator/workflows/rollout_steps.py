@@ -6,7 +6,8 @@ only through ``ServingDeps`` (state store, runners, Serve REST API, public endpo
   repeat is harmless).
 - ``wait_for_app``: Serve's application, deployment and replica states until RUNNING; a status
   call that gets no answer or a 5xx (dashboard busy, SSH tunnel re-dialling) is retried until
-  the deadline, not taken for a failed rollout.
+  the deadline, not taken for a failed rollout; a replica that failed to start in a way no retry
+  fixes (``start_failures``) fails it at once, without waiting for Serve's retries.
 - ``check_ready``: a real completion through a route with the API key, and 401 without it.
 - ``serving_now``: what the state says serves, and how Serve sees its application (the
   application's name comes from the database; when it is not known the rollout refuses).
@@ -34,6 +35,7 @@ from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.serve.secrets import fill_secrets, placeholder_paths, unfilled
 from orchestrator.state import Revision, StateStore
+from orchestrator.workflows.start_failures import Stop, stop_text
 
 Progress = Callable[[str], None]
 
@@ -48,6 +50,9 @@ class Endpoint(Protocol):
 
     def probe(self, route_prefix: str, model: str, api_key: str | None) -> ProbeResult: ...
     def unauthenticated_status(self, route_prefix: str, model: str) -> int | None: ...
+    def load(self, route_prefix: str, model: str, api_key: str, gate: Any) -> dict:
+        """The SLO gate's load (``serve.slo_gate.GatePlan``) through a route: a bench results dict."""
+        ...
 
 
 @dataclass
@@ -84,15 +89,18 @@ class RolloutOptions:
     poll_s: float = 2.0
     check_model_path: bool = True
     command: str = "rollout"  # what the cluster lock says holds it
+    slo_gate: bool = False  # the candidate must meet the manifest's slo at the live revision's recorded level
 
 
 class Failure(Exception):
-    """A step of the rollout failed: ``what`` happened, ``detail`` is the replica's own error."""
+    """A step of the rollout failed: ``what`` happened, ``detail`` is the replica's own error,
+    ``hint`` what to do about it when the cause is known (it ends with the cause's runbook)."""
 
-    def __init__(self, what: str, detail: str | None = None) -> None:
+    def __init__(self, what: str, detail: str | None = None, hint: str | None = None) -> None:
         super().__init__(what)
         self.what = what
         self.detail = detail
+        self.hint = hint
 
 
 def transient(exc: BaseException) -> bool:
@@ -138,9 +146,12 @@ def _settled(app: AppStatus, since: float | None) -> bool:
     return all(r.state == "RUNNING" for d in app.deployments for r in d.replicas)
 
 
-def wait_for_app(serve: ServeApi, name: str, timeout_s: float, deps: ServingDeps, poll_s: float, since: float | None = None) -> AppStatus:
+def wait_for_app(serve: ServeApi, name: str, timeout_s: float, deps: ServingDeps, poll_s: float, since: float | None = None,
+                 watch: Callable[[AppStatus], Stop | None] | None = None) -> AppStatus:  # fmt: skip
     """Poll Serve until ``name`` is RUNNING (and, with ``since``, has taken a newer config); the
-    live view goes to ``deps.progress``. Transient status errors are retried until the deadline."""
+    live view goes to ``deps.progress``. Transient status errors are retried until the deadline.
+    ``watch`` (``start_failures.StartWatch``) sees the application on each poll until it has
+    settled: a replica that failed to start in a way no retry fixes ends the wait at once."""
     shown: list[str] = []
 
     def attempt() -> tuple[AppStatus | None, str | None]:
@@ -162,9 +173,17 @@ def wait_for_app(serve: ServeApi, name: str, timeout_s: float, deps: ServingDeps
         if not shown or shown[-1] != line:
             shown.append(line)
             deps.progress(line)
-        if app.failed and not _settled(app, since):
+        if _settled(app, since):
+            return True
+        stop = watch(app) if watch is not None else None
+        if app.failed:
+            if stop is not None:  # Serve gave up before a poll saw it retrying: still name the cause
+                what, detail, hint = stop_text(name, stop)
+                raise Failure(f"application {name} is {app.status}: {what}", detail, hint)
             raise Failure(f"application {name} is {app.status}", _app_error(app))
-        return _settled(app, since)
+        if stop is not None:
+            raise Failure(*stop_text(name, stop))
+        return False
 
     polled = poll_until(attempt, done, deadline=deps.clock() + timeout_s, clock=deps.clock, sleep=deps.sleep, interval=poll_s)
     app, unanswered = polled.value

@@ -241,6 +241,7 @@ def gather_serving(
         metrics_now=metrics_now, metrics_before=metrics_before, window_s=window, nodes=nodes,
         endpoint=endpoint, serve_error=serve_error, metrics_error=metrics_error,
         pending=pending_revs, rollout_holder=holder.describe() if holder else None, engine_workers=workers,
+        objective=manifest.objective,
     )  # fmt: skip
     report = build(probe=None)
     if options.probe and serve is not None and app is not None:

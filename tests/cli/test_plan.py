@@ -264,3 +264,52 @@ def test_dp_on_a_dense_model_is_a_usage_error_with_a_hint(capsys):
     err = capsys.readouterr().err
     assert "error: llama3-8b is a dense model: data parallelism is for MoE models" in err
     assert "hint: leave out --dp" in err and "Traceback" not in err
+
+
+def test_a_target_rate_is_sized_with_the_goodput_recorded_on_the_cluster(capsys, tmp_path):
+    from orchestrator.bench.goodput import LoadLevel
+    from orchestrator.plan.calibration import model_fingerprint
+    from orchestrator.plan.catalog import resolve_model
+    from orchestrator.state import StateStore
+    from orchestrator.workflows.load_record import record_load
+
+    assert main(["plan", "--model", "llama3-8b", "--target-rps", "10"]) == 2
+    assert "--target-rps needs --cluster" in capsys.readouterr().err
+    manifest = tmp_path / "c.yaml"
+    manifest.write_text("name: c\nnodes:\n  - {name: a, host: 10.0.0.1, role: head, gpus: 8, gpu_type: H100-80GB}\n"
+                        "  - {name: b, host: 10.0.0.2, gpus: 8, gpu_type: H100-80GB}\nslo: {ttft_p95_ms: 500}\n")  # fmt: skip
+    state_dir = tmp_path / "state"
+    args = ["--state-dir", str(state_dir), "plan", "--model", "llama3-8b", "--cluster", str(manifest), "--json"]
+    assert main([*args, "--target-rps", "40"]) == 0
+    assert "no goodput: no revision serves" in json.loads(capsys.readouterr().out)["target"]["summary"]
+    state = StateStore(state_dir)
+    rev = state.add_revision("c", "llama3-8b", plan={"model_fingerprint": model_fingerprint(resolve_model("llama3-8b")), "tp": 1, "pp": 1})
+    state.update_revision("c", rev.number, "ready")
+    # 2 replicas carried 6 req/s at 8 in flight within TTFT p95 500 ms; 16 in flight missed (900 ms).
+    levels = [LoadLevel("concurrency=8", 8, None, 32, 32, 0.0, 6.0, 300.0, 9.0, 1300.0),
+              LoadLevel("concurrency=16", 16, None, 32, 32, 0.0, 9.0, 900.0, 12.0, 1800.0)]  # fmt: skip
+    record_load(state, state.current_revision("c"), levels, {"prompt_tokens": 128, "output_tokens": 64}, 2, None, "orch bench", 1.0)
+    # 40 req/s at 3 req/s per replica: ceil(13.3) = 14 replicas of TP 1 = 14 GPUs; 2 x 8 H100 hold 16.
+    assert main([*args, "--target-rps", "40"]) == 0
+    target = json.loads(capsys.readouterr().out)["target"]
+    assert (target["replicas"], target["gpus_needed"], target["gpus_total"], target["max_replicas"], target["fits"]) == (14, 14, 16, 16, True)
+    # 50 req/s: ceil(16.7) = 17 replicas; the plan is printed, then exit 2.
+    assert main([*args, "--target-rps", "50"]) == 2
+    out = capsys.readouterr()
+    assert json.loads(out.out)["target"]["replicas"] == 17 and "the target needs 17 replica(s) and the cluster holds 16" in out.err
+
+
+def test_plan_shows_what_one_replica_takes_at_once(capsys, tmp_path):
+    # 1024 sequences: vLLM's default on an H100-80GB (engine/arg_utils.py get_batch_defaults); Serve
+    # gets 1.25x that per replica, not twice the concurrency at full context (32 before).
+    data = run_json(capsys, "--model", "llama3-405b", "--cluster", str(M405))
+    assert data["in_flight"]["max_ongoing_requests"] == 1280 >= data["max_num_seqs"] == 1024
+    assert data["in_flight"]["source"] == "engine"
+    assert main(["plan", "--model", "llama3-405b", "--cluster", str(M405)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "max_ongoing_requests │ 1280 per Serve replica (max_num_seqs 1024 x 1.25" in text
+    # The manifest's serve.max_ongoing_requests is what orch would deploy, and the plan says so.
+    configured = tmp_path / "c.yaml"
+    configured.write_text(M405.read_text().replace("serve:\n", "serve:\n  max_ongoing_requests: 300\n", 1))
+    data = run_json(capsys, "--model", "llama3-405b", "--cluster", str(configured))
+    assert (data["in_flight"]["max_ongoing_requests"], data["in_flight"]["source"]) == (300, "serve.max_ongoing_requests")

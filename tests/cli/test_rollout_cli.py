@@ -125,3 +125,17 @@ def test_dp_dry_run_renders_the_dp_builder_with_the_forced_layout(capsys):
     assert app["args"]["llm_config"]["placement_group_config"] == {"strategy": "PACK", "bundles": [{"GPU": 1}] * 4}
     rc = main(["rollout", "--model", "deepseek-v3", "--model-path", "/m", "--dp", "4", str(M405), "--dry-run", "--engine-arg", "data_parallel_rank=1"])
     assert rc == 2 and "set for each data-parallel rank by Ray Serve LLM" in capsys.readouterr().err
+
+
+def test_max_ongoing_requests_flag_sets_serves_cap(capsys):
+    base = ["rollout", "--model", "llama3-405b", "--model-path", "/m", "--max-model-len", "8192", str(M405), "--dry-run"]
+    assert main([*base, "--json", "--max-ongoing-requests", "500"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"]["args"]["llm_configs"][0]["deployment_config"]["max_ongoing_requests"] == 500
+    assert data["plan"]["in_flight"]["source"] == "--max-ongoing-requests"
+    assert main(base) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "in flight: 1280 per Serve replica (max_num_seqs 1024 x 1.25 headroom)" in out
+    rc = main([*base, "--max-ongoing-requests", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--max-ongoing-requests" in err and "Traceback" not in err

@@ -26,6 +26,7 @@ def test_running_section_shows_capacity_as_logged_live_figures_and_probe():
     assert "KV cache 524,288 tokens (CPU), max concurrency 512.00x at 1,024 tokens (engine log)" in out
     assert "524,288 tokens" in LOGGED and "1,024 tokens per request: 512.00x" in LOGGED
     assert "(n=16)" in out and "last 42 s" in out
+    assert "Serve max_ongoing_requests 64 per replica; engine max_num_seqs vLLM's default" in out
     assert "ready (completion in 201 ms)" in out
     assert "fail" not in out and "hint" not in out
 

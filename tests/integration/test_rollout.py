@@ -120,20 +120,52 @@ def test_missing_model_path_fails_and_the_previous_revision_answers_throughout(s
     assert _chat(served_tiny.endpoint, served_tiny.api_key).status_code == 200
 
 
-def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(served_tiny):
+# An objective every level meets on any machine: the gate's pass is about its path, not speed.
+GENEROUS_SLO = "slo:\n  ttft_p95_ms: 120000\n  tpot_p95_ms: 60000\n"
+
+
+def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(served_tiny, monkeypatch, capsys):
     """Issue 5: a new revision comes up beside the old one (candidate route, real completion),
     then the live application takes it with a Serve surge; a client sending requests the whole
     time sees no failure. The change (max_num_seqs) leaves what later tests read (max_model_len,
-    the application's name, the key) as it was."""
+    the application's name, the key) as it was. Issue 24: the rollout runs with --slo-gate under
+    a generous slo:, so the candidate (which starts anyway) is also the gate's passing case: `orch
+    bench` of the live revision records its levels, the candidate carries the heaviest one."""
+    from orchestrator.cli import main
+    from orchestrator.manifest.load import load_manifest_file
     from orchestrator.state import StateStore
+    from orchestrator.workflows.load_record import recorded_load
+    from orchestrator.workflows.rollout import RolloutOptions
+    from tests.fixtures.serving import ROLLOUT_TIMEOUT_S
 
+    slo_path = served_tiny.manifest_path.with_name(served_tiny.manifest_path.stem + "-slo.yaml")
+    slo_path.write_text(served_tiny.manifest_path.read_text() + GENEROUS_SLO)
+    monkeypatch.setenv(served_tiny.manifest.serve.api_key_env, served_tiny.api_key)
+    assert main(served_tiny.cluster.cli("bench", slo_path, "--concurrency", "1,2", "--requests", "4", "--prompt-tokens", "16",
+                                        "--output-tokens", "8", "--warmup", "0", "--json")) == 0  # fmt: skip
+    recorded = json.loads(capsys.readouterr().out)["goodput"]
+    assert recorded["goodput"]["level"]["label"] == "concurrency=2" and recorded["goodput"]["crossed"] is False, recorded
+    # `orch plan --cluster` sizes a target rate with that recorded goodput: 2.5 x one replica's
+    # rate needs ceil(2.5) = 3 replicas, which the 3 CPU hosts hold (one engine each); 3.5 x
+    # needs 4: it does not fit, exit 2 after the plan.
+    per_replica = recorded["goodput"]["per_replica_req_per_s"]
+    plan_args = ("plan", "--model", served_tiny.model_path, "--cluster", slo_path, "--max-model-len", str(MAX_MODEL_LEN), "--json")
+    assert main(served_tiny.cluster.cli(*plan_args, "--target-rps", str(2.5 * per_replica))) == 0
+    target = json.loads(capsys.readouterr().out)["target"]
+    assert (target["replicas"], target["max_replicas"], target["fits"]) == (3, 3, True), target
+    assert main(served_tiny.cluster.cli(*plan_args, "--target-rps", str(3.5 * per_replica))) == 2
+    assert json.loads(capsys.readouterr().out)["target"]["replicas"] == 4
+    gated = RolloutOptions(timeout_s=ROLLOUT_TIMEOUT_S, slo_gate=True)
     with BackgroundClient(served_tiny) as client:
-        res = served_tiny.rollout(max_num_seqs=64)
+        res = served_tiny.rollout(gated, manifest=load_manifest_file(slo_path), max_num_seqs=64)
     assert res.action == "side_by_side", res.decision
     assert client.fail == 0, (client.fail, client.errors[:5])
     assert client.ok > 20
     assert res.app_name == served_tiny.first.app_name  # the live application took the new config
+    assert res.slo_gate["passed"] is True and res.slo_gate["plan"]["recorded_revision"] == recorded["revision"], res.slo_gate
+    assert res.slo_gate["plan"]["concurrency"] == 2 and res.slo_gate["measured"]["succeeded"] == 4, res.slo_gate
     state = StateStore(served_tiny.cluster.state_dir)
+    assert recorded_load(state, served_tiny.manifest.name, res.revision)["source"] == "slo gate"
     revisions = {r.number: r.status for r in state.list_revisions(served_tiny.manifest.name)}
     assert revisions[res.revision] == "ready" and revisions[served_tiny.first.revision] == "superseded"
     from orchestrator.remote.connect import open_runners
@@ -150,6 +182,57 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     engine = app.deployed_config["args"]["llm_configs"][0]["engine_kwargs"]
     assert engine["max_num_seqs"] == 64 and engine["max_model_len"] == MAX_MODEL_LEN
     assert [r.state for d in app.deployments for r in d.replicas] == ["RUNNING"] * sum(len(d.replicas) for d in app.deployments)
+
+
+def test_slo_gate_refuses_a_candidate_that_misses_the_slo_and_the_old_revision_serves_throughout(served_tiny):
+    """Issue 24: a candidate with max_num_seqs=1 runs one sequence at a time, so at the live
+    revision's recorded concurrency 8 every request but one waits for whole 128-token answers
+    before its first token. The slo: is tight for it and met by the live revision: 4 x the TTFT p95
+    the live revision was just measured at on that level. The gate refuses the candidate before
+    the switch; a client sending requests to the live revision the whole time sees no failure."""
+    import time
+
+    from orchestrator.bench.session import BenchOptions, run_bench
+    from orchestrator.errors import RolloutFailed
+    from orchestrator.manifest.sections import Slo
+    from orchestrator.remote.connect import open_runners
+    from orchestrator.serve.client import open_serve_client
+    from orchestrator.state import StateStore
+    from orchestrator.workflows.load_record import record_bench
+    from orchestrator.workflows.rollout import RolloutOptions
+    from tests.fixtures.serving import ROLLOUT_TIMEOUT_S
+
+    manifest, state = served_tiny.manifest, StateStore(served_tiny.cluster.state_dir)
+    live = state.current_revision(manifest.name)
+    seqs = live.config["args"]["llm_configs"][0]["engine_kwargs"].get("max_num_seqs")  # what serves now (an earlier test may set it)
+    level = BenchOptions(base_url=served_tiny.endpoint, model="tiny", concurrency=(8,), requests=16, prompt_tokens=32, output_tokens=128,
+                         tokenizer=served_tiny.model_path, api_key=served_tiny.api_key, warmup=1)  # fmt: skip
+    result, runs = run_bench(level)
+    measured = result["levels"][0]
+    assert measured["succeeded"] == 16, measured["errors"]
+    tight = manifest.model_copy(update={"slo": Slo(ttft_p95_ms=4 * measured["ttft_ms"]["p95"])})
+    recorded = record_bench(state, tight, result, runs, "orch bench", time.time())
+    assert recorded["revision"] == live.number and recorded["goodput"]["level"]["concurrency"] == 8, recorded
+    with BackgroundClient(served_tiny) as client, pytest.raises(RolloutFailed) as err:
+        served_tiny.rollout(RolloutOptions(timeout_s=ROLLOUT_TIMEOUT_S, slo_gate=True), manifest=tight, max_num_seqs=1)
+    assert err.value.rolled_back and "SLO gate" in err.value.message and "TTFT p95" in err.value.message, err.value.message
+    assert f"revision {live.number} is serving" in err.value.message
+    assert client.fail == 0, (client.fail, client.errors[:5])
+    assert client.ok > 5
+    assert state.current_revision(manifest.name).number == live.number
+    failed = state.list_revisions(manifest.name)[-1]
+    gate = state.revision_meta(manifest.name, failed.number)["slo_gate"]
+    assert failed.status == "failed" and gate["passed"] is False and gate["plan"]["concurrency"] == 8, gate
+    assert gate["measured"]["ttft_p95_ms"] > tight.slo.ttft_p95_ms and gate["measured"]["succeeded"] == 16, gate
+    token = state.read_token(manifest.name)
+    with open_runners(manifest, served_tiny.cluster.bed.known_hosts, nodes=[manifest.head.name]) as runners:
+        with open_serve_client(runners[manifest.head.name], manifest.ray.dashboard_port, token) as serve:
+            # The restore's PUT left the candidate out; Serve deletes it in the background.
+            wait_until(lambda: sorted(serve.status().applications) == [served_tiny.first.app_name], what="the candidate removed", timeout=180, interval=2.0)
+            status = serve.status()
+    engine = status.app(served_tiny.first.app_name).deployed_config["args"]["llm_configs"][0]["engine_kwargs"]
+    assert engine.get("max_num_seqs") == seqs  # the live application never took the candidate's config
+    assert _chat(served_tiny.endpoint, served_tiny.api_key).status_code == 200
 
 
 PG_DRIVER = r"""

@@ -85,6 +85,10 @@ def test_capacity_equals_the_engine_log_and_metrics_move(served_tiny, monkeypatc
     assert code == 0
     bench = json.loads(capsys.readouterr().out)
     assert bench["levels"][0]["succeeded"] == REQUESTS
+    # A bench of the cluster's endpoint is recorded against the revision serving it (the levels a
+    # later `orch rollout --slo-gate` replays); this manifest sets no slo:, so no goodput is judged.
+    serving_rev = deps.state.current_revision(served.manifest.name).number
+    assert (bench["goodput"]["revision"], bench["goodput"]["objective"], bench["goodput"]["goodput"]) == (serving_rev, None, None)
 
     def moved():
         s = _status(served, deps)
@@ -97,3 +101,8 @@ def test_capacity_equals_the_engine_log_and_metrics_move(served_tiny, monkeypatc
     live = second.models[0].live
     assert live.tpot.count >= REQUESTS and live.ttft.p50 is not None and live.ttft.p95 >= live.ttft.p50
     assert second.models[0].capacity.tokens == tokens
+    # The engine replica's prefix cache, from its own counters: every prompt was looked up (16
+    # tokens each, at least), whatever share of them it found.
+    engine = next(r for d in second.deployments if d.name.startswith("LLMServer") for r in d.replicas if r.state == "RUNNING")
+    cache = engine.prefix_cache
+    assert cache is not None and cache.queries >= REQUESTS * 16 and 0.0 <= cache.hit_rate <= 1.0, cache

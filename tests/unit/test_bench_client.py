@@ -211,3 +211,20 @@ def test_run_levels_reuses_prompts_only_when_the_list_runs_out():
     asyncio.run(run_levels(SPEC, [Prompt("a"), Prompt("b"), Prompt("c")], concurrency=(1, 1), requests=2, warmup=0,
                            clock=FakeClock(), transport=transport_of(handler)))  # fmt: skip
     assert sent == ["a", "b", "c", "a"]
+
+
+def test_a_shared_prefix_prompt_names_its_system_prompt_in_serves_session_header():
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.headers.get("x-session-id"), request.headers.get("authorization")))
+        return httpx.Response(200, content=GOOD)
+
+    async def both():
+        async with ClientPool(SPEC, transport_of(handler)) as pool:
+            client = pool.acquire()
+            await send_request(client, SPEC, Prompt("system\nturn", prefix=3), FakeClock())
+            await send_request(client, SPEC, Prompt("hi"), FakeClock())
+
+    asyncio.run(both())
+    assert seen == [("prefix-3", "Bearer sekrit"), (None, "Bearer sekrit")]  # the client's own headers stay

@@ -1054,3 +1054,45 @@ def test_the_largest_size_ray_takes_is_accepted_and_whole_floats_become_ints():
     assert [(parse_size(v), type(parse_size(v))) for v in (0.0, 8.0e9)] == [(0, int), (8_000_000_000, int)]
     # anything else that is not text is left as it is, for the type check to name
     assert [parse_size(v) for v in (-1.0, 2.5, None, 7)] == [-1.0, 2.5, None, 7] and parse_size(True) is True
+
+
+def test_an_slo_needs_a_latency_bound_and_a_positive_target_rate():
+    problems = problems_of("""\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        slo:
+          target_rps: 0
+        """)
+    assert problems == ["cluster.yaml:4: slo.target_rps: must be greater than 0 (got 0)"]
+    problems = problems_of("""\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        slo:  # !
+          target_rps: 5
+        """)
+    assert len(problems) == 1 and problems[0].startswith("cluster.yaml:3: slo: "), problems
+    assert "set ttft_p95_ms or tpot_p95_ms" in problems[0]
+    m = load("""\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        slo: {ttft_p95_ms: 800, target_rps: 12.5}
+        """)
+    assert (m.slo.ttft_p95_ms, m.slo.tpot_p95_ms, m.slo.max_error_rate, m.slo.target_rps) == (800.0, None, 0.01, 12.5)
+    assert m.objective is m.slo  # goodput and the SLO gate judge by slo:, else targets:
+
+
+def test_the_objective_falls_back_to_targets_and_a_router_must_be_known():
+    m = load("""\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        targets: {tpot_p95_ms: 40}
+        """)
+    assert m.objective is m.targets and m.serve.request_router == "default" and m.serve.autoscaling is False
+    problems = problems_of("""\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        serve:
+          request_router: prefix  # !
+        """)
+    assert len(problems) == 1 and problems[0].startswith("cluster.yaml:4: serve.request_router: ")
+    assert "must be 'default' or 'prefix_affinity' or 'session_affinity' (got 'prefix')" in problems[0], problems

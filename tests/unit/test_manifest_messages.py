@@ -145,7 +145,7 @@ def test_a_choice_given_as_a_list_gets_no_suggestion():
 
 def test_the_valid_top_level_keys_leave_out_the_one_orch_sets():
     assert problems_of("name: x\ncolour: blue\n" + NODE) == [
-        "c.yaml:2: colour: unknown key 'colour'; valid keys: name, accelerator, python, ssh, nodes, ray, model_store, serve, env, targets"
+        "c.yaml:2: colour: unknown key 'colour'; valid keys: name, accelerator, python, ssh, nodes, ray, model_store, serve, env, targets, slo"
     ]
 
 

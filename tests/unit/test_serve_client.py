@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.serve.client import ServeApiError, ServeClient, failure_messages, parse_serve_status
+from orchestrator.serve.client import ServeApiError, ServeClient, failure_messages, parse_serve_status, startup_failures
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve"
 
@@ -85,3 +85,15 @@ def test_wrong_token_and_no_answer():
     with pytest.raises(ServeApiError, match="did not answer") as err:
         _client(down).status()
     assert err.value.status_code is None
+
+
+def test_a_deployment_that_gave_up_names_its_failed_replica_and_error():
+    """Serve's REPLICA_STARTUP_FAILED message (3 failures in a row): no retry left, the replica's
+    process as Ray's task error header names it, and the replica's own error after "Error:"."""
+    bad = parse_serve_status(_load("applications_deploy_failed.json")).app("orch-r3")
+    (failure,) = startup_failures(bad)
+    assert (failure.deployment, failure.retries_left, failure.pid, failure.node_ip) == ("LLMServer:tiny", 0, 28768, "192.0.2.2")
+    assert failure.error.startswith("\x1b[36mray::ServeReplica:orch-r3:LLMServer:tiny.initialize_and_get_metadata()")
+    assert failure.error.rstrip().endswith("'/nonexistent/models/tiny'. Use `repo_type` argument if needed.")
+    running = parse_serve_status(_load("applications_deploy_failed.json")).app("orch-r2")
+    assert startup_failures(running) == []

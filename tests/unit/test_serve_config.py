@@ -265,3 +265,15 @@ def test_gpu_layout_tells_the_engine_process_where_the_cluster_is(two_by_one, lo
     env = render_app(two_by_one, sp, _target(), node_resource=node_resource).app["runtime_env"]["env_vars"]
     assert env["RAY_ADDRESS"] == "10.144.250.10:6379"
     assert "RAY_ADDRESS" not in _cpu_app(local_manifest).app["runtime_env"]["env_vars"]  # mp executor: no Ray inside
+
+
+def test_a_request_router_class_serve_cannot_load_is_refused_by_its_validation(local_manifest):
+    from orchestrator.serve.config import ServeDefaults
+
+    app = render_app(local_manifest, ServingPlan(tp=1, pp=1, max_model_len=64, replicas=2), _target(), node_resource=node_resource,
+                     defaults=ServeDefaults(request_router="session_affinity")).app  # fmt: skip
+    validate_app(app)  # the class Ray Serve ships loads
+    app["args"]["llm_configs"][0]["deployment_config"]["request_router_config"]["request_router_class"] = "ray.serve.experimental.nope.Router"
+    with pytest.raises(ServeConfigError) as err:
+        validate_app(app)
+    assert "llm_configs[0].deployment_config" in err.value.message and "Invalid deployment config" in err.value.message

@@ -18,7 +18,6 @@ from orchestrator.serve.config import (
     ServingPlan,
     cluster_ray_address,
     deploy_body,
-    max_ongoing,
     serving_env,
 )
 from orchestrator.serve.engine_args import check_engine_arg_key, parse_engine_arg, vllm_dtype
@@ -31,13 +30,15 @@ def test_a_planner_plan_as_a_dict_gets_the_documented_defaults():
     assert (sp.tp, sp.pp, sp.max_model_len, sp.replicas) == (1, 1, 2048, 1)
     assert (sp.dtype, sp.gpu_memory_utilization, sp.kv_cache_dtype) == ("bf16", 0.9, "auto")
     assert (sp.max_concurrency, sp.kv_cache_gib, sp.reasons, sp.gpus_per_node) == (None, None, (), None)
+    assert (sp.max_num_seqs, sp.dp) == (None, 1)  # the engine's batch unknown; no data parallelism
 
 
 def test_a_planner_plan_object_is_read_by_attribute_and_overrides_win():
     plan = SimpleNamespace(tp=4, pp=2, max_model_len=8192, replicas=0, dtype="fp8", gpu_memory_utilization=0.85,
                            kv_cache_dtype="fp8_e4m3", max_concurrency=12.5, kv_cache_gib_per_gpu=30.0,
-                           reasons=["a", 1], gpus_per_node=8)  # fmt: skip
+                           reasons=["a", 1], gpus_per_node=8, max_num_seqs=512, dp=2)  # fmt: skip
     sp = ServingPlan.from_parallel_plan(plan, replicas=3, dtype=None)
+    assert (sp.max_num_seqs, sp.dp) == (512, 2)
     assert (sp.tp, sp.pp, sp.max_model_len, sp.replicas) == (4, 2, 8192, 3)
     assert (sp.dtype, sp.gpu_memory_utilization, sp.kv_cache_dtype) == ("fp8", 0.85, "fp8_e4m3")  # None overrides nothing
     assert (sp.max_concurrency, sp.kv_cache_gib, sp.reasons, sp.gpus_per_node) == (12.5, 30.0, ("a", "1"), 8)
@@ -124,14 +125,6 @@ def test_serving_env_sets_one_nic_for_every_node_and_the_manifest_env_wins():
 def test_cpu_kv_cache_space_is_whole_gib_rounded_up(gib, space):
     env = serving_env(_manifest(accelerator="cpu", interfaces=()), ServingPlan(1, 1, 1, kv_cache_gib=gib), ServeDefaults())
     assert env["VLLM_CPU_KVCACHE_SPACE"] == space and "RAY_ADDRESS" not in env
-
-
-@pytest.mark.parametrize(
-    ("concurrency", "configured", "expected"), [(None, None, 256), (3.4, None, 32), (100.6, None, 201), (900, None, 1024), (5, 7, 7)]
-)
-def test_max_ongoing_requests_follows_the_engine_capacity(concurrency, configured, expected):
-    plan = ServingPlan(1, 1, 1, max_concurrency=concurrency)
-    assert max_ongoing(plan, ServeDefaults(max_ongoing_requests=configured)) == expected
 
 
 def test_deploy_body_defaults_to_port_8000_on_every_interface():

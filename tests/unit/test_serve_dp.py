@@ -48,7 +48,7 @@ def dp_plan(**kw):
 
 
 def test_a_dp_plan_renders_the_dp_builder_with_one_llm_config(h100):
-    app = render_app(h100, dp_plan(), TARGET, node_resource=node_resource, accelerator_type="H100").app
+    app = render_app(h100, dp_plan(max_num_seqs=128), TARGET, node_resource=node_resource, accelerator_type="H100").app
     captured = CAPTURED["deployed_app_config"]
     # The shape Serve ran on the test bed: the DP builder, args.llm_config (no list).
     assert app["import_path"] == captured["import_path"] == DP_IMPORT_PATH == "ray.serve.llm:build_dp_openai_app"
@@ -61,8 +61,8 @@ def test_a_dp_plan_renders_the_dp_builder_with_one_llm_config(h100):
     assert llm["placement_group_config"] == {"strategy": "PACK", "bundles": [{"GPU": 1}]}
     # num_replicas counts groups (DPServer.get_deployment_options multiplies it by the DP size).
     assert llm["deployment_config"]["num_replicas"] == 1
-    # The plan's concurrency is the group's; each replica is one rank's engine: 160 / 16 x 2.
-    assert llm["deployment_config"]["max_ongoing_requests"] == 32
+    # Each replica is one rank's engine: its own batch (max_num_seqs 128) with the 1.25 headroom.
+    assert llm["deployment_config"]["max_ongoing_requests"] == 160
     assert is_dp_app(app) and llm_config_path(app) == "args.llm_config" and llm_config_of(app) is llm
     validate_app(app)
 

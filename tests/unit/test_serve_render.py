@@ -37,8 +37,10 @@ def _llm(app: dict) -> dict:
 
 def test_the_405b_manifest_renders_in_full(gpu_manifest):
     # 2 nodes x 8 H100 (gpu-a 10.10.0.11 is the head, both name ib0, env NCCL_DEBUG/NCCL_IB_DISABLE):
-    # TP 8 inside each node, stage i pinned to its node, every default of docs/rollout.md.
-    plan = ServingPlan(tp=8, pp=2, max_model_len=8192, dtype="bf16", gpu_memory_utilization=0.9)
+    # TP 8 inside each node, stage i pinned to its node, every default of docs/rollout.md. 1024
+    # sequences: vLLM's API-server default on an H100-80GB from 0.9 (engine/arg_utils.py
+    # get_batch_defaults, >= 70 GiB and not an A100); Serve takes 1.25x that per replica.
+    plan = ServingPlan(tp=8, pp=2, max_model_len=8192, dtype="bf16", gpu_memory_utilization=0.9, max_num_seqs=1024)
     rendered = render_app(gpu_manifest, plan, TARGET, node_resource=node_resource, accelerator_type="H100",
                           stage_nodes=["gpu-a", "gpu-b"])  # fmt: skip
     pins = [{"GPU": 1, "orch_node_gpu-a": 0.001}] * 8 + [{"GPU": 1, "orch_node_gpu-b": 0.001}] * 8
@@ -83,7 +85,7 @@ def test_the_405b_manifest_renders_in_full(gpu_manifest):
                     "placement_group_config": {"strategy": "PACK", "bundles": pins},
                     "deployment_config": {
                         "num_replicas": 1,
-                        "max_ongoing_requests": 256,
+                        "max_ongoing_requests": 1280,
                         "health_check_period_s": 10,
                         "health_check_timeout_s": 30,
                         "graceful_shutdown_timeout_s": 30,
@@ -133,10 +135,12 @@ def test_autoscaling_between_the_plans_replicas_and_the_maximum(gpu_manifest):
     app = render_app(
         gpu_manifest, plan, TARGET, node_resource=node_resource, defaults=ServeDefaults(autoscaling_max_replicas=4)
     ).app
-    # Without a plan concurrency a replica takes 256 requests; the autoscaler aims at half of that.
+    # A plan without max_num_seqs: vLLM's smallest GPU default, 256 sequences, so a replica takes
+    # 320 requests (1.25x) and the autoscaler aims at a full batch, 256, 25% under the cap as Ray's
+    # autoscaling guide asks (max_ongoing_requests ~20-50% above target_ongoing_requests).
     assert _llm(app)["deployment_config"] == {
-        "autoscaling_config": {"min_replicas": 2, "initial_replicas": 2, "max_replicas": 4, "target_ongoing_requests": 128},
-        "max_ongoing_requests": 256, "health_check_period_s": 10, "health_check_timeout_s": 30,
+        "autoscaling_config": {"min_replicas": 2, "initial_replicas": 2, "max_replicas": 4, "target_ongoing_requests": 256},
+        "max_ongoing_requests": 320, "health_check_period_s": 10, "health_check_timeout_s": 30,
         "graceful_shutdown_timeout_s": 30, "max_surge_percent": 100,
     }  # fmt: skip
     # A maximum that is not above the plan's replicas is a fixed count.
@@ -196,7 +200,8 @@ def test_tp_across_nodes_is_warned_about_in_full_on_gpu_only(gpu_manifest, cpu_m
 
 
 def test_the_autoscaling_target_is_a_whole_number_of_requests(gpu_manifest):
-    # Half of 5 requests per replica, rounded down: Serve's target_ongoing_requests of 2, not 2.5.
+    # 5 requests per replica / 1.25 = 4: a whole target, below the cap (at the cap Serve's replicas
+    # would never count as over their target).
     defaults = ServeDefaults(autoscaling_max_replicas=3, max_ongoing_requests=5)
     app = render_app(
         gpu_manifest,
@@ -206,7 +211,7 @@ def test_the_autoscaling_target_is_a_whole_number_of_requests(gpu_manifest):
         defaults=defaults,
     ).app
     target = _llm(app)["deployment_config"]["autoscaling_config"]["target_ongoing_requests"]
-    assert (target, type(target)) == (2, int)
+    assert (target, type(target)) == (4, int)
 
 
 def test_a_single_stage_gpu_plan_has_nothing_to_note(gpu_manifest):
@@ -224,3 +229,49 @@ def test_a_value_that_breaks_the_yaml_is_reported_as_orchs_bug(cpu_manifest):
         render_app(cpu_manifest, plan, TARGET, node_resource=node_resource)
     assert err.value.message.startswith("the rendered Serve config is not valid YAML: while parsing a flow sequence")
     assert err.value.hint == "report it with --debug output"
+
+
+@pytest.mark.parametrize(("router", "cls"), [
+    ("session_affinity", "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"),  # Ray 2.60's experimental module
+])  # fmt: skip
+def test_a_request_router_goes_on_the_llm_server_deployment(cpu_manifest, router, cls):
+    # LLMRouter picks replicas through the LLMServer deployment's handle, so its request_router_config
+    # is where the choice takes effect (ray/llm/_internal/serve/core/ingress/router.py: _pick_replica).
+    app = render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024, replicas=2), TARGET, node_resource=node_resource,
+                     defaults=ServeDefaults(request_router=router)).app  # fmt: skip
+    assert _llm(app)["deployment_config"]["request_router_config"] == {"request_router_class": cls}
+    assert app["deployments"][0]["name"] == "LLMRouter" and "request_router_config" not in app["deployments"][0]
+    # Serve's default: nothing rendered, Serve LLM picks its own (RoundRobinRouter under direct streaming).
+    default = render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024), TARGET, node_resource=node_resource).app
+    assert "request_router_config" not in _llm(default)["deployment_config"]
+
+
+def test_an_unknown_request_router_is_refused(cpu_manifest):
+    with pytest.raises(ServeConfigError) as err:
+        render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024), TARGET, node_resource=node_resource,
+                   defaults=ServeDefaults(request_router="prefix"))  # fmt: skip
+    assert err.value.message == "unknown request router 'prefix'"
+    assert err.value.hint == "use one of: default, session_affinity"
+
+
+def test_prefix_cache_affinity_is_refused_with_why_it_cannot_work_behind_direct_streaming(cpu_manifest):
+    # LLMRouter's pick-only choose_replica(_reserve=False) never calls on_request_routed, where
+    # PrefixCacheAffinityRouter learns prompts (ray/serve/_private/router.py, Ray 2.60): measured,
+    # every request went to one replica. The rendered config must not claim an affinity it lacks.
+    with pytest.raises(ServeConfigError) as err:
+        render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024, replicas=2), TARGET, node_resource=node_resource,
+                   defaults=ServeDefaults(request_router="prefix_affinity"))  # fmt: skip
+    assert "on_request_routed" in err.value.message and "one replica" in err.value.message
+    assert err.value.hint.startswith("use session_affinity and send one x-session-id per shared prefix")
+
+
+def test_autoscaling_bounds_and_target_from_a_measured_policy(gpu_manifest):
+    plan = ServingPlan(tp=8, pp=1, max_model_len=4096, replicas=1)
+    app = render_app(gpu_manifest, plan, TARGET, node_resource=node_resource,
+                     defaults=ServeDefaults(autoscaling_min_replicas=2, autoscaling_max_replicas=3, autoscaling_target_ongoing=6)).app  # fmt: skip
+    assert _llm(app)["deployment_config"]["autoscaling_config"] == {
+        "min_replicas": 2, "initial_replicas": 2, "max_replicas": 3, "target_ongoing_requests": 6}  # fmt: skip
+    # A policy whose bounds meet (the cluster holds just what the target needs) is a fixed count of that many.
+    fixed = render_app(gpu_manifest, plan, TARGET, node_resource=node_resource,
+                       defaults=ServeDefaults(autoscaling_min_replicas=2, autoscaling_max_replicas=2, autoscaling_target_ongoing=6)).app  # fmt: skip
+    assert _llm(fixed)["deployment_config"]["num_replicas"] == 2 and "autoscaling_config" not in _llm(fixed)["deployment_config"]

@@ -184,6 +184,22 @@ def test_revision_app_reads_the_stored_config():
     assert model_of_deployment("LLMServer:tiny") == "tiny" and model_of_deployment("LLMRouter") is None
 
 
+def test_the_cap_and_batch_as_deployed_and_configured():
+    # The capture's LLMServer:tiny was deployed with max_ongoing_requests 64 (its deployment_config
+    # in Serve's status) and no max_num_seqs in its engine_kwargs (vLLM's default then applies);
+    # LLMRouter carries Ray Serve LLM's own 1000 (ray/llm core/ingress/builder.py).
+    s = build()
+    assert [(d.name, d.max_ongoing_requests) for d in s.deployments] == [("LLMServer:tiny", 64), ("LLMRouter", 1000)]
+    (model,) = s.models
+    assert (model.max_ongoing_requests, model.max_num_seqs) == (64, None)
+    # A revision rendered by orch now carries the plan's max_num_seqs in engine_kwargs.
+    app = copy.deepcopy(payload()["applications"]["orch-r1"]["deployed_app_config"])
+    app["args"]["llm_configs"][0]["engine_kwargs"]["max_num_seqs"] = 128
+    (model,) = build(revision=revision(app=app)).models
+    assert (model.max_ongoing_requests, model.max_num_seqs) == (64, 128)
+    assert build().to_dict()["models"][0]["max_ongoing_requests"] == 64
+
+
 def test_json_shape():
     d = json.loads(json.dumps(build().to_dict()))
     assert set(d) == {"healthy", "application", "endpoint", "revision", "deployments", "models", "probe",
@@ -205,3 +221,24 @@ def test_json_shape():
 def test_each_problem_code_has_a_runbook(code):
     text = (REPO / "runbooks" / f"{code}.md").read_text()
     assert text.startswith(f"# {code}")
+
+
+def test_live_ttft_p95_against_the_slo_and_each_replicas_prefix_cache():
+    from orchestrator.manifest.sections import Slo
+
+    # The window's TTFT histogram (after2 - after): 16 requests; cumulative 15 up to 80 ms and 16 up
+    # to 100 ms, so the p95 rank 15.2 interpolates to 80 + 20 * 0.2 = 84 ms.
+    tight = build(objective=Slo(ttft_p95_ms=80.0)).models[0].slo
+    assert tight.live_ttft_p95_ms == pytest.approx(84.0) and tight.met is False
+    assert tight.misses == ("TTFT p95 84 ms > 80 ms",)
+    loose = build(objective=Slo(ttft_p95_ms=100.0)).models[0].slo
+    assert loose.met is True and loose.misses == ()
+    assert build().models[0].slo is None  # no objective in the manifest: nothing to judge
+    # No request finished in the window: nothing to judge either.
+    idle = build(objective=Slo(ttft_p95_ms=100.0), metrics_before=page("after2")).models[0].slo
+    assert idle.met is None and idle.live_ttft_p95_ms is None
+    # The replica's engine looked up 534 prompt tokens since it started (every prompt of the capture
+    # was different) and the page has no hits series: a 0% hit rate, not an unknown one.
+    engine = build().deployments[0].replicas[0]
+    assert (engine.prefix_cache.queries, engine.prefix_cache.hits, engine.prefix_cache.hit_rate) == (534.0, 0.0, 0.0)
+    assert build().deployments[1].replicas[0].prefix_cache is None  # LLMRouter runs no engine

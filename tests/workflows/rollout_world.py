@@ -52,25 +52,29 @@ class FakeServe:
     """Serve's declarative API: apply() records the body; each new app goes through `script`
     (a list of statuses per poll, the last one repeating)."""
 
-    def __init__(self, scripts=None, message="", keep_in: Path | None = None):
+    def __init__(self, scripts=None, message="", keep_in: Path | None = None, messages=None):
         self.bodies = []
         self.apps: dict[str, dict] = {}
         self.polls: dict[str, int] = {}
         self.scripts = scripts or {}
         self.message = message
+        # name -> the deployment's message at each poll (the last repeating), whatever the status:
+        # Serve's "A replica failed to start ... Retrying N more time(s)" while it is DEPLOYING
+        self.messages: dict[str, list[str]] = messages or {}
         self.deployed: dict[str, float] = {}
         self.keep_in = keep_in  # a file that holds Serve's state after every call
 
     def _keep(self):
         if self.keep_in is not None:
-            data = {"apps": self.apps, "polls": self.polls, "deployed": self.deployed, "scripts": self.scripts, "message": self.message}
+            data = {"apps": self.apps, "polls": self.polls, "deployed": self.deployed, "scripts": self.scripts, "message": self.message,
+                    "messages": self.messages}  # fmt: skip
             self.keep_in.write_text(json.dumps(data))
 
     @classmethod
     def load(cls, path: Path) -> FakeServe:
         """The Serve a (killed) process left behind in ``path``: what a new orch finds."""
         data = json.loads(path.read_text())
-        serve = cls(scripts=data["scripts"], message=data["message"], keep_in=path)
+        serve = cls(scripts=data["scripts"], message=data["message"], keep_in=path, messages=data.get("messages"))
         serve.apps, serve.polls, serve.deployed = data["apps"], data["polls"], data["deployed"]
         return serve
 
@@ -108,10 +112,12 @@ class FakeServe:
             dep_status = {"RUNNING": "HEALTHY", "DEPLOY_FAILED": "DEPLOY_FAILED"}.get(st, "UPDATING")
             # A data-parallel application's engine deployment is DPServer:<model>, one replica per rank.
             ranks = (llm_config_of(cfg).get("engine_kwargs") or {}).get("data_parallel_size", 1) if is_dp_app(cfg) else 1
-            reps = tuple(ReplicaStatus(f"r{i + 1}", "RUNNING" if st == "RUNNING" else "STARTING", node_id="n-head",
-                                       log_file_path=f"/serve/replica_{name}{f'_{i}' if i else ''}.log") for i in range(ranks))  # fmt: skip
-            dep = DeploymentStatus("DPServer:tiny" if is_dp_app(cfg) else "LLMServer:tiny", dep_status,
-                                   message=self.message if st == "DEPLOY_FAILED" else "", replicas=reps)  # fmt: skip
+            reps = tuple(ReplicaStatus(f"r{k + 1}", "RUNNING" if st == "RUNNING" else "STARTING", node_id="n-head",
+                                       log_file_path=f"/serve/replica_{name}{f'_{k}' if k else ''}.log") for k in range(ranks))  # fmt: skip
+            message = self.message if st == "DEPLOY_FAILED" else ""
+            if self.messages.get(name):
+                message = self.messages[name][min(i, len(self.messages[name]) - 1)]
+            dep = DeploymentStatus("DPServer:tiny" if is_dp_app(cfg) else "LLMServer:tiny", dep_status, message=message, replicas=reps)
             out[name] = AppStatus(name, st, route_prefix=cfg["route_prefix"], last_deployed_time_s=self.deployed[name],
                                   deployments=(dep,), deployed_config=cfg)  # fmt: skip
         self._keep()

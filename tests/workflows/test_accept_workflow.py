@@ -28,7 +28,7 @@ from orchestrator.errors import RemoteError
 def level(c=4, ttft95=100.0, tpot95=10.0, error_rate=0.0, succeeded=16, errors=None):
     return {
         "label": f"concurrency={c}", "concurrency": c, "requests": 16, "succeeded": succeeded, "errors": errors or {},
-        "error_rate": error_rate, "output_tok_per_s": 100.0 * c,
+        "error_rate": error_rate, "output_tok_per_s": 100.0 * c, "req_per_s": 0.5 * c,
         "ttft_ms": {"p50": ttft95 / 2, "p95": ttft95}, "tpot_ms": {"p50": tpot95 / 2, "p95": tpot95},
     }  # fmt: skip
 
@@ -108,7 +108,12 @@ def test_sweep_doubles_until_a_target_is_crossed_and_reports_the_highest_level_m
     env = FakeEnv(ttft_per_c=50.0)  # ttft p95 = 50*c: 8 -> 400 ok, 16 -> 800 crosses 500
     res = sweep_stage(env, AcceptancePlan(targets=TARGETS, max_concurrency=64))
     assert res.verdict == PASS
+    goodput = res.metrics.pop("goodput")
     assert res.metrics == {"highest_concurrency_meeting_targets": 8, "crossed_at": 16}
+    # The scripted levels serve 0.5 req/s per request in flight: concurrency 8 (4 req/s) is the
+    # heaviest that met the targets, on the plan's one replica.
+    assert (goodput["per_replica_req_per_s"], goodput["per_replica_concurrency"], goodput["missed_at"]) == (4.0, 8.0, "concurrency=16")
+    assert "goodput 4.00 req/s per replica at concurrency 8" in res.summary
     assert [s.concurrency for s in env.shapes] == [(1,), (2,), (4,), (8,), (16,)]
     assert "crossed at 16" in res.summary and "TTFT p95 800 ms > 500 ms" in res.summary
 
@@ -191,3 +196,22 @@ def test_load_stage_fails_on_the_error_budget():
     res = run_acceptance(Erroring(), AcceptancePlan(targets=TARGETS, skip=tuple(s for s in STAGES if s != "short_prompts")))
     short = next(r for r in res if r.name == "short_prompts")
     assert short.verdict == FAIL and "error rate 25.0% > 1.0%" in short.summary
+
+
+def test_the_sweep_is_recorded_against_the_serving_revision(tmp_path):
+    from orchestrator.state import StateStore
+    from orchestrator.workflows.load_record import record_sweep, recorded_load
+
+    state = StateStore(tmp_path / "state", clock=lambda: 1000.0)
+    rev = state.add_revision("c", "tiny", plan={}, config_fingerprint="f", config={})
+    state.update_revision("c", rev.number, "ready")
+    plan = AcceptancePlan(targets=TARGETS, max_concurrency=64, replicas=2)
+    results = [sweep_stage(FakeEnv(ttft_per_c=50.0), plan)]
+    assert record_sweep(state, state.current_revision("c"), results, plan, "completions", 1234.0) == rev.number
+    entry = recorded_load(state, "c", rev.number)
+    assert (entry["source"], entry["at"], entry["replicas"]) == ("orch accept", 1234.0, 2)
+    assert [lv["concurrency"] for lv in entry["levels"]] == [1, 2, 4, 8, 16]
+    assert entry["shape"] == {"prompt_tokens": 32, "output_tokens": 64, "workload": "random", "endpoint": "completions"}
+    # concurrency 8 (4 req/s in the scripted levels) met the targets, on 2 replicas: 2 req/s, 4 in flight each
+    assert (entry["goodput"]["per_replica_req_per_s"], entry["goodput"]["per_replica_concurrency"]) == (2.0, 4.0)
+    assert record_sweep(state, state.current_revision("c"), [], plan, "completions", 1.0) is None  # --skip concurrency_sweep
