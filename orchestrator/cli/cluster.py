@@ -68,7 +68,7 @@ def nodes_table(states: list, title: str = "Ray nodes") -> Any:
 @click.option("--timeout", type=FiniteFloat(min=1), default=300.0, show_default=True,
               help="Seconds to wait for every node to be ALIVE after the starts.")  # fmt: skip
 @click.option("--skip-collective-check", is_flag=True,
-              help="Do not run the all-reduce between the nodes (NCCL/Gloo) before Ray starts.")  # fmt: skip
+              help="Do not run the all-reduce and all-to-all between the nodes (NCCL/Gloo) before Ray starts.")  # fmt: skip
 @click.pass_context
 def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dry_run: bool, as_json: bool,
        accept_new_host_keys: bool, timeout: float, skip_collective_check: bool) -> None:  # fmt: skip
@@ -76,7 +76,8 @@ def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dr
 
     \b
     After the static checks, a short all-reduce between the nodes over their interfaces (NCCL on
-    GPU clusters, Gloo on CPU ones) proves the collective network and records its figures.
+    GPU clusters, Gloo on CPU ones) and an all-to-all between every pair of nodes (expert
+    parallel's traffic) prove the collective network and record its figures.
     Idempotent: on a healthy cluster with an unchanged manifest it does nothing and says so;
     dead or missing workers are restarted alone; a changed manifest restarts Ray everywhere
     (--dry-run shows the diff first). Exit 3 when preflight stops it (nothing was started).

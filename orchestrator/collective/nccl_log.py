@@ -173,6 +173,13 @@ def bus_bandwidth(size_bytes: int, seconds: float, ranks: int) -> float:
     return alg_bandwidth(size_bytes, seconds) * 2 * (ranks - 1) / ranks
 
 
+def alltoall_bus_bandwidth(size_bytes: int, seconds: float, ranks: int) -> float:
+    """nccl-tests' busbw of an all-to-all in GB/s: algbw * (n-1)/n, ``size_bytes`` being what one
+    rank sends in all (its own chunk included): 1/n of it stays local, (n-1)/n crosses its link
+    (nccl-tests#130, sjeaugey). For a pair that is half the buffer each way."""
+    return alg_bandwidth(size_bytes, seconds) * (ranks - 1) / ranks
+
+
 @dataclass(frozen=True)
 class NcclTestsRow:
     size: int

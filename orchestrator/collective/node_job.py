@@ -11,8 +11,16 @@ builds the argv and the spec). One process per node; rank 0 is the hub (the head
    interface (the way the workers' peers will), not only the worker to the hub (which preflight's
    TCP test already did). The hub forms every pair at once (threads) and times them one after
    another, so their figures do not share its NIC.
-3. all: if every pair worked, one group over all ranks.
-Each group first checks one all-reduce's sum, then times all-reduces at the spec's sizes.
+3. mesh (when the spec asks for the all-to-all, ``alltoall``): every pair of ranks, workers
+   included, forms its own 2-rank group and checks one all-to-all whose chunks say where they
+   came from. Expert parallelism sends all-to-all traffic between every pair of GPUs, so a pair
+   that cannot connect is named here, by pair. Each rank forms all its pairs at once (threads,
+   each bounded by ``timeout_s``: a connect that ignores the group timeout cannot stall the
+   check), then the pairs are timed in rounds (the circle method: each rank in one pair per
+   round, so no two timed pairs share a rank's link).
+4. all: if every pair worked, one group over all ranks.
+Each group first checks one all-reduce's sum, then times all-reduces at the spec's sizes; with
+``alltoall`` the group of all ranks also checks and times all-to-alls at the same sizes.
 
 Bounded: every wait has ``timeout_s``; a watchdog writes the report and exits at ``deadline_s``
 whatever the backend is doing, and the hub keeps its store up until the workers that joined are
@@ -97,8 +105,11 @@ class Job:
             self.device = torch.device("cpu")
 
     def sync(self):
+        # The current stream, not the device: a pair stuck in another thread's communicator must
+        # not hold up the others (ProcessGroupNCCL's work.wait() orders the current stream after
+        # its own).
         if self.spec["backend"] == "nccl":
-            self.torch.cuda.synchronize()
+            self.torch.cuda.current_stream().synchronize()
 
     def make_pg(self, store, r, n):
         dist = self.dist
@@ -108,8 +119,72 @@ class Job:
             return dist.ProcessGroupNCCL(store, r, n, opts)
         return dist.ProcessGroupGloo(store, r, n, self.timeout)
 
-    def group(self, name, r, n, bench_lock=None):
-        """Form a group, check one sum, time the sizes: {ok, error, init_seconds, results}."""
+    def a2a_check(self, pg, r, n):
+        """One all-to-all (equal chunks): chunk j of rank i carries i * n + j, so every rank can
+        tell it got each peer's chunk for it. None, or what was wrong."""
+        torch = self.torch
+        chunk = 256
+        send = (torch.arange(n, dtype=torch.float32, device=self.device) + r * n).repeat_interleave(chunk)
+        recv = torch.empty_like(send)
+        pg.alltoall_base(recv, send, [], []).wait()
+        self.sync()
+        want = (torch.arange(n, dtype=torch.float32, device=self.device) * n + r).repeat_interleave(chunk)
+        if not torch.equal(recv, want):
+            got = [float(v) for v in recv[::chunk].tolist()]
+            return f"ValueError: wrong all-to-all chunks {got} (expected {[float(v) for v in want[::chunk].tolist()]})"
+        return None
+
+    def time_op(self, pg, op, n, sizes, iters):
+        """Seconds per call of an all-reduce ("allreduce") or an all-to-all ("alltoall") of each
+        size in bytes (for the all-to-all: the bytes each rank sends in all, its own chunk included).
+
+        Bounded on slow links: after one warm-up call (which may pay for connections), a second
+        call is timed and its time agreed by all ranks (an all-reduce of it, so every rank makes
+        the same choice); a size whose calls would take more than ``size_budget_s`` is timed over
+        fewer calls, or by that second call alone."""
+        torch = self.torch
+        budget = float(self.spec.get("size_budget_s", 2.0))
+        results = []
+        for size, count in zip(sizes, iters):
+            numel = max(n, size // 4 // n * n)  # equal chunks: at most 4(n-1) bytes under the size
+            buf = torch.zeros(numel, dtype=torch.float32, device=self.device)
+            out = torch.empty_like(buf)
+
+            def call(buf=buf, out=out):
+                if op == "allreduce":
+                    pg.allreduce([buf]).wait()
+                else:
+                    pg.alltoall_base(out, buf, [], []).wait()
+
+            for _ in range(WARMUP - 1):
+                call()
+            self.sync()
+            t0 = time.perf_counter()
+            call()
+            self.sync()
+            probe = self.agreed(pg, time.perf_counter() - t0, n)
+            if probe > 0 and probe * (1 + count) > budget:
+                count = int(budget / probe) - 1
+            if count < 1:  # the probe is the measurement
+                results.append({"bytes": size, "iters": 1, "seconds": probe})
+                continue
+            t1 = time.perf_counter()
+            for _ in range(count):
+                call()
+            self.sync()
+            results.append({"bytes": size, "iters": count, "seconds": (time.perf_counter() - t1) / count})
+        return results
+
+    def agreed(self, pg, value, n):
+        """The mean of ``value`` over the group's ranks: the same number on every rank."""
+        t = self.torch.tensor([float(value)], dtype=self.torch.float64, device=self.device)
+        pg.allreduce([t]).wait()
+        self.sync()
+        return float(t.item()) / n
+
+    def group(self, name, r, n, bench_lock=None, alltoall=False):
+        """Form a group, check one sum, time the sizes: {ok, error, init_seconds, results}, and with
+        ``alltoall`` also check one all-to-all and time it (a2a_results)."""
         torch = self.torch
         out = {"ok": False}
         t = time.monotonic()
@@ -123,21 +198,17 @@ class Job:
             if got != want:
                 out["error"] = f"ValueError: wrong all-reduce sum {got} (expected {want})"
                 return out
+            if alltoall:
+                wrong = self.a2a_check(pg, r, n)
+                if wrong:
+                    out["error"] = wrong
+                    return out
             if bench_lock is not None:
                 bench_lock.acquire()
             try:
-                results = []
-                for size, iters in zip(self.spec["sizes"], self.spec["iters"]):
-                    buf = torch.zeros(max(1, size // 4), dtype=torch.float32, device=self.device)
-                    for _ in range(WARMUP):
-                        pg.allreduce([buf]).wait()
-                    self.sync()
-                    t1 = time.perf_counter()
-                    for _ in range(iters):
-                        pg.allreduce([buf]).wait()
-                    self.sync()
-                    results.append({"bytes": size, "iters": iters, "seconds": (time.perf_counter() - t1) / iters})
-                out["results"] = results
+                out["results"] = self.time_op(pg, "allreduce", n, self.spec["sizes"], self.spec["iters"])
+                if alltoall:
+                    out["a2a_results"] = self.time_op(pg, "alltoall", n, self.spec["sizes"], self.spec["iters"])
             finally:
                 if bench_lock is not None:
                     bench_lock.release()
@@ -172,6 +243,67 @@ class Job:
         self.store.set("all/go", "1" if go else "0")
         return go, joined
 
+    def mesh(self):
+        """Every pair of ranks in its own group (see the module doc). Fills report["mesh"]
+        ({peer: {ok, error, init_seconds, results}}) and returns whether the group of all ranks
+        may form: every rank's every pair worked, as each rank published it."""
+        world, r, timeout_s = self.world, self.rank, self.spec["timeout_s"]
+        peers = [p for p in range(world) if p != r]
+        done, groups = {}, {}
+
+        def connect(p):
+            lo, hi = min(r, p), max(r, p)
+            me = 0 if r == lo else 1
+            t = time.monotonic()
+            try:
+                pg = self.make_pg(self.dist.PrefixStore(f"a2a{lo}-{hi}/", self.store), me, 2)
+                wrong = self.a2a_check(pg, me, 2)
+                res = {"ok": wrong is None, "init_seconds": round(time.monotonic() - t, 3)}
+                if wrong:
+                    res["error"] = wrong
+                done[p] = (res, pg)
+            except Exception as exc:
+                done[p] = ({"ok": False, "error": _message(exc), "seconds": round(time.monotonic() - t, 3)}, None)
+
+        threads = {p: threading.Thread(target=connect, args=(p,), daemon=True) for p in peers}
+        for th in threads.values():
+            th.start()
+        deadline = time.monotonic() + timeout_s
+        for th in threads.values():
+            th.join(max(0.0, deadline - time.monotonic()))
+        mesh = {}
+        for p in peers:
+            res, pg = done.get(p, (None, None))  # a thread still connecting is abandoned (daemon)
+            if res is None:
+                res = {"ok": False, "error": f"TimeoutError: no all-to-all with rank {p} within {timeout_s} s"}
+            mesh[str(p)] = res
+            if pg is not None and res["ok"]:
+                groups[p] = pg
+        self.report["mesh"] = mesh
+        for p in peers:
+            self.store.set(f"a2a/ok/{r}/{p}", "1" if p in groups else "0")
+        self.store.set(f"a2a/all/{r}", "1" if len(groups) == len(peers) else "0")
+        sizes, iters = self.spec["sizes"], self.spec["iters"]
+        pair_sizes, pair_iters = [sizes[0], sizes[-1]], [iters[0], iters[-1]]
+        for rnd in rounds(world):
+            p = rnd.get(r)
+            if p is None or p not in groups or self.flag(f"a2a/ok/{p}/{r}") != b"1":
+                continue
+            try:
+                mesh[str(p)]["results"] = self.time_op(groups[p], "alltoall", 2, pair_sizes, pair_iters)
+            except Exception as exc:
+                mesh[str(p)].update(ok=False, error=_message(exc))
+        return all(self.flag(f"a2a/all/{i}") == b"1" for i in range(world))
+
+    def flag(self, key):
+        """A key another rank sets once its own pairs are settled (at most ``timeout_s`` after the
+        mesh began, plus the ranks' skew); None if it never comes."""
+        try:
+            self.store.wait([key], timedelta(seconds=2 * self.spec["timeout_s"]))
+            return self.store.get(key)
+        except Exception:
+            return None
+
     def main(self):
         spec = self.spec
         watchdog = threading.Timer(spec["deadline_s"], self.watchdog)
@@ -198,9 +330,13 @@ class Job:
                 self.report["stage"] = "pairs"
                 self.report["pair"] = self.group(f"pair{self.rank}/", 0, 2)
                 go = self.store.get("all/go") == b"1"
+            alltoall = bool(spec.get("alltoall"))
+            if go and alltoall:
+                self.report["stage"] = "mesh"
+                go = self.mesh()
             self.report["stage"] = "all"
             if go:
-                self.report["all"] = self.group("all/", self.rank, self.world)
+                self.report["all"] = self.group("all/", self.rank, self.world, alltoall=alltoall)
             # The store lives in the hub's process: it leaves once every worker that joined is
             # done with it (bounded by the timeout), so no worker loses it mid-way.
             self.report["stage"] = "finish"
@@ -213,6 +349,23 @@ class Job:
             self.fail(self.report["stage"], exc, 5)
         self.report["stage"] = "done"
         self.emit(0)
+
+
+def rounds(world):
+    """The circle method: world - 1 rounds (world rounds when odd) in which every rank meets one
+    other rank at most; every pair meets once. Each round is {rank: partner}."""
+    ranks = list(range(world)) + ([None] if world % 2 else [])
+    m = len(ranks)
+    out = []
+    for _ in range(m - 1):
+        rnd = {}
+        for i in range(m // 2):
+            a, b = ranks[i], ranks[m - 1 - i]
+            if a is not None and b is not None:
+                rnd[a], rnd[b] = b, a
+        out.append(rnd)
+        ranks = [ranks[0], ranks[-1]] + ranks[1:-1]
+    return out
 
 
 if __name__ == "__main__":

@@ -25,8 +25,10 @@ from orchestrator.nodes.facts import NodeFacts
 # this many seconds. A node that cannot reach its peers is named after about this long.
 TIMEOUT_S = 20
 # The job writes its report and exits at this point whatever it is doing; orch stops waiting
-# for a node (and the node's `timeout` kills the job) RUNNER_GRACE_S later.
+# for a node (and the node's `timeout` kills the job) RUNNER_GRACE_S later. The all-to-all
+# between every pair (the mesh stage) may take one TIMEOUT_S more.
 DEADLINE_S = 2 * TIMEOUT_S + 15
+MESH_DEADLINE_S = DEADLINE_S + TIMEOUT_S
 RUNNER_GRACE_S = 30
 JOB_MARK = "orch-collective"  # in every job's argv: `ps` shows what it is
 
@@ -38,6 +40,11 @@ SIZES: dict[str, tuple[tuple[int, int], ...]] = {
     "gloo": ((8 << 10, 20), (1 << 20, 10), (16 << 20, 5)),
 }
 
+# Seconds one size of one group may take (its timed calls, after a warm-up and a probe call): a slow
+# link is timed over fewer calls instead of running into the job's deadline (seen on the test bed
+# with a pair shaped to 8 MB/s: 16 MiB x 7 calls per group did not fit in 75 s).
+SIZE_BUDGET_S = 2.0
+
 FREE_PORT_SCRIPT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 
 
@@ -48,6 +55,11 @@ class CollectivePlan:
     store_host: str  # the hub's address (the one Ray's head binds)
     interfaces: Mapping[str, str | None]  # node -> manifest interface
     addresses: Mapping[str, str]  # node -> the address its backend binds (for naming nodes in errors)
+    alltoall: bool = True  # every pair of nodes in its own group, and an all-to-all over all of them
+
+    @property
+    def deadline_s(self) -> int:
+        return MESH_DEADLINE_S if self.alltoall else DEADLINE_S
 
     @property
     def hub(self) -> str:
@@ -59,11 +71,12 @@ class CollectivePlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "ranks": list(self.ranks), "store_host": self.store_host,
-                "interfaces": dict(self.interfaces)}  # fmt: skip
+                "interfaces": dict(self.interfaces), "alltoall": self.alltoall}  # fmt: skip
 
 
-def plan_check(manifest: Manifest, facts: Mapping[str, Any]) -> CollectivePlan | str:
-    """The check to run, or why there is none (a string: fewer than two nodes take part)."""
+def plan_check(manifest: Manifest, facts: Mapping[str, Any], alltoall: bool = True) -> CollectivePlan | str:
+    """The check to run, or why there is none (a string: fewer than two nodes take part).
+    ``alltoall``: also the all-to-all between every pair of nodes (docs/preflight.md: what it costs)."""
     good = {n: f for n, f in facts.items() if isinstance(f, NodeFacts)}
     backend = "gloo" if manifest.accelerator == "cpu" else "nccl"
     nodes = [manifest.head] + list(manifest.workers)
@@ -78,6 +91,7 @@ def plan_check(manifest: Manifest, facts: Mapping[str, Any]) -> CollectivePlan |
         store_host=node_address(nodes[0], good.get(nodes[0].name)),
         interfaces={n.name: n.interface for n in nodes},
         addresses={n.name: node_address(n, good.get(n.name)) for n in nodes},
+        alltoall=alltoall,
     )
 
 
@@ -90,7 +104,9 @@ def job_spec(plan: CollectivePlan, rank: int, port: int) -> dict[str, Any]:
         "store_host": plan.store_host,
         "store_port": port,
         "timeout_s": TIMEOUT_S,
-        "deadline_s": DEADLINE_S,
+        "size_budget_s": SIZE_BUDGET_S,
+        "deadline_s": plan.deadline_s,
+        "alltoall": plan.alltoall,
         "sizes": [s for s, _ in sizes],
         "iters": [i for _, i in sizes],
     }

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 Severity = Literal["fail", "warn", "info"]
-Component = Literal["ray", "serve", "vllm", "nccl", "system"]
+Component = Literal["ray", "serve", "vllm", "nccl", "deepep", "system"]
 
 EVIDENCE_MAX_CHARS = 400
 

@@ -107,6 +107,28 @@ _CODE_INFO: dict[str, tuple[str, str]] = {
         "refuses; the line above the evidence names the field, the evidence the allowed values and the "
         "value given: fix it and roll out again",
     ),
+    # --- data parallel + expert parallel (MoE): one DP group's ranks, their all-to-all
+    "DP_MASTER_UNREACHABLE": (
+        "Data-parallel ranks cannot reach the DP master (rank 0's address and port)",
+        "the ranks of one DP group meet at rank 0 (vLLM's data_parallel_address / data_parallel_master_ip "
+        "and its port; Ray Serve's DPServer publishes it in the GCS): rank 0 did not come up (its own first "
+        "error, on its node, comes first), or its address is not reachable from the other ranks' nodes: "
+        "open TCP between the group's nodes on all ports and check VLLM_HOST_IP / the node address of rank 0",
+    ),
+    "EP_ALLTOALL_TIMEOUT": (
+        "Expert-parallel all-to-all timed out (NCCL all-to-all or DeepEP dispatch/combine)",
+        "a rank of the expert-parallel group stopped answering or one pair of nodes cannot exchange "
+        "traffic: look for the first error on the other nodes (a dead rank, CUDA_OOM), then test every "
+        "pair: `orch up CLUSTER --check-only` runs an all-to-all between all nodes and names the pair "
+        "that fails or is slow",
+    ),
+    "NVSHMEM_INIT_FAILED": (
+        "DeepEP's NVSHMEM transport could not start (IBGDA / InfiniBand RC)",
+        "the deepep_* all-to-all backends need NVSHMEM over InfiniBand: IBGDA enabled in the GPU driver "
+        "(NVreg_EnableStreamMemOPs=1, PeerMappingOverride=1) or GDRCopy, nvidia_peermem, the RDMA "
+        "devices visible to the engine (privileged container or /dev/infiniband), and working IB between "
+        "the nodes; or serve with VLLM_ALL2ALL_BACKEND=allgather_reducescatter (NCCL)",
+    ),
 }
 
 # The failures a new attempt of the same replica meets again, and why. Serve retries a replica
@@ -405,6 +427,62 @@ SIGNATURES: tuple[Signature, ...] = (
         r"Input should be .* \[type=\w+, input_value=",
         ("Input should be",),
         "vllm",
+    ),
+    # --- data parallel: the ranks of a DP group cannot meet at rank 0
+    # vLLM's engine handshake (v1/engine/core.py, HANDSHAKE_TIMEOUT_MINS) with the front end at the
+    # DP address; Ray Serve's DPServer waiting for rank 0's address (GangMasterInfoRegistry.get).
+    _sig(
+        "DP_MASTER_UNREACHABLE",
+        r"Did not receive response from front-end process within \d+ minute",
+        ("Did not receive response from front-end",),
+        "vllm",
+    ),
+    _sig(
+        "DP_MASTER_UNREACHABLE",
+        r"Timed out waiting for DP master info for gang \S+ after [\d.]+s",
+        ("waiting for DP master info",),
+        "serve",
+    ),
+    # --- expert parallel: the all-to-all (torch's NCCL watchdog, DeepEP's own timeouts)
+    _sig(
+        "EP_ALLTOALL_TIMEOUT",
+        r"WorkNCCL\([^()]*OpType=ALLTOALL\w*,.*?Timeout\(ms\)=\d+\) (?:ran for \d+ milliseconds before timing out|timed out)",
+        ("OpType=ALLTOALL",),
+        "nccl",
+    ),
+    _sig("EP_ALLTOALL_TIMEOUT", r"DeepEP timeout check failed", ("DeepEP timeout",), "deepep"),
+    _sig("EP_ALLTOALL_TIMEOUT", r"DeepEP (?:dispatch|combine) [\w ]*timeout", ("DeepEP dispatch", "DeepEP combine"), "deepep"),
+    _sig(
+        "EP_ALLTOALL_TIMEOUT",
+        r"DeepEP error: (?:CPU recv timeout|timeout \((?:dispatch|combine) CPU\))",
+        ("DeepEP error",),
+        "deepep",
+    ),
+    # --- DeepEP's NVSHMEM (IBGDA / IB RC transports) failing to start
+    _sig(
+        "NVSHMEM_INIT_FAILED",
+        r"nvshmemi_transport_init:\d+: (?:init failed for transport: \w+|Unable to initialize any transports)",
+        ("nvshmemi_transport_init",),
+        "deepep",
+    ),
+    _sig("NVSHMEM_INIT_FAILED", r"non-zero status: \d+ nvshmem detect topo failed", ("nvshmem detect topo",), "deepep"),
+    _sig(
+        "NVSHMEM_INIT_FAILED",
+        r"nvshmem\S*/src/(?:modules/transport/\w+/\w+\.cpp|host/transport/transport\.cpp):\d+: (?:non-zero status: \d+|NULL value) ",
+        ("/transport/",),
+        "deepep",
+    ),
+    _sig(
+        "NVSHMEM_INIT_FAILED",
+        r"NVSHMEM API called before NVSHMEM initialization has completed",
+        ("NVSHMEM API called before",),
+        "deepep",
+    ),
+    _sig(
+        "NVSHMEM_INIT_FAILED",
+        r"DeepEP/csrc/kernels/\w+\.cu:\d+, condition: ibgda_get_state\(\)",
+        ("ibgda_get_state",),
+        "deepep",
     ),
 )
 

@@ -95,7 +95,7 @@ CODES: dict[str, str] = {
     CLOCK_SKEW: "a node's clock is off from the head's",
     PROBE_FAILED: "a probe could not run or its output could not be read",
     COLLECTIVE_INIT_FAILED: "the collective check's job could not start, rendezvous or connect between two nodes",
-    COLLECTIVE_SLOW: "all-reduce bus bandwidth far below the link speed",
+    COLLECTIVE_SLOW: "all-reduce or all-to-all bus bandwidth far below the link speed (or a pair far below the others)",
     COLLECTIVE_SOCKET_FALLBACK: "NCCL used TCP sockets although InfiniBand/RoCE ports are active",
 }
 

@@ -3,7 +3,7 @@
 After preflight's static checks pass and before Ray starts: ask the hub for a free TCP port,
 start the job (``collective/node_job.py``) on every node at once over the runners, with the
 environment Ray and vLLM get, wait for all of them, and judge their reports (pure,
-``collective.verdict``). Bounded: each job reports and exits by ``plan.DEADLINE_S``; orch waits
+``collective.verdict``). Bounded: each job reports and exits by ``plan.deadline_s``; orch waits
 ``RUNNER_GRACE_S`` more per node, then gives up on it (the node's `timeout` kills the job).
 Nothing is left behind: the jobs exit, and with them the hub's rendezvous port.
 """
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.collective.plan import (
-    DEADLINE_S,
     RUNNER_GRACE_S,
     CollectivePlan,
     free_port_argv,
@@ -69,16 +68,20 @@ def run_collective_check(
     facts: Mapping[str, Any],
     progress: Progress,
     clock: Callable[[], float] = time.monotonic,
+    alltoall: bool = True,
 ) -> CollectiveReport | None:
-    """Run the check (see the module doc); None when fewer than two nodes take part."""
-    plan = plan_check(manifest, facts)
+    """Run the check (see the module doc); None when fewer than two nodes take part.
+    ``alltoall=False`` leaves out the all-to-all between every pair (benchmarks/collective_check.py
+    measures what it adds)."""
+    plan = plan_check(manifest, facts, alltoall)
     if isinstance(plan, str):
         progress(plan)
         return None
     t0 = clock()
     where = ", ".join(f"{n}:{plan.interfaces[n] or 'default'}" for n in plan.ranks)
-    progress(f"collective check: {plan.backend} all-reduce over {len(plan.ranks)} nodes ({where}), each worker "
-             f"paired with {plan.hub}")  # fmt: skip
+    what = "all-reduce and all-to-all" if plan.alltoall else "all-reduce"
+    pairs = "every pair of nodes" if plan.alltoall else f"each worker paired with {plan.hub}"
+    progress(f"collective check: {plan.backend} {what} over {len(plan.ranks)} nodes ({where}), {pairs}")
     hub = manifest.node(plan.hub)
     try:
         res = runners[plan.hub].run(free_port_argv(hub.python_bin(manifest)), timeout=30)
@@ -100,7 +103,7 @@ def _run_jobs(manifest: Manifest, plan: CollectivePlan, runners: Mapping[str, Ru
         f = facts.get(r.node)
         argv = job_argv(node.python_bin(manifest), source, job_spec(plan, rank_of[r.node], port))
         env = job_env(manifest, r.node, f if isinstance(f, NodeFacts) else None, plan.backend)
-        res = r.run(argv, timeout=DEADLINE_S + RUNNER_GRACE_S, env=env)
+        res = r.run(argv, timeout=plan.deadline_s + RUNNER_GRACE_S, env=env)
         return NodeRun(r.node, res.exit_code, res.stdout, res.stderr)
 
     outcomes = fan_out([runners[n] for n in plan.ranks], one)

@@ -287,6 +287,14 @@ class Testbed:
         """Drop the host's outgoing TCP packets to dst_addr:port (a connect then times out)."""
         network.block_port(self._h(host).netns, dst_addr, port)
 
+    def block_peer(self, host: TestHost | str, dst_addr: str) -> None:
+        """Drop the host's outgoing TCP to dst_addr on every port (see network.block_peer)."""
+        network.block_peer(self._h(host).netns, dst_addr)
+
+    def throttle_peer(self, host: TestHost | str, dst_addr: str, kbytes_per_s: int) -> None:
+        """Drop the host's packets to dst_addr above a rate (see network.throttle_peer)."""
+        network.throttle_peer(self._h(host).netns, dst_addr, kbytes_per_s)
+
     def block_all_but(self, host: TestHost | str, dst_addr: str, port: int) -> None:
         """Drop the host's outgoing TCP to dst_addr except to ``port`` (see network.block_all_but)."""
         network.block_all_but(self._h(host).netns, dst_addr, port)

@@ -190,6 +190,22 @@ def block_port(ns: str, dst_addr: str, port: int) -> None:
     _nft(ns, "add", "rule", "inet", _TABLE, "out", "ip", "daddr", dst_addr, "tcp", "dport", str(port), "drop")
 
 
+def block_peer(ns: str, dst_addr: str) -> None:
+    """Drop the host's outgoing TCP to ``dst_addr`` on every port: its connects to that peer time
+    out, and so do its answers to that peer's connects (a pair of hosts that cannot talk while
+    both still reach everyone else)."""
+    _ensure_table(ns)
+    _nft(ns, "add", "rule", "inet", _TABLE, "out", "ip", "daddr", dst_addr, "ip", "protocol", "tcp", "drop")
+
+
+def throttle_peer(ns: str, dst_addr: str, kbytes_per_s: int) -> None:
+    """Drop the host's outgoing packets to ``dst_addr`` above ``kbytes_per_s``: TCP to that peer
+    backs off far below the link (a congested or shaped path; tc/netem is not available here)."""
+    _ensure_table(ns)
+    _nft(ns, "add", "rule", "inet", _TABLE, "out", "ip", "daddr", dst_addr, "limit", "rate", "over",
+         f"{kbytes_per_s}", "kbytes/second", "drop")  # fmt: skip
+
+
 def block_all_but(ns: str, dst_addr: str, port: int) -> None:
     """Drop the host's outgoing TCP to ``dst_addr`` on every port but ``port`` (a firewall that
     opens only Ray's port): connects elsewhere time out, and so do the host's answers to

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.collective.figures import SLOW_FRACTION, addresses, error_line
 from orchestrator.collective.nccl_log import (
     alg_bandwidth,
     bus_bandwidth,
@@ -15,7 +16,6 @@ from orchestrator.collective.nccl_log import (
     parse_nccl_tests,
     transport_kind,
 )
-from orchestrator.collective.verdict import SLOW_FRACTION, addresses, error_line
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "collective"
 

@@ -7,18 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from orchestrator.collective.figures import GroupFigures, NodeRun, SizeFigure, slow_findings, split_output
 from orchestrator.collective.nccl_log import parse_nccl_tests
 from orchestrator.collective.plan import CollectivePlan
-from orchestrator.collective.verdict import (
-    GroupFigures,
-    NodeRun,
-    SizeFigure,
-    judge,
-    recorded_summary,
-    slow_findings,
-    split_output,
-    summary_line,
-)
+from orchestrator.collective.verdict import judge, recorded_summary, summary_line
 from orchestrator.nodes.facts import IbPort, NodeFacts
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "collective"
@@ -26,8 +18,9 @@ RANKS = ("h", "a", "b")
 
 
 def plan(backend: str = "gloo", interface: str | None = "lo") -> CollectivePlan:
+    """The plan of those captures: the job's all-reduce only (test_collective_mesh.py: the all-to-all)."""
     addrs = {"h": "10.0.0.1", "a": "10.0.0.2", "b": "10.0.0.3"}
-    return CollectivePlan(backend, RANKS, "127.0.0.1", {n: interface for n in RANKS}, addrs)
+    return CollectivePlan(backend, RANKS, "127.0.0.1", {n: interface for n in RANKS}, addrs, alltoall=False)
 
 
 def runs(case: str) -> dict[str, NodeRun]:

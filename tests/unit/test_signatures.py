@@ -88,6 +88,10 @@ def test_normal_logs_exist_and_show_no_failure():
         # a slow constructor is not a resource shortage
         "Deployment 'LLMServer:tiny' in application 'llm' has 1 replicas that have taken more than 30s to initialize. "
         "This may be caused by a slow __init__ or reconfigure method.",
+        # NVSHMEM reporting its settings (https://github.com/deepseek-ai/DeepEP/issues/38): a transport
+        # source path, not an error
+        "/work/nvshmem_src/src/modules/transport/common/transport_ib_common.h 103 NVSHMEM_IB_ADDR_FAMILY set by "
+        "environment to AF_INET",
     ],
 )
 def test_healthy_lines_match_nothing(line):
@@ -260,3 +264,15 @@ def test_the_failing_signature_hint_replaces_the_warning_hint():
     # the first line shows only the warning's pattern, the second (a real OOM line) the failing one's
     upgraded = match_logs([LogLine("w", "a", 1, "torch.OutOfMemoryError"), LogLine("w", "b", 2, line)], [fail, warn])
     assert [(f.severity, f.hint, f.file, f.count) for f in upgraded] == [("fail", "fail hint", "b", 2)]
+
+
+def test_a_timed_out_all_reduce_is_not_an_all_to_all_timeout():
+    """torch's watchdog names the collective: only ALLTOALL ops are the expert-parallel exchange
+    (https://github.com/vllm-project/vllm/issues/6042, a TP all-reduce)."""
+    line = ("(RayWorkerWrapper pid=489968) [rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1572864, NumelOut=1572864, "
+            "Timeout(ms)=600000) ran for 600021 milliseconds before timing out.")
+    assert "EP_ALLTOALL_TIMEOUT" not in [s.code for s in match_line(line, SIGNATURES)]
+    assert [s.code for s in match_line(line.replace("OpType=ALLREDUCE", "OpType=ALLTOALL_BASE"), SIGNATURES)] == [
+        "EP_ALLTOALL_TIMEOUT"
+    ]

@@ -14,8 +14,9 @@ import sys
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.collective.plan import SIZES, job_argv, job_spec, plan_check
-from orchestrator.collective.verdict import NodeRun, judge
+from orchestrator.collective.figures import NodeRun
+from orchestrator.collective.plan import MESH_DEADLINE_S, SIZES, job_argv, job_spec, plan_check
+from orchestrator.collective.verdict import judge
 from orchestrator.state import StateStore
 from orchestrator.workflows.cluster import ClusterDeps, PreflightStopped, UpOptions, up
 from orchestrator.workflows.collective import JOB_SOURCE
@@ -50,6 +51,10 @@ def test_check_runs_on_every_node_with_the_env_ray_gets_and_is_recorded(env):
     recorded = deps.state.load_collective("tb")
     assert recorded["ok"] is True and [p["nodes"] for p in recorded["pairs"]] == [["head", "w1"], ["head", "w2"]]
     assert recorded["all"]["busbw_gbps"] == res.collective.to_dict()["all"]["busbw_gbps"]
+    # the all-to-all: every pair of nodes, workers included, and the group of all
+    assert all(spec["alltoall"] and spec["deadline_s"] == MESH_DEADLINE_S for spec, _ in jobs.values())
+    assert [p["nodes"] for p in recorded["mesh"]["pairs"]] == [["head", "w1"], ["head", "w2"], ["w1", "w2"]]
+    assert recorded["mesh"]["all"]["op"] == "all-to-all" and recorded["mesh"]["all"]["busbw_gbps"] > 0
     assert any(m.startswith("collective check (nccl") for m in messages)
 
 
@@ -98,7 +103,7 @@ def test_collective_job_runs_for_real(tmp_path):
     manifest = manifest_of(YAML.replace("name: tb", "name: tb\naccelerator: cpu").replace(", interface: eth1", "").replace("gpus: 8", "gpus: 0"))
     plan = plan_check(manifest, {})
     assert not isinstance(plan, str) and plan.backend == "gloo"
-    plan = type(plan)(plan.backend, plan.ranks, "127.0.0.1", plan.interfaces, plan.addresses)
+    plan = type(plan)(plan.backend, plan.ranks, "127.0.0.1", plan.interfaces, plan.addresses, plan.alltoall)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -111,7 +116,11 @@ def test_collective_job_runs_for_real(tmp_path):
         out, err = p.communicate(timeout=120)
         runs[n] = NodeRun(n, p.returncode, out, err)
     report = judge(plan, runs, {}, port)
-    assert report.ok, report.findings
+    assert not [f for f in report.findings if f.severity == "fail"], report.findings
     assert [p.ok for p in report.pairs] == [True, True] and report.all is not None and report.all.ok
     assert [s.bytes for s in report.all.sizes] == [b for b, _ in SIZES["gloo"]]
+    # the all-to-all ran too: every pair (workers with each other as well) and the group of all
+    assert report.mesh is not None and [(p.name, p.ok) for p in report.mesh.pairs] == [
+        ("head<->w1", True), ("head<->w2", True), ("w1<->w2", True)]
+    assert report.mesh.all is not None and [s.bytes for s in report.mesh.all.sizes] == [b for b, _ in SIZES["gloo"]]
     assert all(r.exit_code == 0 for r in runs.values())
