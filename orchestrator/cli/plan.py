@@ -46,6 +46,10 @@ from orchestrator.workflows.plan import calibrated, planning_shape, sampler_for,
 @click.option("--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes [default 1].")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Force the tensor-parallel size (then checked).")
 @click.option("--pp", type=click.IntRange(min=1), default=None, help="Force the pipeline-parallel size (then checked).")
+@click.option("--dp", type=click.IntRange(min=1), default=None,
+              help="Force the data-parallel size of a group (MoE models: DP ranks x TP GPUs, experts over all of them); 1: no DP.")
+@click.option("--expert-parallel/--no-expert-parallel", "expert_parallel", default=None,
+              help="Whole experts per GPU (vLLM enable_expert_parallel) [default: on for DP layouts of MoE models].")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Longest sequence (prompt + output) [default: the model's].")
 @click.option("--gpu-memory-utilization", type=FiniteFloat(min=0, max=1, min_open=True), default=None, help="vLLM's memory fraction [default: the vLLM version's: 0.92 from 0.21, 0.90 before].")
 @click.option("--kv-cache-gib", type=FiniteFloat(min=0, min_open=True), default=None, help="Fix the KV cache per GPU (vLLM kv_cache_memory_bytes) instead of estimating it.")
@@ -58,14 +62,15 @@ from orchestrator.workflows.plan import calibrated, planning_shape, sampler_for,
               help="With --cluster: the request rate to serve [default: the manifest's slo.target_rps]; sized with the goodput recorded on the cluster.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (exit 2 when nothing fits, after printing it).")
 @click.pass_context
-def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype, nvlink,
-         vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, sampler, target_rps, as_json) -> None:  # fmt: skip
+def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp, pp, dp, expert_parallel, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype,
+         kv_cache_dtype, nvlink, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, sampler, target_rps, as_json) -> None:  # fmt: skip
     """Size MODEL on a cluster: weights, KV cache, B_max, and the TP/PP choice with its reasons.
 
     \b
     Examples:
       orch plan --model llama3-70b --gpu-type H100-80GB --gpus-per-node 8
       orch plan --model llama3-405b --nodes 2 --json
+      orch plan --model deepseek-v3 --gpu-type H200-141GB --nodes 2 --dp 8
       orch plan --model ./my-model --cluster cluster.yaml --max-model-len 8192
     """
     if gpu_type is not None and gpu_type.lower() == CPU and (tp or 1) * (pp or 1) > 1:
@@ -85,6 +90,8 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
     options = PlanOptions(
         tp=tp,
         pp=pp,
+        dp=dp,
+        expert_parallel=expert_parallel,
         max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization,
         kv_cache_gib=kv_cache_gib,
@@ -159,9 +166,10 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict, r
     weights.add_column("dtype")
     weights.add_column("bytes/param", justify="right")
     weights.add_column("whole model", justify="right")
-    weights.add_column(f"per GPU at TP={p.tp} PP={p.pp}", justify="right")
+    split = f"TP={p.tp} PP={p.pp}" if p.dp == 1 else f"DP={p.dp} x TP={p.tp} (if every weight were split)"
+    weights.add_column(f"per GPU at {split}", justify="right")
     for d, total in seed["weights_gib"].items():
-        weights.add_row(d, f"{DTYPE_BYTES[d]:g}", f"{total:.1f} GiB", f"{total / (p.tp * p.pp):.1f} GiB")
+        weights.add_row(d, f"{DTYPE_BYTES[d]:g}", f"{total:.1f} GiB", f"{total / p.gpus_per_replica:.1f} GiB")
     out.print(weights)
 
     out.print(f"KV cache: {seed['kv_bytes_per_token'] / KIB:,.1f} KiB per token = 2 * N_layer * H_kv * d * s (MLA: latent per layer)")
@@ -185,13 +193,16 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict, r
     table.add_column()
     rows = [
         ("fits", "[green]yes[/green]" if p.fits else "[red]no[/red]"),
-        ("tensor parallel", str(p.tp)),
+        ("tensor parallel", str(p.tp) + ("  (per DP rank)" if p.dp > 1 else "")),
         ("pipeline parallel", f"{p.pp}  (layers {list(p.stage_layers)})" if p.pp > 1 else "1"),
-        ("replicas", str(p.replicas)),
+        *([("data parallel", f"{p.dp} ranks per replica, each its own engine and KV cache")] if p.dp > 1 else []),
+        *([("expert parallel", f"EP={p.tp * p.dp}: whole experts on each GPU")] if p.expert_parallel else []),
+        ("replicas", str(p.replicas) + ("  (DP groups)" if p.dp > 1 else "")),
         ("weights per GPU", f"{p.weights_gib_per_gpu:.2f} GiB"),
         ("reserve per GPU", f"{p.reserve_gib_per_gpu:.2f} GiB (activations, sampler, CUDA graphs, non-torch)"),
         ("KV cache per GPU", f"{p.kv_cache_gib_per_gpu:.2f} GiB{' (fixed)' if p.kv_cache_gib_fixed else ''}, {p.kv_bytes_per_token_per_gpu / KIB:,.1f} KiB per token"),
-        ("KV cache size", f"{p.kv_cache_tokens:,} tokens per replica"),
+        ("KV cache size", f"{p.kv_cache_tokens:,} tokens per replica"
+                          + (f" ({p.kv_cache_tokens_per_rank:,} per DP rank x {p.dp})" if p.dp > 1 else "")),
         ("max concurrency", f"{p.max_concurrency:.2f}x at max_model_len {p.max_model_len:,}"),
         ("gpu_memory_utilization", f"{p.gpu_memory_utilization:g}"),
         ("vLLM", f"{p.vllm_version} ({(p.engine_terms or {}).get('engine', '?')}); max_num_seqs {p.max_num_seqs}, max_num_batched_tokens {p.max_num_batched_tokens}"
@@ -201,6 +212,8 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict, r
     for key, value in rows:
         table.add_row(key, value)
     out.print(table)
+    if p.layouts and len(p.layouts) > 1:
+        _render_layouts(out, p)
     out.print("[bold]Why[/bold]")
     for reason in p.reasons:
         out.print(f"  - {reason}", markup=False)
@@ -208,3 +221,29 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict, r
         out.print("[bold]What would fit[/bold]")
         for s in p.suggestions:
             out.print(f"  - {s}", markup=False)
+
+
+def _render_layouts(out, p: ParallelPlan) -> None:
+    """TP x PP and DP x EP side by side (an MoE model), the chosen one marked."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"Layouts side by side (weights and KV per GPU; tokens and concurrency at {p.max_model_len:,} over the cluster)",
+        title_justify="left",
+    )
+    for col in ("layout", "GPUs/replica", "replicas", "weights", "KV cache", "tokens/replica", "tokens", "concurrency", "chosen"):
+        table.add_column(col, justify="right" if col not in ("layout", "chosen") else "left")
+    for key in ("tp_pp", "dp_ep"):
+        lay = p.layouts.get(key)
+        if lay is None:
+            continue
+        name = f"DP={lay['dp']} x TP={lay['tp']}" + (f" EP={lay['ep_size']}" if lay["expert_parallel"] else "") if key == "dp_ep" else f"TP={lay['tp']} x PP={lay['pp']}"
+        if not lay["fits"]:
+            table.add_row(name, str(lay["gpus_per_replica"]), "-", f"{lay['weights_gib_per_gpu']:.1f} GiB", "does not fit", "-", "-", "-", "")
+            continue
+        table.add_row(
+            name, str(lay["gpus_per_replica"]), str(lay["replicas"]), f"{lay['weights_gib_per_gpu']:.1f} GiB",
+            f"{lay['kv_cache_gib_per_gpu']:.1f} GiB", f"{lay['kv_cache_tokens']:,}", f"{lay['kv_cache_tokens_cluster']:,}",
+            f"{lay['max_concurrency_cluster']:.1f}", "yes" if lay["chosen"] else "",
+        )  # fmt: skip
+    out.print(table)

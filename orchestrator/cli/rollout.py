@@ -74,8 +74,13 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
         from orchestrator.serve.in_flight import InFlight
         from orchestrator.serve.secrets import for_display
 
-        out.print(f"[bold]plan[/bold] for {result.model}: TP={result.plan.get('tp')} PP={result.plan.get('pp')} "
-                  f"replicas={result.plan.get('replicas')} max_model_len={result.plan.get('max_model_len')}")  # fmt: skip
+        dp = int(result.plan.get("dp") or 1)
+        layout = f"TP={result.plan.get('tp')} PP={result.plan.get('pp')}"
+        if dp > 1:
+            layout = f"DP={dp} x TP={result.plan.get('tp')}" + (" EP" if result.plan.get("expert_parallel") else "")
+        groups = " (DP groups)" if dp > 1 else ""
+        out.print(f"[bold]plan[/bold] for {result.model}: {layout} "
+                  f"replicas={result.plan.get('replicas')}{groups} max_model_len={result.plan.get('max_model_len')}")  # fmt: skip
         if result.plan.get("in_flight"):
             out.print(f"  - in flight: {InFlight.from_json(result.plan['in_flight']).describe()}", markup=False)
         for reason in [*result.plan.get("reasons", []), *result.plan.get("notes", [])]:
@@ -105,6 +110,11 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--model-path", default=None, help="Folder of the weights on the nodes, when --model is a catalog name.")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Force the tensor-parallel size (checked by the planner).")
 @click.option("--pp", type=click.IntRange(min=1), default=None, help="Force the pipeline-parallel size (checked by the planner).")
+@click.option("--dp", type=click.IntRange(min=1), default=None,
+              help="Force the data-parallel size of a group (MoE models: each rank one engine, deployed with Ray Serve LLM's "
+                   "build_dp_openai_app); 1: no DP.")
+@click.option("--expert-parallel/--no-expert-parallel", "expert_parallel", default=None,
+              help="Whole experts per GPU (vLLM enable_expert_parallel) [default: on for DP layouts of MoE models].")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Longest sequence [default: the model's].")
 @click.option("--gpu-memory-utilization", type=FiniteFloat(min=0, max=1, min_open=True), default=None,
               help="vLLM's memory fraction per GPU [default: the vLLM version's: 0.92 from 0.21, 0.90 before].")  # fmt: skip
@@ -129,9 +139,9 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--slo-gate", is_flag=True, help="Before the switch, the candidate must meet the manifest's slo: at the load "
               "level recorded for the live revision (`orch bench`/`orch accept`); else the rollout fails and the live revision keeps serving.")
 @click.pass_context
-def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype, kv_cache_dtype,
-            replicas, max_ongoing_requests, engine_args, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size, sampler, dry_run,
-            allow_downtime, timeout_s, as_json, sync_model, sync_from, request_router, slo_gate) -> None:  # fmt: skip
+def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, expert_parallel, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype,
+            kv_cache_dtype, replicas, max_ongoing_requests, engine_args, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size,
+            sampler, dry_run, allow_downtime, timeout_s, as_json, sync_model, sync_from, request_router, slo_gate) -> None:  # fmt: skip
     """Deploy MODEL as a Ray Serve LLM application, gated by a real completion.
 
     \b
@@ -151,7 +161,8 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, max_model
     version, _ = vllm_version_for(vllm_version, manifest, state_dir)
     flashinfer, _ = sampler_for(sampler, version, manifest, state_dir)
     request = RolloutRequest(
-        model=model, served_name=served_name, model_path=model_path, tp=tp, pp=pp, max_model_len=max_model_len,
+        model=model, served_name=served_name, model_path=model_path, tp=tp, pp=pp, dp=dp, expert_parallel=expert_parallel,
+        max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib, dtype=dtype,
         kv_cache_dtype=kv_cache_dtype, replicas=replicas, engine_args=_engine_args(engine_args),
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, enforce_eager=enforce_eager,

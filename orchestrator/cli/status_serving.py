@@ -97,6 +97,26 @@ def _model_lines(m: Any) -> list[Any]:
     return lines
 
 
+def _ranks_table(ranks: list[Any]) -> Any:
+    """One row per data-parallel rank (a DPServer replica): its group, node, state, the KV cache
+    its engine logged and how much of it is used now."""
+    from rich.table import Table
+
+    table = Table(title="data-parallel ranks (one engine each, its own KV cache)", title_justify="left")
+    for col in ("group", "rank", "replica", "state", "node", "KV cache", "KV used", "running"):
+        table.add_column(col, overflow="fold")
+    for r in sorted(ranks, key=lambda r: (r.dp.group, r.dp.rank)):
+        tokens = f"{r.capacity.tokens:,} tokens" if r.capacity is not None and r.capacity.tokens is not None else "-"
+        g = r.gauges
+        used = "-" if g is None else ("idle" if g.kv_cache_usage is None else f"{g.kv_cache_usage * 100:.1f}%")
+        node = r.node or "-"
+        if r.node_state and r.node_state != "ALIVE":
+            node += f" [bold red]({r.node_state})[/]"
+        table.add_row(r.dp.group, f"{r.dp.rank}/{r.dp.size}", r.replica_id, _styled(r.state, REPLICA_STYLE), node, tokens, used,
+                      _num(g.running if g else None))  # fmt: skip
+    return table
+
+
 def slo_line(slo: Any) -> str:
     """The live p95s against the manifest's objective, one line."""
     parts = []
@@ -162,6 +182,10 @@ def render_serving(serving: Any) -> Any:
             for r, w in spanned:
                 workers.add_row(r.replica_id, w.rank or "-", w.node or "-", _num(w.pid), _styled(w.state, REPLICA_STYLE))
             parts.append(workers)
+
+        ranks = [r for d in serving.deployments for r in d.replicas if r.dp is not None]
+        if ranks:
+            parts.append(_ranks_table(ranks))
 
     for m in serving.models:
         parts.extend(_model_lines(m))

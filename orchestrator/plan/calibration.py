@@ -34,6 +34,7 @@ from orchestrator.plan.shape import ClusterShape
 # without naming CUDA or ROCm (both run vLLM's gpu_worker / gpu_model_runner).
 GPU_PLATFORMS = frozenset({"cuda", "rocm", "gpu"})
 
+LAYOUT_FLAGS = ("data_parallel_size", "enable_expert_parallel")
 CALIBRATION_FLAGS = ("max_model_len", "gpu_memory_utilization", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "enforce_eager", "block_size")
 
 
@@ -52,10 +53,11 @@ class EngineFigures:
         return asdict(self)
 
 
-def predict_engine(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *, tp: int, pp: int, kv_stage: int | None = None) -> EngineFigures:
-    """What orch predicts the engine will log: the heaviest stage's weights, the KV memory of
-    ``kv_stage`` (default: the tightest stage, whose block count the engine takes) and tokens."""
-    stages = stage_capacities(spec, shape, options, tp=tp, pp=pp)
+def predict_engine(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *, tp: int, pp: int, kv_stage: int | None = None,
+                   dp: int = 1, expert_parallel: bool = False) -> EngineFigures:  # fmt: skip
+    """What orch predicts one engine (one DP rank) will log: the heaviest stage's weights, the KV
+    memory of ``kv_stage`` (default: the tightest stage, whose block count the engine takes) and tokens."""
+    stages = stage_capacities(spec, shape, options, tp=tp, pp=pp, dp=dp, expert_parallel=expert_parallel)
     tight = min(stages, key=lambda s: (s.kv_tokens, s.kv_bytes))
     kv = stages[kv_stage] if kv_stage is not None else tight
     return EngineFigures(
@@ -242,5 +244,8 @@ def calibration_key(spec: ModelSpec, gpu_type: str, vllm_version: str, tp: int, 
 
 def _key(fingerprint: str, gpu_type: str, vllm_version: str, tp: int, pp: int, engine_kwargs: Mapping[str, Any]) -> str:
     flags = {k: engine_kwargs.get(k) for k in CALIBRATION_FLAGS}
+    # A DP or expert-parallel engine sizes memory differently (experts over DP x TP, all-gathered MoE
+    # activations); those keys are in the blob only when set, so the keys of TP x PP records stay as they were.
+    flags.update({k: engine_kwargs[k] for k in LAYOUT_FLAGS if k in engine_kwargs})
     blob = json.dumps({"model": fingerprint, "gpu": gpu_type, "vllm": vllm_version, "tp": tp, "pp": pp, "flags": flags}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]

@@ -44,6 +44,7 @@ from orchestrator.plan.catalog import ModelSpec
 from orchestrator.plan.engine_terms import CUDA_GRAPH_GIB, GPU_EXTRA_VLLM, EngineTerms, engine_terms, parse_vllm_version
 from orchestrator.plan.memory import GIB, kv_bytes_per_token, kv_dtype_bytes, stage_layer_ranges, stage_weight_bytes
 from orchestrator.plan.shape import ClusterShape
+from orchestrator.plan.sharding import Sharding
 
 VLLM_BLOCK_SIZE = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 NON_TORCH_GIB = 0.30
@@ -61,6 +62,8 @@ class PlanOptions:
 
     tp: int | None = None
     pp: int | None = None
+    dp: int | None = None  # data-parallel ranks per group; None: the planner chooses (MoE models only)
+    expert_parallel: bool | None = None  # None: on for DP layouts of MoE models, off otherwise
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None  # None: the vLLM version's default
     kv_cache_gib: float | None = None
@@ -124,25 +127,34 @@ class StageCapacity:
         }
 
 
-def activation_bytes_per_token(spec: ModelSpec, tp: int) -> float:
-    """Forward-pass buffers per batched token on one TP rank (see the module docstring)."""
+def activation_bytes_per_token(spec: ModelSpec, tp: int, *, dp: int = 1, expert_parallel: bool = False) -> float:
+    """Forward-pass buffers per batched token on one GPU (see the module docstring).
+
+    Data parallel: the MoE layers gather every DP rank's tokens before the experts
+    (``AgRsAll2AllManager.dispatch`` all-gathers hidden states over the DP group,
+    ``distributed/device_communicators/all2all.py``; the profile runs ``max_num_batched_tokens`` on
+    every rank), so their buffers hold ``dp`` times the rank's tokens; with expert parallelism a GPU's
+    experts are whole, so their intermediate width is ``moe_intermediate``, not split by TP."""
     act = 4 if spec.dtype == "fp32" else 2
     widest = 3 * spec.intermediate / tp if (not spec.is_moe or spec.first_k_dense) else 0.0
     if spec.is_moe:
-        moe = spec.experts_per_token * (3 * spec.moe_intermediate / tp + spec.hidden)
-        moe += spec.shared_experts * 3 * spec.moe_intermediate / tp
+        sh = Sharding(tp=tp, dp=dp, expert_parallel=expert_parallel)
+        width = spec.moe_intermediate if (expert_parallel and sh.moe_ranks > 1) else spec.moe_intermediate / sh.moe_ranks
+        moe = dp * spec.experts_per_token * (3 * width + spec.hidden)
+        moe += spec.shared_experts * 3 * spec.moe_intermediate / (1 if sh.sequence_parallel_moe else tp)
         widest = max(widest, moe)
     return (widest + 3 * spec.hidden) * act
 
 
-def reserve_bytes(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *, tp: int, pp: int, last: bool) -> float:
+def reserve_bytes(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *, tp: int, pp: int, last: bool,
+                  dp: int = 1, expert_parallel: bool = False) -> float:  # fmt: skip
     """Memory vLLM keeps out of the KV cache on one GPU of a stage besides the weights."""
     if options.reserve_gib is not None:
         return options.reserve_gib * GIB
     terms = terms_for(spec, options)
     tokens, seqs = batch_limits(spec, shape, options)
-    non_torch = NON_TORCH_GIB + (NON_TORCH_DISTRIBUTED_GIB if tp * pp > 1 else 0.0)
-    forward = tokens * activation_bytes_per_token(spec, tp)
+    non_torch = NON_TORCH_GIB + (NON_TORCH_DISTRIBUTED_GIB if tp * pp * dp > 1 else 0.0)
+    forward = tokens * activation_bytes_per_token(spec, tp, dp=dp, expert_parallel=expert_parallel)
     sampler = seqs * spec.vocab * terms.sampler_bytes_per_logit if last else 0.0
     pipeline = tokens * spec.hidden * PP_BYTES_PER_TOKEN_HIDDEN if pp > 1 else 0.0
     if options.cuda_graph_gib is not None:
@@ -161,22 +173,24 @@ def resolved_kv_cache_dtype(spec: ModelSpec, options: PlanOptions) -> str:
     return options.kv_cache_dtype
 
 
-def stage_capacities(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *, tp: int, pp: int) -> tuple[StageCapacity, ...]:
-    """Weights, reserve, KV memory and KV tokens of one GPU in each pipeline stage."""
+def stage_capacities(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, *, tp: int, pp: int,
+                     dp: int = 1, expert_parallel: bool = False) -> tuple[StageCapacity, ...]:  # fmt: skip
+    """Weights, reserve, KV memory and KV tokens of one GPU in each pipeline stage (of one DP rank:
+    every rank of a DP group is sized the same, its KV cache is its own)."""
     dtype = options.dtype or spec.dtype
     s_kv = kv_dtype_bytes(dtype, resolved_kv_cache_dtype(spec, options))
     block = options.block_size or VLLM_BLOCK_SIZE
     out = []
     for i, (start, end) in enumerate(stage_layer_ranges(spec.layers, pp)):
         first, last = i == 0, i == pp - 1
-        weights = stage_weight_bytes(spec, start, end, tp=tp, first=first, last=last, dtype=dtype)
+        weights = stage_weight_bytes(spec, start, end, tp=tp, first=first, last=last, dtype=dtype, dp=dp, expert_parallel=expert_parallel)
         per_token = kv_bytes_per_token(spec, layers=end - start, tp=tp, s=s_kv)
         if shape.is_cpu:
             reserve = 0.0
             kv = (options.kv_cache_gib if options.kv_cache_gib is not None else CPU_KV_CACHE_GIB) * GIB
         else:
             assert shape.gpu_memory_bytes is not None
-            reserve = reserve_bytes(spec, shape, options, tp=tp, pp=pp, last=last)
+            reserve = reserve_bytes(spec, shape, options, tp=tp, pp=pp, last=last, dp=dp, expert_parallel=expert_parallel)
             if options.kv_cache_gib is not None:
                 # vLLM then ignores gpu_memory_utilization; what must fit is the whole device.
                 fixed = options.kv_cache_gib * GIB

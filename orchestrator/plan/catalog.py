@@ -1,12 +1,13 @@
 """Model architectures orch can size: the built-in catalog and Hugging Face ``config.json``.
 
 Owns ``ModelSpec`` (the numbers the planner needs, nothing else), the catalog of short names
-(``llama3-8b`` ... ``deepseek-v3``, ``tiny``) and the parsing of a ``config.json`` dict into a spec.
+(``llama3-8b`` ... ``deepseek-v3``, ``qwen3-235b-a22b``, ``mixtral-8x22b``, ``kimi-k2``, ``tiny``) and the parsing of a ``config.json`` dict into a spec.
 Pure: ``spec_from_config(dict, source)`` does no I/O; ``resolve_model(name_or_path)`` is the one
 edge function that reads a file (the config.json of a local model folder).
 
 Catalog entries copy the ``config.json`` of the published checkpoints (Llama 3.1, Qwen2.5,
-Mixtral-8x7B-v0.1, DeepSeek-V3); ``tiny`` is ``orchestrator.plan.tinymodel.TINY_CONFIG``.
+Mixtral-8x7B-v0.1 and 8x22B-v0.1, DeepSeek-V3, Qwen3-235B-A22B, Kimi-K2); ``tiny`` is
+``orchestrator.plan.tinymodel.TINY_CONFIG``.
 """
 
 from __future__ import annotations
@@ -117,6 +118,24 @@ CATALOG: dict[str, ModelSpec] = {
             {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]},
             "the catalog (deepseek-ai/DeepSeek-V3 config.json quantization_config)",
         ),
+    ),
+    # Qwen/Qwen3-235B-A22B (bf16): the numbers of its FP8 sibling's config.json (tests/unit/test_memory.py)
+    "qwen3-235b-a22b": ModelSpec(
+        "qwen3-235b-a22b", 94, 4096, 12288, 64, 4, 128, 151936, max_position=40960,
+        num_experts=128, experts_per_token=8, moe_intermediate=1536, architecture="qwen3_moe",
+    ),
+    # mistral-community/Mixtral-8x22B-v0.1 config.json (tests/data/planner/configs/Mixtral-8x22B-v0.1)
+    "mixtral-8x22b": ModelSpec(
+        "mixtral-8x22b", 56, 6144, 16384, 48, 8, 128, 32000, max_position=65536,
+        num_experts=8, experts_per_token=2, moe_intermediate=16384, architecture="mixtral",
+    ),
+    # moonshotai/Kimi-K2-Instruct: DeepSeek-V3's architecture with 384 experts, 64 heads, one dense
+    # layer (tests/data/planner/configs/Kimi-K2-Instruct); its published weights are FP8 (block-quantized)
+    "kimi-k2": ModelSpec(
+        "kimi-k2", 61, 7168, 18432, 64, 64, 192, 163840, dtype="fp8", max_position=131072,
+        num_experts=384, experts_per_token=8, shared_experts=1, moe_intermediate=2048, first_k_dense=1,
+        kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+        architecture="kimi_k2",
     ),
 }  # fmt: skip
 

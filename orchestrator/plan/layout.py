@@ -1,32 +1,49 @@
-"""Layouts: one (TP, PP) evaluated, how many replicas a cluster holds of it, and which GPUs it
-leaves idle. Pure."""
+"""Layouts: one (TP, PP) or (DP, TP) evaluated, how many replicas a cluster holds of it, and which
+GPUs it leaves idle. Pure.
+
+A replica is one vLLM deployment unit: TP x PP GPUs, or for data parallelism one DP group of
+DP x TP GPUs (DP engines that run their MoE layers together; Ray Serve LLM's
+``build_dp_openai_app`` counts those groups as replicas and restarts a group as a whole)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.plan.capacity import StageCapacity
+from orchestrator.plan.capacity import PlanOptions, StageCapacity, stage_capacities
+from orchestrator.plan.catalog import ModelSpec
 from orchestrator.plan.memory import GIB
 from orchestrator.plan.shape import ClusterShape
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One (tp, pp) evaluated: its stages and whether vLLM would serve with it."""
+    """One layout evaluated: its stages (per GPU of one DP rank) and whether vLLM would serve with it."""
 
     tp: int
     pp: int
     stages: tuple[StageCapacity, ...]
     max_model_len: int
     min_concurrency: float
+    dp: int = 1
+    expert_parallel: bool = False
 
     @property
     def tightest(self) -> StageCapacity:
         return min(self.stages, key=lambda s: (s.kv_tokens, s.kv_bytes))
 
     @property
-    def kv_tokens(self) -> int:
+    def rank_kv_tokens(self) -> int:
+        """KV tokens of one engine (one DP rank): what vLLM logs as its ``KV cache size``."""
         return self.tightest.kv_tokens
+
+    @property
+    def kv_tokens(self) -> int:
+        """KV tokens of one replica: every DP rank is its own engine with its own KV pool."""
+        return self.rank_kv_tokens * self.dp
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
 
     @property
     def weights_fit(self) -> bool:
@@ -34,50 +51,93 @@ class Candidate:
 
     @property
     def fits(self) -> bool:
-        return self.weights_fit and self.kv_tokens >= self.min_concurrency * self.max_model_len
+        # vLLM checks each engine: one DP rank must hold a max_model_len sequence on its own
+        return self.weights_fit and self.rank_kv_tokens >= self.min_concurrency * self.max_model_len
+
+    def name(self) -> str:
+        if self.dp > 1 or self.expert_parallel:
+            ep = f" EP={self.tp * self.dp}" if self.expert_parallel else ""
+            return f"DP={self.dp} x TP={self.tp}{ep}"
+        return f"TP={self.tp} PP={self.pp}"
 
     def summary(self) -> str:
         t = self.tightest
         where = f" on stage {t.index}" if self.pp > 1 else ""
         if not self.weights_fit:
             return (
-                f"TP={self.tp} PP={self.pp}: {t.weights_bytes / GIB:.1f} GiB of weights + {t.reserve_bytes / GIB:.1f} GiB "
+                f"{self.name()}: {t.weights_bytes / GIB:.1f} GiB of weights + {t.reserve_bytes / GIB:.1f} GiB "
                 f"reserve per GPU{where} exceed the usable memory by {-t.kv_bytes / GIB:.1f} GiB"
             )
+        tokens = f"{t.kv_tokens:,} tokens"
+        if self.dp > 1:
+            tokens = f"{t.kv_tokens:,} tokens per rank x {self.dp} ranks = {self.kv_tokens:,} tokens"
         return (
-            f"TP={self.tp} PP={self.pp}: {t.weights_bytes / GIB:.1f} GiB weights + {t.reserve_bytes / GIB:.1f} GiB reserve "
-            f"leave {t.kv_bytes / GIB:.1f} GiB KV cache per GPU{where} = {t.kv_tokens:,} tokens "
-            f"({t.kv_tokens / self.max_model_len:.2f} x max_model_len {self.max_model_len:,})"
+            f"{self.name()}: {t.weights_bytes / GIB:.1f} GiB weights + {t.reserve_bytes / GIB:.1f} GiB reserve "
+            f"leave {t.kv_bytes / GIB:.1f} GiB KV cache per GPU{where} = {tokens} "
+            f"({self.kv_tokens / self.max_model_len:.2f} x max_model_len {self.max_model_len:,})"
         )
 
 
+def expert_parallel_for(spec: ModelSpec, options: PlanOptions, dp: int) -> bool:
+    """--expert-parallel/--no-expert-parallel, else on for DP layouts of MoE models (vLLM's DP+EP
+    deployment) and off for TP x PP (vLLM's default). Never for a dense model."""
+    if not spec.is_moe:
+        return False
+    return options.expert_parallel if options.expert_parallel is not None else dp > 1
 
-def replicas_for(shape: ClusterShape, tp: int, pp: int) -> int:
+
+def evaluate(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, tp: int, pp: int, dp: int = 1,
+             expert_parallel: bool | None = None) -> Candidate:  # fmt: skip
+    """One layout sized as vLLM would size it (expert parallel as ``expert_parallel_for`` when None)."""
+    if expert_parallel is None:
+        expert_parallel = expert_parallel_for(spec, options, dp)
+    length = options.max_model_len or spec.max_position
+    stages = stage_capacities(spec, shape, options, tp=tp, pp=pp, dp=dp, expert_parallel=expert_parallel)
+    return Candidate(tp, pp, stages, length, options.min_concurrency, dp, expert_parallel)
+
+
+def tp_problem(spec: ModelSpec, tp: int) -> str | None:
+    """Why vLLM would refuse this TP size for the model, or None."""
+    if tp < 1:
+        return f"TP must be at least 1, got {tp}"
+    if spec.heads % tp:
+        return f"TP={tp} does not divide the {spec.heads} attention heads"
+    if not spec.is_mla and spec.kv_heads % tp and tp % spec.kv_heads:
+        return f"TP={tp} neither divides nor is a multiple of the {spec.kv_heads} KV heads"
+    return None
+
+
+def valid_tps(spec: ModelSpec, limit: int) -> list[int]:
+    return [t for t in range(1, limit + 1) if tp_problem(spec, t) is None]
+
+
+def replicas_for(shape: ClusterShape, tp: int, pp: int, dp: int = 1) -> int:
     """Replicas the cluster holds: whole groups per node when a replica fits a node, otherwise
-    groups of whole nodes (TP inside a node, PP across nodes)."""
-    group = tp * pp
+    groups of whole nodes (TP inside a node, PP or DP ranks across nodes)."""
+    group = tp * pp * dp
     if shape.is_cpu:
-        return shape.nodes
+        return shape.nodes // dp  # one rank per CPU node
     if group <= shape.gpus_per_node:
         return shape.nodes * (shape.gpus_per_node // group)
     return shape.total_gpus // group
 
 
-def idle_gpus(shape: ClusterShape, tp: int, pp: int) -> str | None:
-    """Why GPUs stay unused by the replicas of a (tp, pp) layout, or None when every GPU serves."""
-    group = tp * pp
-    used = replicas_for(shape, tp, pp) * group
+def idle_gpus(shape: ClusterShape, tp: int, pp: int, dp: int = 1) -> str | None:
+    """Why GPUs stay unused by the replicas of a layout, or None when every GPU serves."""
+    group = tp * pp * dp
+    what = f"DP={dp} x TP={tp}" if dp > 1 else f"TP={tp} x PP={pp}"
+    used = replicas_for(shape, tp, pp, dp) * group
     if shape.is_cpu or used >= shape.total_gpus:
         return None
     if group <= shape.gpus_per_node:
         per_node = shape.gpus_per_node - (shape.gpus_per_node // group) * group
         return (
-            f"{per_node} GPU(s) per node stay idle: a replica takes {group} GPU(s) (TP={tp} x PP={pp}) "
+            f"{per_node} GPU(s) per node stay idle: a replica takes {group} GPU(s) ({what}) "
             f"and {shape.gpus_per_node} is not a multiple of {group}"
         )
     return (
         f"{shape.total_gpus - used} of {shape.total_gpus} GPU(s) stay idle: a replica spans {group} GPU(s) "
-        f"(TP={tp} x PP={pp}) and the cluster holds {used // group} such replica(s)"
+        f"({what}) and the cluster holds {used // group} such replica(s)"
     )
 
 

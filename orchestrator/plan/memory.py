@@ -23,7 +23,8 @@ import math
 from dataclasses import dataclass
 
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
-from orchestrator.plan.modules import head_bytes_per_param, quantized_layer_bytes_per_rank
+from orchestrator.plan.modules import head_bytes_per_param, quantized_layer_bytes_per_gpu
+from orchestrator.plan.sharding import Sharding, linear_params_per_gpu
 
 GIB = 2**30
 KIB = 2**10
@@ -161,19 +162,10 @@ def stage_layer_ranges(num_layers: int, pp: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def _linear_params_per_rank(spec: ModelSpec, layer: int, tp: int) -> float:
-    """Linear parameters of one layer on one TP rank. K/V projections are replicated when TP
-    exceeds the KV heads: each rank keeps one whole KV head (vLLM's QKVParallelLinear)."""
-    attn = attention_params(spec)
-    if not spec.is_mla and tp > spec.kv_heads:
-        kv_full = 2 * spec.hidden * spec.kv_heads * spec.head_dim
-        kv_rank = 2 * spec.hidden * spec.head_dim  # K and V of the one head (kv_heads_per_gpu is 1 here)
-        return (attn - kv_full) / tp + kv_rank + mlp_params(spec, layer) / tp
-    return (attn + mlp_params(spec, layer)) / tp
-
-
-def stage_weight_bytes(spec: ModelSpec, start: int, end: int, *, tp: int, first: bool, last: bool, dtype: str | None = None) -> float:
-    """Weight bytes on one GPU of the stage holding layers [start, end) at TP ``tp``.
+def stage_weight_bytes(spec: ModelSpec, start: int, end: int, *, tp: int, first: bool, last: bool, dtype: str | None = None,
+                       dp: int = 1, expert_parallel: bool = False) -> float:  # fmt: skip
+    """Weight bytes on one GPU of the stage holding layers [start, end) at TP ``tp`` (in a DP rank of
+    ``dp`` when data parallel; the experts over DP x TP, whole when ``expert_parallel``).
 
     Linear layers at ``dtype`` (default: the spec's); embeddings (first stage), output head and
     final norm (last stage) and per-layer norms at 16 bits (fp32 for an fp32 model). Embedding and
@@ -182,11 +174,15 @@ def stage_weight_bytes(spec: ModelSpec, start: int, end: int, *, tp: int, first:
     """
     dtype = dtype or spec.dtype
     s_dense = 4 if dtype == "fp32" else 2
+    # How each module is cut over the GPUs (replicated K/V heads past the KV heads, MLA's whole
+    # down-projections, the router on every GPU, experts over DP x TP) is orchestrator.plan.sharding's
+    sh = Sharding(tp=tp, dp=dp, expert_parallel=expert_parallel)
     if spec.quantization is not None and dtype == spec.dtype:
-        # The checkpoint's own quantization, module by module (orchestrator.plan.modules)
-        linear_bytes = sum(quantized_layer_bytes_per_rank(spec, i, tp) for i in range(start, end))
+        # The checkpoint's own quantization, module by module (orchestrator.plan.modules), each
+        # module's bytes times the share of it this GPU holds
+        linear_bytes = sum(quantized_layer_bytes_per_gpu(spec, i, sh) for i in range(start, end))
     else:
-        linear_bytes = sum(_linear_params_per_rank(spec, i, tp) for i in range(start, end)) * DTYPE_BYTES[dtype]
+        linear_bytes = sum(linear_params_per_gpu(spec, i, sh) for i in range(start, end)) * DTYPE_BYTES[dtype]
     dense: float = (end - start) * norm_params(spec)
     head = 0.0
     if first:

@@ -4,9 +4,10 @@ A quantized checkpoint says per module what is quantized (``modules_to_not_conve
 ``ignore``, ``exclude_modules`` name modules such as ``model.layers.0.mlp.down_proj``), so the
 weights of a layer are summed module by module here: each linear's parameters times the bytes
 per parameter its storage takes (``orchestrator.plan.quantization.Storage``), or the checkpoint's
-16-bit dtype where it stays unquantized. The split over tensor-parallel ranks is the one
-``orchestrator.plan.memory`` uses for unquantized models (every linear split over TP; K/V
-replicated once TP exceeds the KV heads).
+16-bit dtype where it stays unquantized, times the share of the module one GPU holds: the same
+TP/DP/expert-parallel cut unquantized models get (``orchestrator.plan.sharding.linear_share``: K/V
+replicated once TP exceeds the KV heads, MLA's down-projections and the router whole on every GPU,
+routed experts over DP x TP, whole experts under expert parallelism).
 
 Names follow the Hugging Face checkpoints vLLM loads: ``model.layers.{i}.self_attn.{q,k,v,o}_proj``
 (MLA: ``q_a_proj``, ``q_b_proj``, ``kv_a_proj_with_mqa``, ``kv_b_proj``, ``o_proj``),
@@ -22,6 +23,7 @@ from functools import lru_cache
 
 from orchestrator.plan.catalog import ModelSpec
 from orchestrator.plan.quantization import Storage
+from orchestrator.plan.sharding import Sharding, expert_split, linear_share
 
 LAYER_PREFIXES = ("model.layers.{i}.", "model.language_model.layers.{i}.", "language_model.model.layers.{i}.")
 HEAD_NAMES = ("lm_head", "language_model.lm_head", "model.language_model.lm_head")
@@ -118,29 +120,29 @@ def quantized_layer(spec: ModelSpec, layer: int) -> tuple[tuple[Linear, Storage 
     )
 
 
-def _expert_bytes_per_rank(spec: ModelSpec, lin: Linear, storage: Storage, tp: int) -> float:
+def _expert_bytes_per_gpu(spec: ModelSpec, lin: Linear, storage: Storage, sh: Sharding) -> float:
     n_in, n_out = lin.n_in, lin.n_out
     if storage.kind == "mxfp4":
+        # the padding applies to one GPU's slice of each expert (its intermediate_size_per_partition:
+        # split over DP x TP without expert parallelism, the whole expert with it)
+        split = expert_split(sh)
         hidden = _round_up(spec.hidden, MXFP4_HIDDEN_ALIGN)
-        inter = _round_up(spec.moe_intermediate / tp, MXFP4_INTERMEDIATE_ALIGN) * tp
+        inter = _round_up(spec.moe_intermediate / split, MXFP4_INTERMEDIATE_ALIGN) * split
         n_in, n_out = (inter, hidden) if lin.name.endswith("down_proj") else (hidden, inter)
-    return lin.count * storage.matrix_bytes(n_in, n_out) / tp
+    return lin.count * storage.matrix_bytes(n_in, n_out) * linear_share(spec, sh, lin.name, expert=True)
 
 
 @lru_cache(maxsize=4096)
-def quantized_layer_bytes_per_rank(spec: ModelSpec, layer: int, tp: int) -> float:
-    """Bytes of a layer's linear modules on one TP rank of ``spec``'s quantized checkpoint."""
+def quantized_layer_bytes_per_gpu(spec: ModelSpec, layer: int, sh: Sharding) -> float:
+    """Bytes of a layer's linear modules on one GPU of layout ``sh`` for ``spec``'s quantized checkpoint."""
     dense = 4.0 if spec.dtype == "fp32" else 2.0
     total = 0.0
     for lin, storage in quantized_layer(spec, layer):
         if storage is not None and lin.expert:
-            total += _expert_bytes_per_rank(spec, lin, storage, tp)
+            total += _expert_bytes_per_gpu(spec, lin, storage, sh)
             continue
         per_param = storage.bytes_per_param(lin.n_in, lin.n_out) if storage is not None else dense
-        if lin.kv and tp > spec.kv_heads:
-            total += lin.n_in * spec.head_dim * per_param  # the one whole KV head each rank keeps
-        else:
-            total += lin.params * per_param / tp
+        total += lin.params * per_param * linear_share(spec, sh, lin.name, expert=lin.expert, kv=lin.kv, router=lin.router)
     return total
 
 

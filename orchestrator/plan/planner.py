@@ -32,18 +32,18 @@ from orchestrator.plan.capacity import (
     PlanOptions,
     StageCapacity,
     batch_limits,
-    stage_capacities,
     terms_for,
     utilization,
 )
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
+from orchestrator.plan.dp_choice import best_dp, choose_layout, forced_dp, side_by_side
 from orchestrator.plan.dtype_rules import check_dtype, online_quantization, quantization_json, weights_reason
-from orchestrator.plan.layout import Candidate, fill_nodes, idle_gpus, replicas_for
+from orchestrator.plan.layout import Candidate, evaluate, fill_nodes, idle_gpus, replicas_for, tp_problem, valid_tps
 from orchestrator.plan.memory import GIB, count_params
 from orchestrator.plan.shape import ClusterShape, make_shape, shape_from_facts, shape_from_manifest
 
 __all__ = [
-    "PLANNED_ENGINE_ARGS", "Candidate", "ClusterShape", "ParallelPlan", "PlanOptions", "evaluate", "make_shape", "plan_model",
+    "PLANNED_ENGINE_ARGS", "Candidate", "ClusterShape", "ParallelPlan", "PlanOptions", "evaluate", "make_shape", "plan_model", "tp_problem",
     "replicas_for", "shape_from_facts", "shape_from_manifest",
 ]  # fmt: skip
 
@@ -54,6 +54,8 @@ __all__ = [
 PLANNED_ENGINE_ARGS: tuple[tuple[str, str], ...] = (
     ("tp", "tensor_parallel_size"),
     ("pp", "pipeline_parallel_size"),
+    ("dp", "data_parallel_size"),  # only for a DP layout: each rank is one engine (Ray Serve LLM's DPServer)
+    ("expert_parallel", "enable_expert_parallel"),  # only when on
     ("max_model_len", "max_model_len"),
     ("gpu_memory_utilization", "gpu_memory_utilization"),
     ("kv_cache_dtype", "kv_cache_dtype"),
@@ -102,13 +104,32 @@ class ParallelPlan:
     block_size_set: bool = False
     vllm_version: str = ""
     engine_terms: dict | None = None
+    dp: int = 1
+    expert_parallel: bool = False
+    layouts: dict | None = None  # "tp_pp"/"dp_ep" -> dp_choice.layout_json, side by side for MoE models
     quantization: dict | None = None  # the checkpoint's own (method, scheme, source), None if unquantized
     alternatives: tuple[dict, ...] = ()  # other layouts of the same GPUs, when stages share a node
     online_quantization: str | None = None  # vLLM's --quantization for on-the-fly fp8 of a 16-bit checkpoint
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
+
+    @property
+    def kv_cache_tokens_per_rank(self) -> int:
+        """One engine's KV tokens (a DP rank's; the replica's when not data parallel)."""
+        return self.kv_cache_tokens // self.dp
+
+    def _planned(self, field: str) -> bool:
+        if field == "block_size":
+            return self.block_size_set
+        if field == "online_quantization":
+            return self.online_quantization is not None
+        if field == "dp":
+            return self.dp > 1
+        if field == "expert_parallel":
+            return self.expert_parallel
+        return True
 
     @property
     def engine_env(self) -> dict[str, str]:
@@ -120,8 +141,7 @@ class ParallelPlan:
 
     def engine_kwargs(self) -> dict:
         """The vLLM engine arguments this plan stands for (for Ray Serve LLM's engine_kwargs)."""
-        optional = {"block_size": self.block_size_set, "online_quantization": self.online_quantization is not None}
-        out: dict = {arg: getattr(self, field) for field, arg in PLANNED_ENGINE_ARGS if optional.get(field, True)}
+        out: dict = {arg: getattr(self, field) for field, arg in PLANNED_ENGINE_ARGS if self._planned(field)}
         if self.kv_cache_gib_fixed and self.gpu_type != "cpu":
             out["kv_cache_memory_bytes"] = int(self.kv_cache_gib_per_gpu * GIB)
         return out
@@ -134,6 +154,9 @@ class ParallelPlan:
             "kv_cache_dtype": self.kv_cache_dtype,
             "tp": self.tp,
             "pp": self.pp,
+            "dp": self.dp,
+            "expert_parallel": self.expert_parallel,
+            "ep_size": self.tp * self.dp if self.expert_parallel else 1,
             "replicas": self.replicas,
             "gpus_per_replica": self.gpus_per_replica,
             "fits": self.fits,
@@ -145,6 +168,7 @@ class ParallelPlan:
             "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
             "kv_cache_gib_per_gpu": round(self.kv_cache_gib_per_gpu, 3),
             "kv_cache_tokens": self.kv_cache_tokens,
+            "kv_cache_tokens_per_rank": self.kv_cache_tokens_per_rank,
             "max_concurrency": round(self.max_concurrency, 2),
             "max_model_len": self.max_model_len,
             "gpu_memory_utilization": self.gpu_memory_utilization,
@@ -164,21 +188,11 @@ class ParallelPlan:
             "alternatives": list(self.alternatives),
             "stages": [s.to_json() for s in self.stages],
             "engine_kwargs": self.engine_kwargs(),
+            "layouts": self.layouts or {},
         }
 
 
 # ---- checks ----
-
-
-def tp_problem(spec: ModelSpec, tp: int) -> str | None:
-    """Why vLLM would refuse this TP size for the model, or None."""
-    if tp < 1:
-        return f"TP must be at least 1, got {tp}"
-    if spec.heads % tp:
-        return f"TP={tp} does not divide the {spec.heads} attention heads"
-    if not spec.is_mla and spec.kv_heads % tp and tp % spec.kv_heads:
-        return f"TP={tp} neither divides nor is a multiple of the {spec.kv_heads} KV heads"
-    return None
 
 
 def _check_options(spec: ModelSpec, options: PlanOptions) -> int:
@@ -204,13 +218,24 @@ def _check_options(spec: ModelSpec, options: PlanOptions) -> int:
             f"max_model_len {length:,} exceeds the model's {spec.max_position:,} positions",
             hint=f"use --max-model-len {spec.max_position} or less (vLLM refuses longer without rope scaling)",
         )
-    for name, value in (("tp", options.tp), ("pp", options.pp)):
+    for name, value in (("tp", options.tp), ("pp", options.pp), ("dp", options.dp)):
         if value is not None and value < 1:
             raise PlanError(f"--{name} must be at least 1, got {value}")
     return length
 
 
-def _check_forced(spec: ModelSpec, shape: ClusterShape, tp: int | None, pp: int | None) -> None:
+def _check_forced(spec: ModelSpec, shape: ClusterShape, tp: int | None, pp: int | None, options: PlanOptions) -> None:
+    if options.expert_parallel and not spec.is_moe:
+        raise PlanError(f"{spec.name} is a dense model: expert parallelism needs an MoE model", hint="leave out --expert-parallel")
+    if options.dp is not None and options.dp > 1:
+        if not spec.is_moe:
+            raise PlanError(
+                f"{spec.name} is a dense model: data parallelism is for MoE models (vLLM: not useful for dense models)",
+                hint="leave out --dp: a dense model scales by replicas, which the plan counts",
+            )
+        if (pp or 1) > 1:
+            raise PlanError(f"DP={options.dp} with PP={pp}: orch plans DP groups without pipeline parallelism", hint="leave out --pp with --dp")
+        return
     if tp is not None:
         problem = tp_problem(spec, tp)
         if problem:
@@ -224,17 +249,7 @@ def _check_forced(spec: ModelSpec, shape: ClusterShape, tp: int | None, pp: int 
         raise PlanError("on a CPU cluster each replica runs on one node (TP=1, PP=1)", hint="leave out --tp/--pp")
 
 
-def evaluate(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, tp: int, pp: int) -> Candidate:
-    length = options.max_model_len or spec.max_position
-    stages = stage_capacities(spec, shape, options, tp=tp, pp=pp)
-    return Candidate(tp, pp, stages, length, options.min_concurrency)
-
-
 # ---- the choice ----
-
-
-def _valid_tps(spec: ModelSpec, limit: int) -> list[int]:
-    return [t for t in range(1, limit + 1) if tp_problem(spec, t) is None]
 
 
 def _first_fit(cands: list[Candidate]) -> Candidate | None:
@@ -265,7 +280,7 @@ def _choose(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple
             return found, reasons
         reasons.append(f"no NVLink and even PP={limit} does not fit: {cands[-1].summary() if cands else one.summary()}")
 
-    tps = [t for t in _valid_tps(spec, gpn) if t > 1]
+    tps = [t for t in valid_tps(spec, gpn) if t > 1]
     skipped = [t for t in range(2, gpn + 1) if t not in tps and gpn % t == 0]
     if skipped:
         reasons.append("TP sizes " + ", ".join(map(str, skipped)) + f" skipped: {tp_problem(spec, skipped[0])}")
@@ -361,7 +376,8 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     """
     length = _check_options(spec, options)
     terms_for(spec, options)  # a bad --vllm-version is a PlanError before anything is sized
-    _check_forced(spec, shape, options.tp, options.pp)
+    _check_forced(spec, shape, options.tp, options.pp, options)
+    dp_forced = options.dp is not None and options.dp > 1
     reasons: list[str] = list(shape.notes)
     if not shape.is_cpu:
         reasons.append(_terms_reason(spec, options))
@@ -371,7 +387,9 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     assumption = shape.interconnect_assumption()
     if assumption:
         reasons.append(assumption)
-    if shape.is_cpu:
+    if dp_forced:
+        chosen = forced_dp(spec, shape, options, reasons)
+    elif shape.is_cpu:
         chosen = evaluate(spec, shape, options, 1, 1)
         reasons.append(
             f"CPU cluster: one replica per node (Ray Serve LLM keeps a CPU replica on one node); "
@@ -382,21 +400,29 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     else:
         chosen, why = _choose(spec, shape, options)
         reasons.extend(why)
+        if spec.is_moe and options.dp is None:
+            chosen = choose_layout(spec, shape, options, chosen, reasons)
+    if dp_forced and not chosen.fits:
+        auto, _ = best_dp(spec, shape, replace(options, dp=None, tp=None))
+        hint = f"--dp {auto.dp} --tp {auto.tp} would fit: {auto.summary()}" if auto else "no DP x EP layout fits this cluster"
+        raise PlanError(f"the forced layout does not fit: {chosen.summary()}", hint=hint)
     suggestions: list[str] = [] if chosen.fits else _suggestions(spec, shape, options, chosen)
     if options.tp is not None or options.pp is not None:
         if not chosen.fits:
             raise PlanError(f"the forced layout does not fit: {chosen.summary()}", hint="; ".join(suggestions) or None)
-    replicas = replicas_for(shape, chosen.tp, chosen.pp) if chosen.fits else 0
+    replicas = replicas_for(shape, chosen.tp, chosen.pp, chosen.dp) if chosen.fits else 0
     alts = () if options.tp is not None or options.pp is not None else alternatives(
         shape, options, chosen, lambda tp, pp, opts: evaluate(spec, shape, opts, tp, pp), lambda tp: tp_problem(spec, tp) is None,
     )  # fmt: skip
     chosen_why = why_chosen(shape, chosen, alts) if chosen.fits else None
     reasons.extend([a.describe() for a in alts] + ([chosen_why] if chosen_why else []))
     if chosen.fits and not shape.is_cpu:
-        reasons.append(f"{shape.total_gpus} GPU(s) / {chosen.tp * chosen.pp} per replica = {replicas} replica(s)")
-        idle = idle_gpus(shape, chosen.tp, chosen.pp)
+        reasons.append(f"{shape.total_gpus} GPU(s) / {chosen.gpus} per replica = {replicas} replica(s)")
+        idle = idle_gpus(shape, chosen.tp, chosen.pp, chosen.dp)
         if idle:
             reasons.append(idle)
+    tp_choice = lambda: _choose(spec, shape, replace(options, dp=None, tp=None, pp=None))[0]  # noqa: E731
+    layouts = side_by_side(spec, shape, options, chosen, tp_choice)
     tight = chosen.tightest
     tokens, seqs = batch_limits(spec, shape, options)
     terms = terms_for(spec, options)
@@ -434,6 +460,9 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         block_size_set=options.block_size is not None,
         vllm_version=options.vllm_version,
         engine_terms=terms.to_json(),
+        dp=chosen.dp,
+        expert_parallel=chosen.expert_parallel,
+        layouts=layouts,
         quantization=quantization_json(spec) if dtype == spec.dtype else None,
         online_quantization=online_quantization(spec, dtype, options.vllm_version),
         alternatives=tuple(a.to_json() for a in alts),
@@ -462,7 +491,7 @@ def _forced(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reasons:
     assert options.pp is not None
     pp = options.pp
     # TP=1 is always valid and _check_forced made sure PP <= the cluster's GPUs, so tps holds 1
-    tps = _valid_tps(spec, min(shape.gpus_per_node, shape.total_gpus // pp))
+    tps = valid_tps(spec, min(shape.gpus_per_node, shape.total_gpus // pp))
     cands = [ev(t, pp) for t in tps]
     found = _first_fit(cands) or cands[-1]
     reasons.append(f"forced PP={pp}; the smallest TP that fits is {found.tp}: {found.summary()}")

@@ -2,12 +2,13 @@
 
 Owns the rendering of ``cluster-templates/serve-app.yaml.j2`` (package data:
 ``orchestrator.resources``; one Serve application running one model through
-``ray.serve.llm:build_openai_app``): the engine arguments, the runtime env (collective
+``ray.serve.llm:build_openai_app``, or ``build_dp_openai_app`` for a data-parallel (+ expert
+parallel) plan: one Serve replica per DP rank, gang-scheduled per group): the engine arguments, the runtime env (collective
 interfaces, RAY_ADDRESS, the CPU engine's threads), the deployment settings (``ServeDefaults``)
 and the body of the deploy request. The rendered config carries an API-key placeholder; the real
 key only exists in the body of the PUT (``RenderedApp.with_api_key``).
 
-Beside it: ``placement`` (bundles, stage pins), ``engine_args`` (--engine-arg, dtype),
+Beside it: ``app_shape`` (where the llm config sits in either shape), ``placement`` (bundles, stage pins), ``engine_args`` (--engine-arg, dtype),
 ``fingerprint`` (what makes two configs the same revision; the key masked), ``validate`` (Ray
 Serve LLM's own ``LLMConfig``).
 
@@ -25,6 +26,7 @@ from typing import Any
 from orchestrator.errors import ServeConfigError
 from orchestrator.manifest.model import Manifest
 from orchestrator.resources import read_text
+from orchestrator.serve.app_shape import DP_IMPORT_PATH, OPENAI_IMPORT_PATH, llm_config_of
 from orchestrator.serve.engine_args import check_engine_arg_key, vllm_dtype
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint
 from orchestrator.serve.in_flight import SOURCE_FLAG, InFlight, in_flight
@@ -32,7 +34,7 @@ from orchestrator.serve.placement import placement
 from orchestrator.serve.routing import router_class
 
 TEMPLATE_NAME = "serve-app.yaml.j2"
-IMPORT_PATH = "ray.serve.llm:build_openai_app"
+IMPORT_PATH = OPENAI_IMPORT_PATH
 PUBLIC_ROUTE = "/"
 # Serve LLM's direct streaming makes the LLMServer replica the ingress and serves vLLM's own
 # FastAPI app, whose `api_key` is what guards the endpoint (stack notes). It needs HAProxy and
@@ -56,13 +58,21 @@ class ServingPlan:
     kv_cache_gib: float | None = None
     reasons: tuple[str, ...] = ()
     gpus_per_node: int | None = None  # of the planned cluster shape; None: unknown
+    # Data parallel: ranks per group (each one engine, one Serve replica of build_dp_openai_app);
+    # `replicas` then counts groups. Expert parallel: the routed experts spread over DP x TP.
+    dp: int = 1
+    expert_parallel: bool = False
     engine_env: tuple[tuple[str, str], ...] = ()  # the plan's engine environment (ParallelPlan.engine_env)
     max_num_seqs: int | None = None  # per engine: the plan's (flag or the vLLM version's default)
-    dp: int = 1  # data-parallel ranks per replica, when the plan has them
 
     @property
     def workers(self) -> int:
+        """vLLM workers of one engine (a DP rank's, or the whole replica's without DP)."""
         return self.tp * self.pp
+
+    @property
+    def data_parallel(self) -> bool:
+        return self.dp > 1
 
     @property
     def tp_spans_nodes(self) -> bool:
@@ -90,9 +100,10 @@ class ServingPlan:
             "kv_cache_gib": get("kv_cache_gib_per_gpu", get("kv_cache_gib")),
             "reasons": tuple(str(r) for r in (get("reasons") or ())),
             "gpus_per_node": int(get("gpus_per_node", 0) or 0) or None,
+            "dp": max(1, int(get("dp", 1) or 1)),
+            "expert_parallel": bool(get("expert_parallel", False)),
             "engine_env": tuple(sorted((str(k), str(v)) for k, v in dict(get("engine_env") or {}).items())),
             "max_num_seqs": int(get("max_num_seqs", 0) or 0) or None,
-            "dp": max(1, int(get("dp", 1) or 1)),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -147,7 +158,7 @@ class RenderedApp:
 
     @property
     def llm_config(self) -> dict:
-        return self.app["args"]["llm_configs"][0]
+        return llm_config_of(self.app)
 
     @property
     def name(self) -> str:
@@ -159,7 +170,7 @@ class RenderedApp:
     def with_api_key(self, api_key: str) -> dict:
         """A deep copy with the real key in engine_kwargs.api_key: only for the body of the PUT."""
         app = copy.deepcopy(self.app)
-        app["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] = [api_key]
+        llm_config_of(app)["engine_kwargs"]["api_key"] = [api_key]
         return app
 
     def renamed(self, app_name: str, route_prefix: str) -> RenderedApp:
@@ -228,9 +239,10 @@ def cluster_ray_address(manifest: Any) -> str | None:
 
 def serve_in_flight(plan: ServingPlan, defaults: ServeDefaults) -> InFlight:
     """Serve's max_ongoing_requests for the engine deployment (serve.in_flight): the engine's batch
-    with headroom unless set. The application is ``build_openai_app``: one LLMServer replica fronts
-    all of vLLM's DP ranks of a replica, so its batch is max_num_seqs x dp."""
-    return in_flight(plan.max_num_seqs, dp=plan.dp, ranks_per_serve_replica=plan.dp,
+    with headroom unless set. A data-parallel plan is rendered as ``build_dp_openai_app``: each
+    DPServer replica is one rank, one engine, so its batch is that engine's max_num_seqs (the group
+    takes dp x that)."""
+    return in_flight(plan.max_num_seqs, dp=plan.dp, ranks_per_serve_replica=1,
                      override=defaults.max_ongoing_requests, override_source=defaults.max_ongoing_source)  # fmt: skip
 
 
@@ -257,6 +269,13 @@ def render_app(
     accelerator = manifest.accelerator
     if plan.tp < 1 or plan.pp < 1:
         raise ServeConfigError(f"invalid plan: tp={plan.tp} pp={plan.pp}", hint="tp and pp are at least 1")
+    if plan.dp < 1:
+        raise ServeConfigError(f"invalid plan: dp={plan.dp}", hint="a data-parallel group has at least 1 rank")
+    if plan.data_parallel and plan.pp > 1:
+        # vLLM places a DP rank's pipeline stages itself; Serve LLM's DPServer hands each rank its
+        # bundles by node, which orch's stage pins would contradict. The planner never plans it.
+        raise ServeConfigError(f"data parallel {plan.dp} with pipeline parallel {plan.pp}: orch deploys DP groups without PP",
+                               hint="plan DP x TP (--dp with --tp), or TP x PP without --dp")  # fmt: skip
     if stage_nodes is not None and len(stage_nodes) != plan.pp:
         raise ServeConfigError(f"{len(stage_nodes)} stage nodes given for pp={plan.pp}",
                                hint="give one node per pipeline stage (stage_nodes_for picks them)")  # fmt: skip
@@ -280,6 +299,9 @@ def render_app(
         }
     request_router = router_class(defaults.request_router)
     context = {
+        "import_path": DP_IMPORT_PATH if plan.data_parallel else IMPORT_PATH,
+        "dp": plan.dp,
+        "expert_parallel": plan.expert_parallel,
         "app_name": target.app_name,
         "route_prefix": target.route_prefix,
         "model_id": target.model_id,

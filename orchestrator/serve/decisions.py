@@ -16,10 +16,12 @@ with what Serve runs now, and picks one of:
   the old revision untouched.
 - ``in_place``: no room for a second copy and ``--allow-downtime`` was given: the old application
   is replaced; the downtime is about one cold load (estimated).
-- ``refuse``: no room and no ``--allow-downtime``: say so with the downtime estimate.
+- ``refuse``: no room and no ``--allow-downtime``: say so with the downtime estimate. The same when
+  the new revision changes the engine deployment's kind (a tensor-parallel application becoming a
+  data-parallel one, or back: ``engine_change``), which Serve cannot roll with a surge.
 
-``fits`` simulates Ray's placement of a copy's placement groups (one per replica) on the free
-resources per node: STRICT_PACK puts a group on one node, PACK fills nodes in order, a bundle
+``fits`` simulates Ray's placement of a copy's placement groups (one per replica; one per group of
+a data-parallel application, whose ranks Serve reserves together) on the free resources per node: STRICT_PACK puts a group on one node, PACK fills nodes in order, a bundle
 pinned with a node resource goes only to that node. ``estimate_cold_load_s`` gives the downtime
 of an in-place change: the last measured cold load of the model, else weights / disk throughput
 plus an engine start-up constant.
@@ -30,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from orchestrator.serve.app_shape import is_dp_app
 
 NOOP = "noop"
 FRESH = "fresh"
@@ -43,6 +47,9 @@ CANDIDATE_ROUTE_PREFIX = "/_orch/r"
 # Downtime estimate of an in-place change when no cold load was measured for this model.
 DISK_GIB_PER_S = 1.0  # sequential read of safetensors from a local NVMe/network store, per node
 ENGINE_START_S = {"gpu": 90.0, "cpu": 120.0}  # process start, imports, CUDA graphs / CPU warm-up
+
+# Serve's placement strategy for a gang (a data-parallel group): DPServer.get_deployment_options.
+GANG_STRATEGY = "PACK"
 
 # Resources the Serve replica actor adds to bundle 0 (LLMServer.get_deployment_options merges
 # ray_actor_options' num_cpus, default 1, into the first bundle).
@@ -90,14 +97,36 @@ class Decision:
         return {"kind": self.kind, "reason": self.reason, "downtime_s": self.downtime_s, "notes": list(self.notes)}
 
 
+def engine_change(live_config: Mapping[str, Any] | None, desired_config: Mapping[str, Any]) -> str | None:
+    """Why the switch cannot roll the live application with a surge, or None when it can.
+
+    Serve names the engine deployment after its class: ``LLMServer:<model>`` for
+    ``build_openai_app``, ``DPServer:<model>`` for ``build_dp_openai_app`` (one replica per DP
+    rank). Going from one to the other is a new deployment, and Serve deletes the old one in the
+    same step as it creates the new one (``application_state.py``: "Delete outdated deployments"),
+    with no surge between them: the public route has no engine until the new one is up."""
+    if not live_config:
+        return None
+    old, new = is_dp_app(live_config), is_dp_app(desired_config)
+    if old == new:
+        return None
+
+    def kind(dp: bool) -> str:
+        return "a data-parallel application (DPServer, one replica per rank)" if dp else "a tensor/pipeline-parallel application (LLMServer)"
+
+    return f"the switch turns {kind(old)} into {kind(new)}: Serve replaces the engine deployment without a surge"
+
+
 def decide(
     desired_fingerprint: str,
     serving: Serving,
     room_for_copy: bool,
     allow_downtime: bool,
     downtime_s: float | None,
+    engine_changes: str | None = None,
 ) -> Decision:
-    """Pick the kind of rollout (see the module doc)."""
+    """Pick the kind of rollout (see the module doc). ``engine_changes``: ``engine_change`` of the
+    live and the desired config (a switch that would stop serving: in place, or refused)."""
     if serving.revision is not None and serving.fingerprint == desired_fingerprint and serving.live:
         return Decision(NOOP, f"revision {serving.revision} already serves this config ({serving.app_name} RUNNING)")
     if serving.revision is not None and serving.app_name is None:
@@ -117,13 +146,19 @@ def decide(
                 downtime_s=downtime_s,
             )
         return Decision(FRESH, f"{why}: deploy on the public route")
+    estimate = f"about {downtime_s:.0f} s" if downtime_s is not None else "one cold load of the model"
+    if engine_changes:
+        if allow_downtime:
+            return Decision(IN_PLACE, f"{engine_changes}; revision {serving.revision} is replaced in place (--allow-downtime); "
+                                      f"expected downtime {estimate}", downtime_s=downtime_s)  # fmt: skip
+        return Decision(REFUSE, f"{engine_changes}: replacing revision {serving.revision} would stop serving for {estimate}",
+                        downtime_s=downtime_s)  # fmt: skip
     if room_for_copy:
         return Decision(
             SIDE_BY_SIDE,
             f"the cluster has room for a second copy: the new revision comes up beside revision {serving.revision}, "
             "traffic moves after its readiness probe",
         )
-    estimate = f"about {downtime_s:.0f} s" if downtime_s is not None else "one cold load of the model"
     if allow_downtime:
         return Decision(
             IN_PLACE,
@@ -155,12 +190,19 @@ def replica_bundles(llm_config: Mapping[str, Any]) -> tuple[list[dict[str, float
 
 
 def copy_demand(llm_config: Mapping[str, Any]) -> tuple[list[list[dict[str, float]]], str]:
-    """One placement group per replica of the rendered llm_config."""
+    """One placement group per replica of the rendered llm_config. A data-parallel llm_config
+    (``engine_kwargs.data_parallel_size`` > 1): one group per DP group, as Serve reserves it
+    (``deployment_scheduler.py``: the per-replica bundles, actor CPU merged, repeated for each of
+    the gang's ranks, strategy PACK), so a DP group is the unit of capacity."""
     bundles, strategy = replica_bundles(llm_config)
     dep = llm_config.get("deployment_config") or {}
     replicas = dep.get("num_replicas")
     if not isinstance(replicas, int):
         replicas = int((dep.get("autoscaling_config") or {}).get("min_replicas", 1) or 1)
+    dp = (llm_config.get("engine_kwargs") or {}).get("data_parallel_size", 1)
+    if isinstance(dp, int) and dp > 1:
+        gang = [dict(b) for _ in range(dp) for b in bundles]
+        return [list(gang) for _ in range(max(1, replicas))], GANG_STRATEGY
     return [list(bundles) for _ in range(max(1, replicas))], strategy
 
 

@@ -28,6 +28,7 @@ from orchestrator.plan.hf_cache import is_repo_id
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
+from orchestrator.serve.app_shape import llm_configs
 from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, ServingPlan, render_app, serve_in_flight
 from orchestrator.serve.in_flight import SOURCE_FLAG, SOURCE_MANIFEST
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
@@ -57,6 +58,8 @@ class RolloutRequest:
     model_path: str | None = None  # the folder on the nodes, when --model is a catalog name
     tp: int | None = None
     pp: int | None = None
+    dp: int | None = None  # data-parallel ranks per group (PlanOptions.dp); None: the planner chooses
+    expert_parallel: bool | None = None  # PlanOptions.expert_parallel
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None
     kv_cache_gib: float | None = None
@@ -177,7 +180,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
                 hint=f"use --{flag} instead: the planner sizes with it and the rollout passes it to vLLM",
             )
     options = PlanOptions(
-        tp=request.tp, pp=request.pp, max_model_len=request.max_model_len,
+        tp=request.tp, pp=request.pp, dp=request.dp, expert_parallel=request.expert_parallel, max_model_len=request.max_model_len,
         kv_cache_gib=request.kv_cache_gib, dtype=request.dtype, kv_cache_dtype=request.kv_cache_dtype,
         gpu_memory_utilization=request.gpu_memory_utilization, max_num_seqs=request.max_num_seqs,
         max_num_batched_tokens=request.max_num_batched_tokens, enforce_eager=request.enforce_eager,
@@ -191,7 +194,10 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
             f"{spec.name} does not fit this cluster: " + "; ".join(plan.reasons[-2:]),
             hint="; ".join(plan.suggestions) or "see `orch plan --model ... --cluster ...`",
         )
-    engine_extra = {k: v for k, v in plan.engine_kwargs().items() if k not in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "gpu_memory_utilization")}
+    # The layout's own arguments are rendered from the ServingPlan (they choose the builder too).
+    layout_args = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel",
+                   "max_model_len", "gpu_memory_utilization")  # fmt: skip
+    engine_extra = {k: v for k, v in plan.engine_kwargs().items() if k not in layout_args}
     engine_extra.update(dict(request.engine_args))
     serving_plan = ServingPlan.from_parallel_plan(
         plan, replicas=request.replicas, kv_cache_gib=plan.kv_cache_gib_per_gpu if plan.kv_cache_gib_fixed else None
@@ -272,7 +278,7 @@ def desired_for_revision(state: StateStore, cluster: str, to: int | None):
             raise StateError(f"revision {to} is {target.status}: only a revision that once served can come back")
     meta = state.revision_meta(cluster, target.number) or {}
     app = dict(target.config)
-    llm = app.get("args", {}).get("llm_configs", [{}])[0]
+    llm = (llm_configs(app) or [{}])[0]
     served = meta.get("served_name") or llm.get("model_loading_config", {}).get("model_id") or target.model
     source = meta.get("model_source") or llm.get("model_loading_config", {}).get("model_source") or ""
 

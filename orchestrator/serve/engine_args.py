@@ -34,7 +34,9 @@ ENGINE_ARG_KEY = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 # Set by orch from the plan, the flags or the key: an --engine-arg may not override them.
 RESERVED_ENGINE_ARGS = ("api_key", "model", "served_model_name", "tensor_parallel_size", "pipeline_parallel_size",
-                        "max_model_len", "dtype")  # fmt: skip
+                        "max_model_len", "dtype", "data_parallel_size", "enable_expert_parallel")  # fmt: skip
+# Set per rank by Ray Serve LLM's DPServer (the rank, the group's master address and port).
+DP_RANK_ENGINE_ARGS = ("data_parallel_rank", "data_parallel_address", "data_parallel_rpc_port")
 
 
 def check_engine_arg_key(key: str) -> None:
@@ -47,7 +49,12 @@ def check_engine_arg_key(key: str) -> None:
     if key in RESERVED_ENGINE_ARGS:
         raise ServeConfigError(
             f"engine argument {key!r} is set by orch",
-            hint="use the matching orch flag (--tp, --pp, --max-model-len, --dtype, --served-name)",
+            hint="use the matching orch flag (--tp, --pp, --dp, --expert-parallel, --max-model-len, --dtype, --served-name)",
+        )
+    if key in DP_RANK_ENGINE_ARGS:
+        raise ServeConfigError(
+            f"engine argument {key!r} is set for each data-parallel rank by Ray Serve LLM",
+            hint="leave it out: --dp N deploys the group, and each rank learns its rank and the group's master itself",
         )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.cluster.ray_nodes import NODE_RESOURCE_PREFIX
+from orchestrator.serve.app_shape import llm_configs
 from orchestrator.serve.placement import NODE_PIN_KEY
 
 API_KEY_PLACEHOLDER = "<redacted>"
@@ -51,7 +52,7 @@ def config_fingerprint(app: Mapping[str, Any], api_key: str | None = None) -> st
     body = {k: v for k, v in mask_api_key(app).items() if k not in ("name", "route_prefix")}
     # Which nodes the stages are pinned to depends on what is free at the time (a side-by-side
     # copy lands on other nodes): the layout counts, not the node names.
-    for cfg in body.get("args", {}).get("llm_configs", []):
+    for cfg in llm_configs(body):
         pg = cfg.get("placement_group_config") or {}
         if pg.get("bundles"):
             pg["bundles"] = [

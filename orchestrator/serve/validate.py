@@ -1,6 +1,7 @@
 """Validation of a rendered Serve application with Ray Serve LLM's own models, before anything
 is applied (lazy: imports ray.serve.llm, vllm, torch only when called). A bad field fails here
-with orch's error form, naming the field path."""
+with orch's error form, naming the field path. A data-parallel application (``build_dp_openai_app``)
+is checked against its builder's ``DPOpenAiServingArgs`` as well."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from orchestrator.errors import ServeConfigError
+from orchestrator.serve.app_shape import is_dp_app, llm_config_path, llm_configs
 
 _FIELD_HINTS = {
     "engine_kwargs": "an engine argument vLLM does not accept: check --max-model-len/--dtype/--engine-arg",
@@ -54,10 +56,10 @@ def validate_app(app: Mapping[str, Any], check_engine_args: bool = True) -> None
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    configs = app.get("args", {}).get("llm_configs", [])
+    configs = llm_configs(app)
     if len(configs) != 1:
         raise ServeConfigError(f"application {app.get('name')!r} must serve exactly one model, has {len(configs)}")
-    prefix = f"applications[{app.get('name')}].args.llm_configs[0]"
+    prefix = f"applications[{app.get('name')}].{llm_config_path(app)}"
     try:
         llm_config = LLMConfig.model_validate(copy.deepcopy(configs[0]))
     except ValidationError as exc:
@@ -68,8 +70,44 @@ def validate_app(app: Mapping[str, Any], check_engine_args: bool = True) -> None
             hint=_FIELD_HINTS.get(first_field, "fix the named field"),
             problems=[f"{path}: {msg}" for path, msg in problems],
         ) from exc
+    if is_dp_app(app):
+        _check_dp_args(app, llm_config, prefix)
     if check_engine_args:
         _check_engine_kwargs(llm_config, prefix)
+
+
+def _check_dp_args(app: Mapping[str, Any], llm_config: Any, prefix: str) -> None:
+    """A data-parallel application: its ``args`` must be what ``build_dp_openai_app`` validates
+    (``DPOpenAiServingArgs``: one ``llm_config``, no list), and the DP size one ``DPServer``
+    accepts (``DPServer.get_deployment_options``: a positive integer; it multiplies num_replicas,
+    which counts groups, by it). The latter is checked here rather than by calling
+    ``get_deployment_options``, which reads Ray's runtime context and so starts a local Ray."""
+    from pydantic import ValidationError
+
+    try:
+        with _silenced_stderr():
+            from ray.llm._internal.serve.serving_patterns.data_parallel.builder import DPOpenAiServingArgs
+    except ImportError:  # a Ray without the DP builder: the import path itself fails on the nodes
+        raise ServeConfigError(
+            f"invalid Serve LLM config: applications[{app.get('name')}].import_path: this Ray has no build_dp_openai_app",
+            hint="data-parallel applications need Ray 2.60 or later on the control machine and the nodes",
+        ) from None
+    args = copy.deepcopy(dict(app.get("args") or {}))
+    try:
+        # Its llm_config was validated as an LLMConfig already (with that model's field paths).
+        DPOpenAiServingArgs.model_validate({**args, "llm_config": llm_config})
+    except ValidationError as exc:
+        problems = _problem_lines(exc, f"applications[{app.get('name')}].args")
+        raise ServeConfigError(f"invalid Serve LLM config: {problems[0][0]}: {problems[0][1]}",
+                               hint="the data-parallel application's args are invalid: report it with --debug output",
+                               problems=[f"{path}: {msg}" for path, msg in problems]) from exc  # fmt: skip
+    dp = llm_config.engine_kwargs.get("data_parallel_size", 1)
+    if not (isinstance(dp, int) and not isinstance(dp, bool) and dp > 0):
+        raise ServeConfigError(
+            f"invalid Serve LLM config: {prefix}.engine_kwargs.data_parallel_size: {dp!r} is not a positive integer "
+            "(Ray Serve LLM's DPServer refuses it)",
+            hint="check --dp",
+        )
 
 
 def _check_engine_kwargs(llm_config: Any, prefix: str) -> None:

@@ -3,6 +3,7 @@ figures from its Prometheus metrics. Pure, no I/O.
 
 ``parse_kv_capacity`` reads every known wording of vLLM's capacity line (one line in 0.32, two
 lines in earlier V1 releases, GPU blocks in V0; "GPU", "CPU", "XPU" or "GPU + host" pools).
+``parse_dp_rank`` reads which data-parallel rank a ``DPServer`` replica is.
 ``live_metrics`` reads KV-cache usage, running and waiting requests (gauges, now) and TTFT/TPOT
 p50/p95 from the histogram delta between two scrapes (``engine_metrics.Histogram.minus``), or since the
 engines started when no earlier scrape is given. Names and their two spellings (bare vLLM,
@@ -90,6 +91,47 @@ def parse_kv_capacity(lines: Iterable[str]) -> KvCapacity | None:
                 evidence=evidence,
             )
     return found
+
+
+# Ray Serve LLM's DPServer, when a data-parallel rank's replica starts (Ray 2.60,
+# ray/llm/_internal/serve/serving_patterns/data_parallel/dp_server.py), in the replica's worker log:
+# "DPServer replica initialized: dp_rank=1, dp_size=2, gang_id=0c6edda3"
+_DP_RANK = re.compile(r"DPServer replica initialized: dp_rank=(?P<rank>\d+), dp_size=(?P<size>\d+), gang_id=(?P<gang>\S+)")
+DP_RANK_KEYWORD = "DPServer replica initialized"
+
+
+@dataclass(frozen=True)
+class DpRank:
+    """A data-parallel rank as its DPServer replica logged it: its rank, the group's size and the
+    gang (group) id Serve gave the group."""
+
+    rank: int
+    size: int
+    group: str
+    evidence: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "size": self.size, "group": self.group}
+
+
+def parse_dp_rank(lines: Iterable[str]) -> DpRank | None:
+    """The last DP rank a replica's log says it is (None: not a DPServer replica, or not yet)."""
+    found = None
+    for raw in lines:
+        m = _DP_RANK.search(raw)
+        if m:
+            found = DpRank(int(m["rank"]), int(m["size"]), m["gang"].rstrip(".,"), raw.strip())
+    return found
+
+
+def start_up_lines(lines: Sequence[str]) -> tuple[str, ...] | None:
+    """What a replica's log says about its engine once for all: the capacity lines and, for a DP
+    rank, its rank line. None until the capacity is logged (the engine is still starting)."""
+    capacity = parse_kv_capacity(lines)
+    if capacity is None:
+        return None
+    rank = parse_dp_rank(lines)
+    return (*((rank.evidence,) if rank else ()), *capacity.evidence)
 
 
 def kv_capacity_from_metrics(samples: Sequence[prom.Sample], model: str | None = None) -> KvCapacity | None:
@@ -201,6 +243,27 @@ def live_metrics(
         window_s=window_s if before is not None else None,
         engines=max(len(usage), len(running)),
     )
+
+
+@dataclass(frozen=True)
+class ReplicaGauges:
+    """One engine replica's gauges now (each None when Ray did not export it: idle engine)."""
+
+    kv_cache_usage: float | None  # fraction 0..1
+    running: float | None
+    waiting: float | None
+
+
+def replica_gauges(samples: Sequence[prom.Sample], replica_id: str) -> ReplicaGauges:
+    """The KV-cache usage and queues of one Serve replica: only series that carry its
+    ``ReplicaId`` (a page without replica labels says nothing about any one replica)."""
+
+    def one(names: Sequence[str]) -> float | None:
+        picked = [s for s in prom.select(samples, names) if s.label(prom.REPLICA_LABEL) == replica_id]
+        values = [s.value for s in picked if not s.name.endswith(("_bucket", "_sum", "_count"))]
+        return max(values) if values else None
+
+    return ReplicaGauges(one(prom.KV_USAGE), one(prom.RUNNING), one(prom.WAITING))
 
 
 @dataclass(frozen=True)

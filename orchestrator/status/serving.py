@@ -25,13 +25,16 @@ from typing import Any
 
 from orchestrator import engine_metrics as prom
 from orchestrator.runbooks import runbook
+from orchestrator.serve.app_shape import is_engine_deployment, llm_configs, model_of_deployment
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.status.engine_stats import (
     LiveMetrics,
     kv_capacity_from_metrics,
     live_metrics,
+    parse_dp_rank,
     parse_kv_capacity,
     prefix_cache_by_replica,
+    replica_gauges,
 )
 from orchestrator.status.views import (
     DeploymentView,
@@ -81,8 +84,7 @@ def revision_app(revision: Any) -> tuple[str | None, list[str], dict[str, int]]:
     name = getattr(revision, "app_name", None) or (config.get("name") if isinstance(config, Mapping) else None)
     models: list[str] = []
     lens: dict[str, int] = {}
-    llm_configs = ((config.get("args") or {}).get("llm_configs") or []) if isinstance(config, Mapping) else []
-    for llm in llm_configs:
+    for llm in llm_configs(config) if isinstance(config, Mapping) else []:
         if not isinstance(llm, Mapping):
             continue
         mid = (llm.get("model_loading_config") or {}).get("model_id")
@@ -102,19 +104,13 @@ def revision_batches(revision: Any) -> dict[str, int]:
     """max_num_seqs per model id, from the revision's stored config (absent: vLLM's default)."""
     config = getattr(revision, "config", None) or {}
     out: dict[str, int] = {}
-    for llm in ((config.get("args") or {}).get("llm_configs") or []) if isinstance(config, Mapping) else []:
+    for llm in llm_configs(config) if isinstance(config, Mapping) else []:
         if isinstance(llm, Mapping):
             mid = (llm.get("model_loading_config") or {}).get("model_id")
             seqs = (llm.get("engine_kwargs") or {}).get("max_num_seqs")
             if mid and isinstance(seqs, int):
                 out[str(mid)] = seqs
     return out
-
-
-def model_of_deployment(name: str) -> str | None:
-    """Ray Serve LLM names the engine deployment ``LLMServer:<model_id>``."""
-    head, sep, rest = name.partition(":")
-    return rest if sep and head.startswith("LLMServer") else None
 
 
 def pick_app(serve: Any, wanted: str | None) -> Any:
@@ -175,18 +171,22 @@ def _deployment_view(
     engine_logs: Mapping[str, Sequence[str]],
     log_errors: Mapping[str, str],
     workers: Mapping[str, Sequence[Any]] | None = None,
+    metrics_now: Sequence[prom.Sample] | None = None,
 ) -> tuple[DeploymentView, list[Problem]]:
-    """A deployment with its replicas (node names, capacity from their logs, engine workers and
-    their nodes) and its problems."""
+    """A deployment with its replicas (node names, capacity and DP rank from their logs, engine
+    workers and their nodes, KV usage now) and its problems."""
     replicas, problems = [], []
     for r in d.replicas:
         ref = by_id.get(r.node_id)
         lines = engine_logs.get(r.replica_id)
+        engine = is_engine_deployment(d.name)
         view = ReplicaView(
             replica_id=r.replica_id, deployment=d.name, state=r.state, node=ref.name if ref else r.node_ip,
             node_id=r.node_id, node_state=ref.ray_state if ref else None, pid=r.pid, worker_id=r.worker_id,
             capacity=parse_kv_capacity(lines) if lines is not None else None, log_error=log_errors.get(r.replica_id),
             workers=_worker_views((workers or {}).get(r.replica_id, ()), by_id),
+            dp=parse_dp_rank(lines) if lines is not None else None,
+            gauges=replica_gauges(metrics_now, r.replica_id) if engine and metrics_now is not None else None,
         )  # fmt: skip
         replicas.append(view)
         lost = [w for w in view.workers if w.state != "ALIVE" or (w.node_id and by_id.get(w.node_id) and by_id[w.node_id].ray_state == "DEAD")]
@@ -211,6 +211,35 @@ def _deployment_view(
                                  "`orch doctor` names the cause from the replica's logs"))  # fmt: skip
     deployment = DeploymentView(d.name, d.status, d.message, d.target_replicas, tuple(replicas), getattr(d, "max_ongoing_requests", None))
     return deployment, problems
+
+
+def _gang_problems(view: DeploymentView) -> list[Problem]:
+    """A data-parallel group serves only while every one of its ranks runs: Serve's DPServer
+    deployment restarts the whole group when one rank fails (``RESTART_GANG``). One problem per
+    group that is not whole and RUNNING, naming each rank that is not, and where it is."""
+    if not view.name.startswith("DPServer"):
+        return []
+    groups: dict[str, list[ReplicaView]] = {}
+    for r in view.replicas:
+        groups.setdefault(r.dp.group if r.dp else "?", []).append(r)
+    out = []
+    for group, members in groups.items():
+        size = max((r.dp.size for r in members if r.dp), default=None)
+        down = [r for r in members if r.state != "RUNNING"]
+        missing = (size - len(members)) if size is not None and len(members) < size else 0
+        if not down and not missing:
+            continue
+        where = ", ".join(f"rank {r.dp.rank if r.dp else '?'} {r.state}{f' on {r.node}' if r.node else ''}" for r in down)
+        if missing:
+            where = ", ".join(x for x in (where, f"{missing} rank(s) not in Serve") if x)
+        name = f"data-parallel group {group}" if group != "?" else "a data-parallel group (ranks not logged yet)"
+        running = len(members) - len(down)
+        transient = all(r.state in REPLICA_TRANSIENT for r in down) and not missing
+        out.append(_problem("warn" if transient else "fail", REPLICA_UNHEALTHY, f"{view.name} group {group}",
+                            f"{name} of {view.name} does not serve: {running} of {size or len(members)} ranks RUNNING ({where})",
+                            "Serve restarts the whole group when one rank fails (RESTART_GANG) and it serves again once "
+                            "every rank runs; `orch doctor` reads the ranks' logs"))  # fmt: skip
+    return out
 
 
 def _probe_problem(probe: ProbeResult) -> Problem:
@@ -288,7 +317,8 @@ def build_serving_status(
     if app is not None:
         problems.extend(_app_problems(app))
         for d in app.deployments:
-            view, found = _deployment_view(d, by_id, engine_logs, log_errors, engine_workers)
+            view, found = _deployment_view(d, by_id, engine_logs, log_errors, engine_workers, metrics_now)
+            found.extend(_gang_problems(view))
             deployments.append(view)
             problems.extend(found)
     if not model_ids:
@@ -385,10 +415,11 @@ def _filter_ids(samples: Sequence[prom.Sample], ids: Sequence[str] | None) -> li
 
 
 def _engine_replicas(deployments: Sequence[DeploymentView], model: str, single: bool) -> list[ReplicaView]:
-    """The replicas that run ``model``'s engine: those of deployment ``LLMServer:<model>``; with a
-    single model and no such name, those of any ``LLMServer`` deployment, else every replica."""
+    """The replicas that run ``model``'s engine: those of deployment ``LLMServer:<model>`` (a
+    data-parallel application's ``DPServer:<model>``: one replica per rank); with a single model
+    and no such name, those of any engine deployment, else every replica."""
     exact = [r for d in deployments if model_of_deployment(d.name) == model for r in d.replicas]
     if exact or not single:
         return exact
-    servers = [r for d in deployments if d.name.startswith("LLMServer") for r in d.replicas]
+    servers = [r for d in deployments if is_engine_deployment(d.name) for r in d.replicas]
     return servers or [r for d in deployments for r in d.replicas]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.serve.readiness import ProbeResult
-from orchestrator.status.engine_stats import KvCapacity, LiveMetrics, PrefixCache
+from orchestrator.status.engine_stats import DpRank, KvCapacity, LiveMetrics, PrefixCache, ReplicaGauges
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,17 @@ class ReplicaView:
     capacity: KvCapacity | None = None
     log_error: str | None = None  # why its engine log could not be read
     workers: tuple[WorkerView, ...] = ()  # the engine's Ray worker actors (GPU layout), rank order
+    dp: DpRank | None = None  # a DPServer replica: its data-parallel rank (from its log)
+    gauges: ReplicaGauges | None = None  # its engine's KV-cache usage and queues now (metrics)
     prefix_cache: PrefixCache | None = None  # its engine's prefix-cache counters since it started
 
     def to_dict(self) -> dict[str, Any]:
+        g = self.gauges
         return {
+            "dp": self.dp.to_dict() if self.dp else None,
+            "kv_cache_usage": g.kv_cache_usage if g else None,
+            "running": g.running if g else None,
+            "waiting": g.waiting if g else None,
             "workers": [w.to_dict() for w in self.workers],
             "prefix_cache": self.prefix_cache.to_dict() if self.prefix_cache else None,
             "replica_id": self.replica_id,

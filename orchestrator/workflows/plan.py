@@ -92,7 +92,8 @@ def calibrated(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, resul
         why = why or why_not_reusable(other, result.gpu_type)
         note = f"not calibrated: the record of revision {other.get('revision', '?')} of this configuration is not used ({why})"
         return replace(result, reasons=(*result.reasons, note))
-    measured = replace(options, reserve_gib=float(record["measured_reserve_gib"]), tp=result.tp, pp=result.pp)
+    measured = replace(options, reserve_gib=float(record["measured_reserve_gib"]), tp=result.tp, pp=result.pp, dp=result.dp,
+                       expert_parallel=result.expert_parallel)  # fmt: skip
     note = f"calibrated: revision {record.get('revision', '?')} of this configuration measured {record['measured_reserve_gib']:.2f} GiB of reserve per GPU"
     return plan_model(spec, replace(shape, notes=(*shape.notes, note)), measured)
 

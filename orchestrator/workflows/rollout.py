@@ -224,7 +224,9 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         groups, strategy = decisions.copy_demand(desired.rendered.llm_config)
         room = decisions.fits(groups, strategy, decisions.free_resources(nodes))
         downtime = decisions.estimate_cold_load_s(manifest.accelerator, desired.weights_gib_per_node, serving.cold_load_s)
-        decision = decisions.decide(fingerprint, serving, room, options.allow_downtime, downtime)
+        live = status.app(serving.app_name) if serving.live and serving.app_name else None
+        change = decisions.engine_change(live.deployed_config if live is not None else None, desired.rendered.app)
+        decision = decisions.decide(fingerprint, serving, room, options.allow_downtime, downtime, change)
         result = RolloutResult(
             action=decision.kind, decision=decision.to_dict(), cluster=manifest.name, model=desired.served_name,
             previous_revision=serving.revision, config=desired.rendered.app, plan=desired.plan, repaired=repaired,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from orchestrator.errors import RolloutFailed, StateError
 from orchestrator.manifest.model import Manifest
 from orchestrator.runbooks import runbook
+from orchestrator.serve.app_shape import api_key_of
 from orchestrator.serve.client import ServeStatus
 from orchestrator.serve.config import PUBLIC_ROUTE
 from orchestrator.serve.fingerprint import config_fingerprint
@@ -46,11 +47,7 @@ def interrupted(deps: ServingDeps, cluster: str) -> list[Revision]:
 
 
 def _deployed_key(config: dict) -> str | None:
-    try:
-        key = config["args"]["llm_configs"][0]["engine_kwargs"]["api_key"]
-    except (KeyError, IndexError, TypeError):
-        return None
-    return key[0] if isinstance(key, list) and key else None
+    return api_key_of(config)
 
 
 def _runs_recorded_config(status: ServeStatus, plan: RestorePlan, current: Revision) -> bool:

@@ -29,6 +29,7 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.polling import poll_until
 from orchestrator.remote.runner import Runner
 from orchestrator.serve import decisions
+from orchestrator.serve.app_shape import llm_config_of, llm_configs
 from orchestrator.serve.client import APP_RUNNING, AppStatus, ServeApiError, ServeStatus, failure_messages
 from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body
 from orchestrator.serve.readiness import ProbeResult
@@ -358,7 +359,7 @@ def restore_plan(manifest: Manifest, current: Revision | None, serving: decision
 
 
 def _model_id(config: Mapping[str, Any]) -> str | None:
-    llm = ((config.get("args") or {}).get("llm_configs") or [{}])[0]
+    llm = (llm_configs(config) or [{}])[0]
     return (llm.get("model_loading_config") or {}).get("model_id")
 
 
@@ -388,7 +389,7 @@ def restore(plan: RestorePlan, manifest: Manifest, apis: ClusterApis, deps: Serv
     since = before.last_deployed_time_s if before is not None and before.deployed_config != plan.config else None
     put(apis.serve, [plan.config], manifest, deps, deadline)
     step(f"putting revision {plan.revision} back ({plan.app_name})")
-    api_key = plan.config["args"]["llm_configs"][0]["engine_kwargs"]["api_key"][0]
+    api_key = llm_config_of(plan.config)["engine_kwargs"]["api_key"][0]
     try:
         wait_for_app(apis.serve, str(plan.app_name), options.timeout_s, deps, options.poll_s, since=since)
         check_ready(apis, PUBLIC_ROUTE, str(plan.served_name), api_key, deps, options)

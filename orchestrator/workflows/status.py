@@ -48,7 +48,7 @@ from orchestrator.remote.runner import Runner
 from orchestrator.serve import readiness
 from orchestrator.serve.client import open_serve_client
 from orchestrator.serve.readiness import ProbeResult
-from orchestrator.status.engine_stats import KvCapacity, keep_metric_lines, parse_kv_capacity, pick_baseline
+from orchestrator.status.engine_stats import keep_metric_lines, pick_baseline, start_up_lines
 from orchestrator.status.probe_budget import BROKEN_GRACE_S, probe_wait_s
 from orchestrator.status.serving import build_serving_status, model_of_deployment, pick_app, revision_app
 from orchestrator.status.views import NodeRef, ServingStatus
@@ -110,7 +110,8 @@ class StatusDeps:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     wall_clock: Callable[[], float] = time.time
     monotonic: Callable[[], float] = time.monotonic
-    capacity_cache: dict[tuple[str, str, int | None], KvCapacity | None] = field(default_factory=dict)
+    # (node, worker id, pid) -> the replica's start-up lines (capacity, DP rank: engine_stats.start_up_lines)
+    capacity_cache: dict[tuple[str, str, int | None], tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def from_cluster(cls, deps: Any, capacity_cache: dict | None = None) -> StatusDeps:
@@ -301,7 +302,7 @@ def _engine_logs(manifest: Manifest, runners: Mapping[str, Runner], by_id: Mappi
         key = (ref.name, rep.worker_id or rep.replica_id, rep.pid)
         cached = deps.capacity_cache.get(key)
         if cached is not None:
-            logs[rep.replica_id] = list(cached.evidence)
+            logs[rep.replica_id] = list(cached)
             continue
         target = replica_target(ref.name, rep)
         if target is None:
@@ -314,8 +315,8 @@ def _engine_logs(manifest: Manifest, runners: Mapping[str, Runner], by_id: Mappi
             continue
         if lines is not None:
             logs[rid] = lines
-            if (capacity := parse_kv_capacity(lines)) is not None:
-                deps.capacity_cache[key] = capacity
+            if (known := start_up_lines(lines)) is not None:
+                deps.capacity_cache[key] = known
         if err:
             errors[rid] = err
     order = [r.replica_id for r in engines]

@@ -241,6 +241,31 @@ def test_plan_on_a_cluster_with_a_matching_record_uses_the_measured_reserve(caps
                for r in stood_in["reasons"]), stood_in["reasons"]  # fmt: skip
 
 
+def test_dp_and_expert_parallel_flags_and_both_layouts_in_the_json(capsys):
+    data = run_json(capsys, "--model", "deepseek-v3", "--gpu-type", "H200-141GB", "--nodes", "2", "--dp", "8")
+    assert (data["dp"], data["tp"], data["expert_parallel"], data["ep_size"], data["replicas"]) == (8, 1, True, 8, 2)
+    assert data["engine_kwargs"]["data_parallel_size"] == 8 and data["engine_kwargs"]["enable_expert_parallel"] is True
+    assert data["kv_cache_tokens"] == 8 * data["kv_cache_tokens_per_rank"]
+    assert set(data["layouts"]) == {"tp_pp", "dp_ep"} and data["layouts"]["dp_ep"]["chosen"] is True
+    off = run_json(capsys, "--model", "deepseek-v3", "--gpu-type", "H200-141GB", "--nodes", "2", "--dp", "8", "--no-expert-parallel")
+    assert off["expert_parallel"] is False and "enable_expert_parallel" not in off["engine_kwargs"]
+
+
+def test_the_table_shows_both_layouts_side_by_side(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # one table row per line
+    assert main(["plan", "--model", "deepseek-v3", "--gpu-type", "H200-141GB", "--nodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Layouts side by side" in out and "DP=16 x TP=1 EP=16" in out and "TP=8 x PP=1" in out
+    assert "data parallel" in out and "(DP groups)" in out
+
+
+def test_dp_on_a_dense_model_is_a_usage_error_with_a_hint(capsys):
+    assert main(["plan", "--model", "llama3-8b", "--dp", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "error: llama3-8b is a dense model: data parallelism is for MoE models" in err
+    assert "hint: leave out --dp" in err and "Traceback" not in err
+
+
 def test_a_target_rate_is_sized_with_the_goodput_recorded_on_the_cluster(capsys, tmp_path):
     from orchestrator.bench.goodput import LoadLevel
     from orchestrator.plan.calibration import model_fingerprint
@@ -272,6 +297,8 @@ def test_a_target_rate_is_sized_with_the_goodput_recorded_on_the_cluster(capsys,
     assert main([*args, "--target-rps", "50"]) == 2
     out = capsys.readouterr()
     assert json.loads(out.out)["target"]["replicas"] == 17 and "the target needs 17 replica(s) and the cluster holds 16" in out.err
+
+
 def test_plan_shows_what_one_replica_takes_at_once(capsys, tmp_path):
     # 1024 sequences: vLLM's default on an H100-80GB (engine/arg_utils.py get_batch_defaults); Serve
     # gets 1.25x that per replica, not twice the concurrency at full context (32 before).

@@ -110,6 +110,23 @@ def test_explicit_tp_across_nodes_is_planned_with_a_warning(capsys):
     assert "strategy: PACK" in text and "TP=16 PP=1" in text
 
 
+def test_dp_dry_run_renders_the_dp_builder_with_the_forced_layout(capsys):
+    """`--dp 4 --tp 4 --expert-parallel` on 2 x 8 H100 (DeepSeek-V3): the planner's forced DP x TP
+    layout becomes Ray Serve LLM's build_dp_openai_app (docs/moe.md), one group of 4 ranks."""
+    rc = main(["rollout", "--model", "deepseek-v3", "--model-path", "/models/ds", "--dp", "4", "--tp", "4", "--expert-parallel",
+               "--max-model-len", "8192", str(M405), "--dry-run", "--json"])  # fmt: skip
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["plan"]["dp"], data["plan"]["tp"], data["plan"]["expert_parallel"], data["plan"]["replicas"]) == (4, 4, True, 1)
+    app = data["config"]
+    assert app["import_path"] == "ray.serve.llm:build_dp_openai_app" and list(app["args"]) == ["llm_config"]
+    kw = app["args"]["llm_config"]["engine_kwargs"]
+    assert (kw["data_parallel_size"], kw["tensor_parallel_size"], kw["enable_expert_parallel"], kw["api_key"]) == (4, 4, True, ["<redacted>"])
+    assert app["args"]["llm_config"]["placement_group_config"] == {"strategy": "PACK", "bundles": [{"GPU": 1}] * 4}
+    rc = main(["rollout", "--model", "deepseek-v3", "--model-path", "/m", "--dp", "4", str(M405), "--dry-run", "--engine-arg", "data_parallel_rank=1"])
+    assert rc == 2 and "set for each data-parallel rank by Ray Serve LLM" in capsys.readouterr().err
+
+
 def test_max_ongoing_requests_flag_sets_serves_cap(capsys):
     base = ["rollout", "--model", "llama3-405b", "--model-path", "/m", "--max-model-len", "8192", str(M405), "--dry-run"]
     assert main([*base, "--json", "--max-ongoing-requests", "500"]) == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,9 @@ from orchestrator.plan.catalog import (
     resolve_model,
     spec_from_config,
 )
+from orchestrator.plan.memory import count_params
 from orchestrator.plan.tinymodel import TINY_CONFIG
+from tests.unit.test_memory import QWEN3_235B_FP8
 
 # The published config.json files (the fields orch reads), as on the Hugging Face hub.
 LLAMA31_8B = {
@@ -479,3 +481,21 @@ def test_top_1_routing_and_a_missing_experts_per_token_are_accepted():
     no_k = {k: v for k, v in MIXTRAL_8X7B.items() if k != "num_experts_per_tok"}
     assert spec_from_config(no_k, "c").num_experts == 8
     assert spec_from_config({**no_k, "num_local_experts": 1}, "c").num_experts == 1
+
+
+def test_the_moe_catalog_entries_are_their_config_json():
+    # Each entry against the checkpoint's own config.json (tests/data/planner/SOURCES.md): a typo in
+    # the catalog fails here.
+    configs = Path(__file__).resolve().parents[1] / "data" / "planner" / "configs"
+    strip = lambda spec: replace(spec, name="", source="")  # noqa: E731
+    mixtral = resolve_model(configs / "Mixtral-8x22B-v0.1")
+    assert strip(CATALOG["mixtral-8x22b"]) == strip(mixtral)
+    kimi = resolve_model(configs / "Kimi-K2-Instruct")
+    assert strip(CATALOG["kimi-k2"]) == strip(replace(kimi, dtype="fp8"))  # the published weights are FP8
+    bf16 = {k: v for k, v in QWEN3_235B_FP8.items() if k != "quantization_config"}
+    qwen = spec_from_config({**bf16, "model_type": "qwen3_moe"}, "Qwen/Qwen3-235B-A22B config.json")
+    assert strip(CATALOG["qwen3-235b-a22b"]) == strip(qwen)
+    # the published totals: Mixtral-8x22B 141B, Qwen3-235B-A22B 235B, Kimi-K2 1.0T (1.03T with norms)
+    assert f"{count_params(CATALOG['mixtral-8x22b']).total / 1e9:.0f}" == "141"
+    assert f"{count_params(CATALOG['qwen3-235b-a22b']).total / 1e9:.0f}" == "235"
+    assert f"{count_params(CATALOG['kimi-k2']).total / 1e12:.2f}" == "1.03"

@@ -207,7 +207,8 @@ def test_kv_tokens_are_whole_blocks(name, gib, util, block):
     plan = plan_model(CATALOG[name], shape, PlanOptions(gpu_memory_utilization=util, block_size=block, max_model_len=1024))
     assert plan.kv_cache_tokens % block == 0
     assert all(s.kv_tokens % block == 0 for s in plan.stages)
-    assert plan.kv_cache_tokens == min(s.kv_tokens for s in plan.stages)
+    # each DP rank is its own engine with its own KV cache: a DP group holds dp x one rank's tokens
+    assert plan.kv_cache_tokens == plan.dp * min(s.kv_tokens for s in plan.stages) == plan.dp * plan.kv_cache_tokens_per_rank
 
 
 # ---- the choice ----

@@ -303,10 +303,11 @@ def test_plan_json_carries_every_figure_rounded_as_documented():
              "kv_bytes_per_token": 122880, "kv_cache_tokens": 15712}  # fmt: skip
     expected = {
         "model": "mha-24", "params": 4_726_705_152, "dtype": "bf16", "kv_cache_dtype": "auto",
-        "tp": 4, "pp": 1, "replicas": 2, "gpus_per_replica": 4, "fits": True,
+        "tp": 4, "pp": 1, "dp": 1, "expert_parallel": False, "ep_size": 1, "replicas": 2, "gpus_per_replica": 4, "fits": True,
         "reasons": list(plan.reasons), "suggestions": [], "stage_layers": [40],
         "weights_gib_per_gpu": 2.201, "reserve_gib_per_gpu": 1.0, "kv_bytes_per_token_per_gpu": 122880,
-        "kv_cache_gib_per_gpu": 1.799, "kv_cache_tokens": 15712, "max_concurrency": 3.84, "max_model_len": 4096,
+        "kv_cache_gib_per_gpu": 1.799, "kv_cache_tokens": 15712, "kv_cache_tokens_per_rank": 15712, "max_concurrency": 3.84,
+        "max_model_len": 4096,
         "gpu_memory_utilization": 1.0, "kv_cache_gib_fixed": False, "gpu_type": "5GiB-GPU", "gpu_memory_gib": 5.0,
         "gpus_per_node": 8, "nodes": 1, "max_num_batched_tokens": 2048, "max_num_seqs": 256, "block_size": 16,
         "enforce_eager": False, "vllm_version": "0.29.0", "stages": [stage], "engine_kwargs": TP4_ENGINE_KWARGS,
@@ -316,7 +317,17 @@ def test_plan_json_carries_every_figure_rounded_as_documented():
         "alternatives": [],  # TP inside a node: nothing to weigh against pipeline stages
     }  # fmt: skip
     terms = data.pop("engine_terms")
+    layouts = data.pop("layouts")
     assert data == expected
+    # a dense model has one kind of layout (data parallelism is for MoE models): the chosen TP x PP, same figures
+    assert layouts == {"tp_pp": {
+        "layout": "tp_pp", "chosen": True, "tp": 4, "pp": 1, "dp": 1, "expert_parallel": False, "ep_size": 1,
+        "gpus_per_replica": 4, "dp_ranks_per_node": None, "nodes_per_replica": 1, "replicas": 2, "fits": True,
+        "weights_gib_per_gpu": 2.201, "kv_cache_gib_per_gpu": 1.799, "kv_cache_tokens_per_rank": 15712,
+        "kv_cache_tokens": 15712, "kv_cache_tokens_cluster": 31424, "max_concurrency": 3.84, "max_concurrency_cluster": 7.67,
+        "summary": layouts["tp_pp"]["summary"],
+    }}  # fmt: skip
+    assert layouts["tp_pp"]["summary"].startswith("TP=4 PP=1: 2.2 GiB weights")
     assert (terms["engine"], terms["sampler_warmup"], terms["cuda_graph_estimate_subtracted"]) == (
         "V1 (Model Runner V2)",
         "mrv2",

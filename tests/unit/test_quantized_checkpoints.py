@@ -17,10 +17,11 @@ from orchestrator.errors import ModelSpecError, PlanError
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import CATALOG, resolve_model, spec_from_config
 from orchestrator.plan.memory import GIB, stage_weight_bytes
-from orchestrator.plan.modules import quantized_layer
+from orchestrator.plan.modules import quantized_layer, quantized_layer_bytes_per_gpu
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.quantization import parse_quantization
 from orchestrator.plan.shape import make_shape
+from orchestrator.plan.sharding import Sharding
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "checkpoints"
 SIZES = json.loads((DATA / "sizes.json").read_text())["rows"]
@@ -236,3 +237,25 @@ def test_an_engine_arg_quantization_is_refused_because_the_plan_sizes_it():
     with pytest.raises(UsageError, match="--engine-arg quantization sizes the engine's memory") as err:
         _rendered_engine_kwargs("llama3-8b", model_path="/m/llama3-8b", engine_args=(("quantization", "fp8"),))
     assert err.value.hint == "use --dtype instead: the planner sizes with it and the rollout passes it to vLLM"
+
+
+def test_gpt_oss_experts_per_gpu_follow_the_expert_sharding_and_its_padding():
+    # gpt-oss-120b's mxfp4 experts (128 of 2,880 x 2,880: 4-bit weights, a uint8 scale per 32 = 17/32 bytes per
+    # weight), padded per GPU slice as vLLM's mxfp4 MoE kernels pad them (fused_moe/oracle/mxfp4.py
+    # mxfp4_round_up_hidden_size_and_intermediate_size: hidden to 3,072, intermediate_size_per_partition to a
+    # multiple of 128). Attention, router and norms at bf16 (modules_to_not_convert).
+    spec = resolve_model(str(DATA / "openai--gpt-oss-120b"))
+    h, q, kv = 2880, 64 * 64, 8 * 64
+    router = h * 128 * 2
+
+    def expert_bytes(inter_per_gpu: int, experts_per_gpu: int) -> float:
+        return experts_per_gpu * 3 * 3072 * inter_per_gpu * 17 / 32
+
+    # TP=8: each expert split, 2,880 / 8 = 360 padded to 384, all 128 experts on every GPU; one KV head per GPU
+    tp8 = 2 * h * q / 8 * 2 + 2 * h * kv / 8 * 2 + router + expert_bytes(384, 128)
+    assert quantized_layer_bytes_per_gpu(spec, 7, Sharding(tp=8)) == tp8
+    # DP=8 with expert parallel (TP=1 per rank): whole attention, 16 whole experts of 2,880 padded to 2,944
+    dp8 = 2 * h * q * 2 + 2 * h * kv * 2 + router + expert_bytes(2944, 16)
+    assert quantized_layer_bytes_per_gpu(spec, 7, Sharding(tp=1, dp=8, expert_parallel=True)) == dp8
+    # DP=8 without expert parallel: the experts split over all 8 GPUs as under TP=8, attention whole
+    assert quantized_layer_bytes_per_gpu(spec, 7, Sharding(tp=1, dp=8)) == dp8 - expert_bytes(2944, 16) + expert_bytes(384, 128)

@@ -174,7 +174,16 @@ def test_engine_arg_key_messages():
     with pytest.raises(ServeConfigError) as err:
         check_engine_arg_key("dtype")
     assert str(err.value) == "engine argument 'dtype' is set by orch"
-    assert err.value.hint == "use the matching orch flag (--tp, --pp, --max-model-len, --dtype, --served-name)"
+    assert err.value.hint == "use the matching orch flag (--tp, --pp, --dp, --expert-parallel, --max-model-len, --dtype, --served-name)"
+    for key in ("data_parallel_size", "enable_expert_parallel"):
+        with pytest.raises(ServeConfigError, match=f"'{key}' is set by orch"):
+            check_engine_arg_key(key)
+    # DPServer sets these per rank (ray/llm/_internal/serve/serving_patterns/data_parallel/dp_server.py)
+    for key in ("data_parallel_rank", "data_parallel_address", "data_parallel_rpc_port"):
+        with pytest.raises(ServeConfigError) as err:
+            check_engine_arg_key(key)
+        assert str(err.value) == f"engine argument {key!r} is set for each data-parallel rank by Ray Serve LLM"
+        assert err.value.hint.startswith("leave it out: --dp N deploys the group")
 
 
 def test_deploy_body_uses_the_manifests_http_port_and_host():

@@ -90,10 +90,13 @@ def test_the_manifest_field_is_a_positive_whole_number():
 
 
 def test_dp_ranks_behind_one_serve_replica_multiply_its_batch():
-    # build_openai_app with data_parallel_size: one LLMServer fronts both ranks of vLLM's DP engine.
+    # build_openai_app with data_parallel_size: one LLMServer would front both ranks of vLLM's DP engine.
+    fronted = in_flight(256, dp=2, ranks_per_serve_replica=2)
+    assert (fronted.batch, fronted.max_ongoing_requests, fronted.per_group) == (512, 640, 640)
+    # orch renders a DP plan as build_dp_openai_app (docs/moe.md): the cap is one rank's, per Serve replica.
     plan = ServingPlan(tp=1, pp=1, max_model_len=4096, max_num_seqs=256, dp=2)
     requests = serve_in_flight(plan, ServeDefaults())
-    assert (requests.batch, requests.max_ongoing_requests, requests.per_group) == (512, 640, 640)
+    assert (requests.batch, requests.max_ongoing_requests, requests.per_group) == (256, 320, 640)
     # build_dp_openai_app: every rank is a Serve replica (DPServer); the cap is one rank's, the
     # group of 4 ranks takes four times that.
     ranks = in_flight(256, dp=4, ranks_per_serve_replica=1)

@@ -13,6 +13,7 @@ from pathlib import Path
 from orchestrator.cluster.node_state import NodeState
 from orchestrator.manifest.load import load_manifest
 from orchestrator.remote.fake import FakeRunner, Prefix, result
+from orchestrator.serve.app_shape import is_dp_app, llm_config_of
 from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
 from orchestrator.serve.desired import RolloutRequest, desired_for_model
 from orchestrator.serve.readiness import ProbeResult
@@ -109,11 +110,14 @@ class FakeServe:
             self.polls[name] = i + 1
             st = script[min(i, len(script) - 1)]
             dep_status = {"RUNNING": "HEALTHY", "DEPLOY_FAILED": "DEPLOY_FAILED"}.get(st, "UPDATING")
-            rep = ReplicaStatus("r1", "RUNNING" if st == "RUNNING" else "STARTING", node_id="n-head", log_file_path=f"/serve/replica_{name}.log")
+            # A data-parallel application's engine deployment is DPServer:<model>, one replica per rank.
+            ranks = (llm_config_of(cfg).get("engine_kwargs") or {}).get("data_parallel_size", 1) if is_dp_app(cfg) else 1
+            reps = tuple(ReplicaStatus(f"r{k + 1}", "RUNNING" if st == "RUNNING" else "STARTING", node_id="n-head",
+                                       log_file_path=f"/serve/replica_{name}{f'_{k}' if k else ''}.log") for k in range(ranks))  # fmt: skip
             message = self.message if st == "DEPLOY_FAILED" else ""
             if self.messages.get(name):
                 message = self.messages[name][min(i, len(self.messages[name]) - 1)]
-            dep = DeploymentStatus("LLMServer:tiny", dep_status, message=message, replicas=(rep,))
+            dep = DeploymentStatus("DPServer:tiny" if is_dp_app(cfg) else "LLMServer:tiny", dep_status, message=message, replicas=reps)
             out[name] = AppStatus(name, st, route_prefix=cfg["route_prefix"], last_deployed_time_s=self.deployed[name],
                                   deployments=(dep,), deployed_config=cfg)  # fmt: skip
         self._keep()

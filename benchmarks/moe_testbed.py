@@ -1,0 +1,112 @@
+"""MoE on the test bed: the tiny MoE served DP=2 + EP against TP=2, same load, one run (needs root).
+
+    .venv/bin/python benchmarks/moe_testbed.py [--requests 32] [--concurrency 8] [--output-tokens 32]
+    .venv/bin/python benchmarks/moe_layouts.py --part testbed     # the same, inside moe_layouts' JSON
+
+Part (b) of ``benchmarks/moe_layouts.py`` (issue 23 item 7b). Makes a 2-host test bed (one
+described H100 per host, the vLLM device-key stand-in of tests/testbed so vLLM's CPU build runs
+its Ray executor), brings it up with orch's `up` workflow, then in one run, with the tiny
+Qwen3-MoE-shaped model of ``orchestrator.plan.tinymodel.build_tiny_moe`` (8 experts, 2 per token):
+
+  1. `orch rollout --tp 2 --no-expert-parallel`: one replica, its two tensor-parallel workers on
+     the two hosts (vLLM's Ray executor, Gloo over eth0), every expert split over both;
+  2. the load below against it (orch's load generator, streamed completions);
+  3. `orch rollout --dp 2 --expert-parallel --allow-downtime` (a switch between the two builders
+     is never side by side): Ray Serve LLM's build_dp_openai_app, one rank per host, 4 of the 8
+     experts on each;
+  4. the same load against it, when it serves.
+
+Prints one JSON object: per layout the rollout's outcome and seconds and, when it served, output
+tok/s and TTFT p50/p95. On vLLM 0.32's CPU backend step 3 fails: every DP rank's engine dies in
+its profiling run (``NotImplementedError`` in ``all_gatherv``, docs/moe.md), so the DP layout's
+entry carries the rollout's error instead of figures; it is measured on a GPU cluster with the
+same script. Nothing to meet on CPU: both "GPUs" are the same two shared cores. Torn down at the
+end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from serve_overhead import measure  # noqa: E402  (the same load and figures as the overhead benchmark)
+
+from orchestrator.errors import OrchError  # noqa: E402
+from orchestrator.plan.tinymodel import build_tiny_moe  # noqa: E402
+from orchestrator.workflows.cluster import UpOptions, up  # noqa: E402
+from orchestrator.workflows.down import down  # noqa: E402
+from orchestrator.workflows.rollout import RolloutOptions  # noqa: E402
+from tests.fixtures.cluster import RayTestbedCluster, testbed_manifest  # noqa: E402
+from tests.fixtures.serving import ServedTiny  # noqa: E402
+from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: E402
+
+LAYOUTS = (
+    ("tp2", {"tp": 2, "dp": 1, "expert_parallel": False}),
+    ("dp2_ep", {"dp": 2, "expert_parallel": True}),
+)
+
+
+def testbed_part(requests: int = 32, concurrency: int = 8, output_tokens: int = 32, dp_timeout_s: float = 420.0) -> dict:
+    """Both layouts on one fresh 2-host bed, the same load; see the module docstring."""
+    reason = check_capabilities()
+    if reason:
+        return {"status": "not run", "why": reason}
+    load = argparse.Namespace(requests=requests, concurrency=concurrency, output_tokens=output_tokens)
+    factory = TestbedFactory()
+    work = Path(tempfile.mkdtemp(prefix="orch-moe-testbed-"))
+    model = build_tiny_moe(work / "models" / "tiny-moe")
+    out: dict = {"model": "tiny-moe (orchestrator.plan.tinymodel.build_tiny_moe, qwen3_moe)", "load": vars(load)}
+    cluster = None
+    try:
+        bed = factory.make([HostSpec("1xH100-80GB", vllm_gpu=True) for _ in range(2)])
+        path = work / "cluster.yaml"
+        path.write_text(testbed_manifest(bed, model_store=model.parent))
+        cluster = RayTestbedCluster(bed=bed, manifest_path=path, state_dir=work / "state")
+        up(cluster.manifest, cluster.deps(), UpOptions(timeout=300, collective_check=False))  # stand-in GPUs cannot run NCCL
+        served = ServedTiny(cluster=cluster, manifest_path=path, api_key="orch-bench-" + secrets.token_hex(16), model_path=model)
+        for label, layout in LAYOUTS:
+            timeout = dp_timeout_s if "dp" in layout else 900.0
+            options = RolloutOptions(timeout_s=timeout, allow_downtime=True)
+            t0 = time.monotonic()
+            try:
+                result = served.rollout(options, replicas=1, max_model_len=1024, **layout)
+            except OrchError as exc:
+                out[label] = {"served": False, "rollout_s": round(time.monotonic() - t0, 1), "error": exc.message[:1500]}
+                continue
+            ready_s = time.monotonic() - t0
+            measure(served.endpoint, served.api_key, argparse.Namespace(requests=4, concurrency=2, output_tokens=8))  # warm-up
+            out[label] = {"served": True, "rollout_s": round(ready_s, 1), "action": result.action,
+                          **measure(served.endpoint, served.api_key, load)}  # fmt: skip
+        a, b = out.get("tp2", {}), out.get("dp2_ep", {})
+        both = a.get("served") and b.get("served") and a.get("output_tok_s")
+        out["dp2_ep_over_tp2_tok_s"] = round(b["output_tok_s"] / a["output_tok_s"], 3) if both else None
+    finally:
+        if cluster is not None:
+            down(cluster.manifest, cluster.deps())
+        factory.close_all()
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--requests", type=int, default=32)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--output-tokens", type=int, default=32)
+    p.add_argument("--dp-timeout", type=float, default=420.0, help="seconds the DP rollout may take before it counts as failed")
+    args = p.parse_args()
+    out = testbed_part(args.requests, args.concurrency, args.output_tokens, args.dp_timeout)
+    print(json.dumps(out, indent=1))
+    return 0 if out.get("status") != "not run" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
