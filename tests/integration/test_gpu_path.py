@@ -354,6 +354,34 @@ def test_status_shows_each_worker_and_its_node(spanning, monkeypatch, capsys):
     assert "engine workers" in text and "TP1" in text
 
 
+def test_logs_shows_an_engine_workers_log_by_rank(spanning, monkeypatch, capsys):
+    """`orch logs --rank N` (issue 25 item 10) on the replica spanning two hosts: rank 1 is the
+    TP1 worker that `orch status` places, its log is that worker's own file (Ray names it after
+    the worker's pid) on that worker's host, and the lines shown are the file's; a rank the
+    replica does not have is a usage error naming the ranks it has."""
+    served = spanning.served
+    monkeypatch.setenv("ORCH_API_KEY", served.api_key)
+    capsys.readouterr()
+    assert main(spanning.cluster.cli("status", served.manifest_path, "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    workers = {w["rank"]: w for d in report["serving"]["deployments"] for r in d["replicas"] for w in r["workers"]}
+    tp1 = workers["TP1"]
+    assert main(spanning.cluster.cli("logs", served.manifest_path, "--rank", "1", "--tail", "50", "--json")) == 0
+    logs = json.loads(capsys.readouterr().out)["logs"]
+    # Ray may have written the worker's stdout under two job ids (before and after its job): each
+    # file of that pid is shown, and at least one has lines.
+    outs = [entry for entry in logs if entry["path"].endswith(".out")]
+    assert outs and any(entry["lines"] for entry in outs), logs
+    for log in outs:
+        assert "engine worker rank 1 (TP1)" in log["source"] and log["source"].endswith(f" on {tp1['node']}"), log["source"]
+        assert log["node"] == tp1["node"] and log["path"].endswith(f"-{tp1['pid']}.out"), log
+        shown = log["lines"]
+        on_host = spanning.bed.ns_exec(tp1["node"], ["cat", log["path"]]).stdout.splitlines()
+        assert any(on_host[i : i + len(shown)] == shown for i in range(len(on_host) - len(shown) + 1)), shown[:3]
+    assert main(spanning.cluster.cli("logs", served.manifest_path, "--rank", "2")) == 2
+    assert "has ranks 0-1" in capsys.readouterr().err
+
+
 def test_the_cpu_engine_standing_in_for_the_h100s_never_calibrates_them(spanning, tiny_model_dir, monkeypatch, capsys):
     """The rollout recorded what the engine logged under the platform it really ran on (vLLM's
     CPU backend: "CPU KV cache size"), not as an H100 measurement; status shows it measured-only
