@@ -5,7 +5,8 @@ as ``python -c SOURCE orch-collective SPEC_JSON`` on every node (``orchestrator.
 builds the argv and the spec). One process per node; rank 0 is the hub (the head).
 
 1. rendezvous: the hub hosts a TCPStore on its address; every other rank joins it and says so.
-   The hub waits up to ``timeout_s`` for the joins (torch starts at each node's own pace).
+   The hub waits up to ``join_timeout_s`` for the joins (torch starts at each node's own pace);
+   the workers that joined wait for it to start the pairs.
 2. pairs: each worker forms a 2-rank group with the hub. In that group the worker is rank 0 and
    the hub rank 1, so the hub connects to the address the worker's backend advertises on its
    interface (the way the workers' peers will), not only the worker to the hub (which preflight's
@@ -219,12 +220,13 @@ class Job:
         return out
 
     def hub(self):
-        world, timeout_s = self.world, self.spec["timeout_s"]
+        world, timeout_s = self.world, self.spec.get("join_timeout_s", self.spec["timeout_s"])
         joined, deadline = set(), time.monotonic() + timeout_s
         while len(joined) < world - 1 and time.monotonic() < deadline:
             joined |= {w for w in range(1, world) if w not in joined and self.store.check([f"joined/{w}"])}
             time.sleep(0.05)
         self.report["joined"] = sorted(joined)
+        self.store.set("pairs/start", "1")  # the workers that joined wait for this before pairing
         pairs = {str(w): {"ok": False, "error": f"TimeoutError: did not reach the rendezvous within {timeout_s} s"}
                  for w in range(1, world) if w not in joined}
         self.report["stage"] = "pairs"
@@ -316,8 +318,9 @@ class Job:
         self.report["stage"] = "rendezvous"
         t0 = time.monotonic()
         try:
+            join = timedelta(seconds=spec.get("join_timeout_s", spec["timeout_s"]))
             self.store = self.dist.TCPStore(spec["store_host"], spec["store_port"], None, self.rank == 0,
-                                            self.timeout, wait_for_workers=False)
+                                            join, wait_for_workers=False)
             if self.rank != 0:
                 self.store.set(f"joined/{self.rank}", "1")
         except Exception as exc:
@@ -328,6 +331,9 @@ class Job:
                 go, joined = self.hub()
             else:
                 self.report["stage"] = "pairs"
+                # The hub pairs once every worker joined or its join window ended: a worker that
+                # joined early waits for that (a busy peer's torch start is not this pair's fault).
+                self.store.wait(["pairs/start"], timedelta(seconds=spec.get("join_timeout_s", spec["timeout_s"]) + 5))
                 self.report["pair"] = self.group(f"pair{self.rank}/", 0, 2)
                 go = self.store.get("all/go") == b"1"
             alltoall = bool(spec.get("alltoall"))

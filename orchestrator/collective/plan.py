@@ -21,13 +21,18 @@ from orchestrator.cluster.ray_nodes import network_env, node_address, node_gpus
 from orchestrator.manifest.model import Manifest
 from orchestrator.nodes.facts import NodeFacts
 
-# Every wait of the job (joining the rendezvous, forming a group, one all-reduce) gives up after
-# this many seconds. A node that cannot reach its peers is named after about this long.
+# Every wait of the job (forming a group, one all-reduce) gives up after this many seconds. A
+# node that cannot reach its peers is named after about this long once all have joined.
 TIMEOUT_S = 20
+# Joining the rendezvous waits longer: each node's job starts Python and torch at that node's own
+# pace, and on a busy node that alone took over 20 s (the 3-host bed beside a starting vLLM engine:
+# a worker reported "could not join the rendezvous" although its link was fine). A node that
+# cannot reach the head's store at all is named after this long.
+JOIN_TIMEOUT_S = 60
 # The job writes its report and exits at this point whatever it is doing; orch stops waiting
 # for a node (and the node's `timeout` kills the job) RUNNER_GRACE_S later. The all-to-all
 # between every pair (the mesh stage) may take one TIMEOUT_S more.
-DEADLINE_S = 2 * TIMEOUT_S + 15
+DEADLINE_S = JOIN_TIMEOUT_S + TIMEOUT_S + 15
 MESH_DEADLINE_S = DEADLINE_S + TIMEOUT_S
 RUNNER_GRACE_S = 30
 JOB_MARK = "orch-collective"  # in every job's argv: `ps` shows what it is
@@ -104,6 +109,7 @@ def job_spec(plan: CollectivePlan, rank: int, port: int) -> dict[str, Any]:
         "store_host": plan.store_host,
         "store_port": port,
         "timeout_s": TIMEOUT_S,
+        "join_timeout_s": JOIN_TIMEOUT_S,
         "size_budget_s": SIZE_BUDGET_S,
         "deadline_s": plan.deadline_s,
         "alltoall": plan.alltoall,
