@@ -22,16 +22,16 @@ $(STAMP): setup.cfg setup.py pyproject.toml scripts/install-system-packages.sh
 	touch $(STAMP)
 
 # The whole suite, fast tests first, on two pytest-xdist workers (they share nothing; ~1.7x
-# faster on 2 cores), then the integration tests on two workers by group (--dist loadgroup,
-# groups set in tests/integration/conftest.py): the tests on the session's shared cluster and
-# served model stay together on one worker, each other module (its own bed) is one group, so
-# two beds run side by side while one engine starts. pytest's exit 5 ("no tests collected")
-# is a failure when neither run collected a test (PYTEST_ARGS may select only one of them).
+# faster on 2 cores), then the integration tests as two pytest sessions at once
+# (--integration-part, tests/integration/conftest.py): the tests on the session's shared cluster
+# and served model, and the tests that build their own beds. Each keeps its order and fixtures;
+# an engine start is mostly one process on one core, so the other part uses the second core.
+# Their lines are prefixed [shared] / [beds]. pytest's exit 5 ("no tests collected")
+# is a failure when no run collected a test (PYTEST_ARGS may select only some of them).
 # --durations: CI's log ends with the slowest tests, so where the suite's time goes is on record.
 FAST_TESTS := tests/unit tests/workflows tests/cli
 INTEGRATION_TESTS := tests/integration
 TEST_WORKERS ?= 2
-INTEGRATION_WORKERS ?= 2
 # Lint first: ruff (pyflakes, pycodestyle, isort, bugbear, pyupgrade) and mypy, configured in
 # pyproject.toml; the import-cycle test runs with the unit tests.
 lint: install
@@ -41,9 +41,15 @@ lint: install
 test: install lint
 	@set +e; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=10 $(PYTEST_ARGS) $(FAST_TESTS); fast=$$?; \
-	$(BIN)/python -m pytest -n $(INTEGRATION_WORKERS) --dist loadgroup --durations=30 $(PYTEST_ARGS) $(INTEGRATION_TESTS); slow=$$?; \
-	if [ $$fast -eq 5 ] && [ $$slow -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; \
-	for rc in $$fast $$slow; do if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi; done; exit 0
+	rcs=$$(mktemp -d); \
+	for part in shared beds; do \
+	  { $(BIN)/python -m pytest --integration-part $$part --durations=30 $(PYTEST_ARGS) $(INTEGRATION_TESTS) 2>&1; \
+	    echo $$? > $$rcs/$$part; } | sed -u "s/^/[$$part] /" & \
+	done; wait; \
+	shared=$$(cat $$rcs/shared); beds=$$(cat $$rcs/beds); rm -rf $$rcs; \
+	echo "fast tests: exit $$fast; integration [shared]: exit $$shared; integration [beds]: exit $$beds"; \
+	if [ $$fast -eq 5 ] && [ $$shared -eq 5 ] && [ $$beds -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; \
+	for rc in $$fast $$shared $$beds; do if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi; done; exit 0
 
 test-unit: install
 	$(BIN)/python -m pytest -q tests/unit tests/cli
