@@ -8,12 +8,11 @@ marked ``disrupts_serving`` (orch accept kills an engine and redeploys) run just
 
 ``--integration-part shared|beds`` selects one of two parts: ``shared``, every test that uses the
 session's shared cluster (``_ray_testbed_session``: the served model, the cluster tests);
-``beds``, every other test (each module builds its own bed). They share no fixture, so `make
-test` runs them as two pytest sessions at once: an engine start is mostly one process on one
-core, and the second core then carries the other part instead of idling. (pytest-xdist's
-``--dist loadgroup`` would do this inside one session, but with pytest 9.2 and xdist 3.8 it split
-even explicitly marked groups over both workers: measured, and two beds of one module then ran
-at once.)
+``beds``, every other test (each module builds its own bed). They share no fixture, so they can
+run as two pytest sessions (on two machines, or one after the other to bisect a failure). At once
+on this 2-core, 24 GiB machine they were slower than one session, not faster (docs/testing.md), so
+`make test` runs one. (pytest-xdist's ``--dist loadgroup`` split even explicitly marked groups
+over both workers with pytest 9.2 and xdist 3.8: measured.)
 """
 
 from __future__ import annotations
