@@ -17,10 +17,10 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.manifest.load import load_manifest
-from orchestrator.remote.local import LocalRunner
 from orchestrator.serve.client import ReplicaStatus
 from orchestrator.status.workers import EngineWorker
 from orchestrator.workflows.engine_logs import engine_lines, read_logs, replica_target, worker_target
+from tests.runners import CountingRunner
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REPLICA_LOG = (DATA / "logs" / "engine" / "ray-serve-llm-cpu-replica-worker.out").read_text()
@@ -33,17 +33,6 @@ RANK0 = [
 ]
 RANK1 = ["INFO 09-03 02:12:04 [gpu_model_runner.py:2007] Model loading took 7.1217 GiB and 2.901 seconds"]
 WID = "9bc42465881e7a80f73f00e001000000"  # the replica's Ray worker id (Serve reports it)
-
-
-class CountingRunner:
-    """Runs each command here (LocalRunner) and keeps what it ran: the scan argv per node."""
-
-    def __init__(self, node: str) -> None:
-        self.node, self.calls, self._local = node, [], LocalRunner(node)
-
-    def run(self, argv, timeout=60.0, env=None):
-        self.calls.append(list(argv))
-        return self._local.run(argv, timeout, env)
 
 
 @pytest.fixture

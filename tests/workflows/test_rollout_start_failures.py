@@ -18,9 +18,9 @@ import pytest
 
 from orchestrator.cluster.node_state import NodeState
 from orchestrator.errors import RolloutFailed
-from orchestrator.remote.local import LocalRunner
 from orchestrator.serve.client import parse_serve_status
 from orchestrator.workflows.rollout import RolloutOptions
+from tests.runners import CountingRunner
 from tests.workflows.rollout_world import make_world
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -38,17 +38,9 @@ def _message(name: str) -> str:
     return next(d.message for a in apps.values() for d in a.deployments if d.name.startswith("LLMServer") and d.message.strip())
 
 
-class CountingRunner:
-    """Runs each command here (LocalRunner) and keeps what it ran."""
-
-    def __init__(self, node: str) -> None:
-        self.node, self.calls, self._local = node, [], LocalRunner(node)
-
-    def run(self, argv, timeout=60.0, env=None):
-        self.calls.append(list(argv))
-        return self._local.run(argv, timeout, env)
-
+class ScanCountingRunner(CountingRunner):
     def scans(self) -> int:
+        """How many log scans (the doctor's node-side program) it ran."""
         return sum(1 for argv in self.calls if len(argv) > 2 and argv[1] == "-c" and "session_latest" in argv[2])
 
 
@@ -78,7 +70,7 @@ def _world(tmp_path: Path, temp: Path, logs: dict[str, dict[str, str]] | None = 
         (temp / node / "session_latest").symlink_to(folder.parent.name)
         for name, content in files.items():
             (folder / name).write_text(content)
-    w.runners = {n: CountingRunner(n) for n in HOSTS}
+    w.runners = {n: ScanCountingRunner(n) for n in HOSTS}
     w.nodes = [NodeState(f"n-{n}", n, ip, "ALIVE", n == "host0", {"CPU": 8.0}, {"CPU": 0.0}) for n, ip in HOSTS.items()]
     return w
 
