@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import sys
 import tempfile
 import time
@@ -38,15 +37,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from bed_serving import served_on_bed  # noqa: E402
 from serve_overhead import measure  # noqa: E402  (the same load and figures as the overhead benchmark)
 
 from orchestrator.errors import OrchError  # noqa: E402
 from orchestrator.plan.tinymodel import build_tiny_moe  # noqa: E402
-from orchestrator.workflows.cluster import UpOptions, up  # noqa: E402
-from orchestrator.workflows.down import down  # noqa: E402
 from orchestrator.workflows.rollout import RolloutOptions  # noqa: E402
-from tests.fixtures.cluster import RayTestbedCluster, testbed_manifest  # noqa: E402
-from tests.fixtures.serving import ServedTiny  # noqa: E402
 from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: E402
 
 LAYOUTS = (
@@ -60,38 +56,31 @@ def testbed_part(requests: int = 32, concurrency: int = 8, output_tokens: int = 
     reason = check_capabilities()
     if reason:
         return {"status": "not run", "why": reason}
-    load = argparse.Namespace(requests=requests, concurrency=concurrency, output_tokens=output_tokens)
+    load = {"requests": requests, "concurrency": concurrency, "output_tokens": output_tokens}
     factory = TestbedFactory()
     work = Path(tempfile.mkdtemp(prefix="orch-moe-testbed-"))
     model = build_tiny_moe(work / "models" / "tiny-moe")
-    out: dict = {"model": "tiny-moe (orchestrator.plan.tinymodel.build_tiny_moe, qwen3_moe)", "load": vars(load)}
-    cluster = None
+    out: dict = {"model": "tiny-moe (orchestrator.plan.tinymodel.build_tiny_moe, qwen3_moe)", "load": load}
     try:
         bed = factory.make([HostSpec("1xH100-80GB", vllm_gpu=True) for _ in range(2)])
-        path = work / "cluster.yaml"
-        path.write_text(testbed_manifest(bed, model_store=model.parent))
-        cluster = RayTestbedCluster(bed=bed, manifest_path=path, state_dir=work / "state")
-        up(cluster.manifest, cluster.deps(), UpOptions(timeout=300, collective_check=False))  # stand-in GPUs cannot run NCCL
-        served = ServedTiny(cluster=cluster, manifest_path=path, api_key="orch-bench-" + secrets.token_hex(16), model_path=model)
-        for label, layout in LAYOUTS:
-            timeout = dp_timeout_s if "dp" in layout else 900.0
-            options = RolloutOptions(timeout_s=timeout, allow_downtime=True)
-            t0 = time.monotonic()
-            try:
-                result = served.rollout(options, replicas=1, max_model_len=1024, **layout)
-            except OrchError as exc:
-                out[label] = {"served": False, "rollout_s": round(time.monotonic() - t0, 1), "error": exc.message[:1500]}
-                continue
-            ready_s = time.monotonic() - t0
-            measure(served.endpoint, served.api_key, argparse.Namespace(requests=4, concurrency=2, output_tokens=8))  # warm-up
-            out[label] = {"served": True, "rollout_s": round(ready_s, 1), "action": result.action,
-                          **measure(served.endpoint, served.api_key, load)}  # fmt: skip
+        with served_on_bed(bed, work, model) as (_, served):
+            for label, layout in LAYOUTS:
+                timeout = dp_timeout_s if "dp" in layout else 900.0
+                options = RolloutOptions(timeout_s=timeout, allow_downtime=True)
+                t0 = time.monotonic()
+                try:
+                    result = served.rollout(options, replicas=1, max_model_len=1024, **layout)
+                except OrchError as exc:
+                    out[label] = {"served": False, "rollout_s": round(time.monotonic() - t0, 1), "error": exc.message[:1500]}
+                    continue
+                ready_s = time.monotonic() - t0
+                measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
+                out[label] = {"served": True, "rollout_s": round(ready_s, 1), "action": result.action,
+                              **measure(served.endpoint, served.api_key, concurrency, requests, output_tokens)}  # fmt: skip
         a, b = out.get("tp2", {}), out.get("dp2_ep", {})
         both = a.get("served") and b.get("served") and a.get("output_tok_s")
         out["dp2_ep_over_tp2_tok_s"] = round(b["output_tok_s"] / a["output_tok_s"], 3) if both else None
     finally:
-        if cluster is not None:
-            down(cluster.manifest, cluster.deps())
         factory.close_all()
     return out
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import sys
 import tempfile
 import time
@@ -33,14 +32,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from bed_serving import served_on_bed  # noqa: E402
 from serve_overhead import measure  # noqa: E402  (the same load and figures as the overhead benchmark)
 
 from orchestrator.plan.tinymodel import build_tiny_model  # noqa: E402
-from orchestrator.workflows.cluster import UpOptions, up  # noqa: E402
-from orchestrator.workflows.down import down  # noqa: E402
 from orchestrator.workflows.rollout import RolloutOptions  # noqa: E402
-from tests.fixtures.cluster import RayTestbedCluster, testbed_manifest  # noqa: E402
-from tests.fixtures.serving import ServedTiny  # noqa: E402
 from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: E402
 
 
@@ -58,25 +54,19 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="orch-multinode-"))
     model = build_tiny_model(work / "models" / "tiny")
     out: dict = {"load": vars(args)}
-    cluster = None
     try:
         bed = factory.make([HostSpec("1xH100-80GB", vllm_gpu=True) for _ in range(2)])
-        path = work / "cluster.yaml"
-        path.write_text(testbed_manifest(bed, model_store=model.parent))
-        cluster = RayTestbedCluster(bed=bed, manifest_path=path, state_dir=work / "state")
-        up(cluster.manifest, cluster.deps(), UpOptions(timeout=300, collective_check=False))  # stand-in GPUs cannot run NCCL
-        served = ServedTiny(cluster=cluster, manifest_path=path, api_key="orch-bench-" + secrets.token_hex(16), model_path=model)
-        for label, tp, options in (("tp1_one_host", 1, None), ("tp2_two_hosts", 2, RolloutOptions(timeout_s=900, allow_downtime=True))):
-            t0 = time.monotonic()
-            result = served.rollout(options, tp=tp, replicas=1, max_model_len=2048)
-            ready_s = time.monotonic() - t0
-            measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
-            out[label] = {"rollout_s": round(ready_s, 1), "action": result.action, **measure(served.endpoint, served.api_key, args.concurrency, args.requests, args.output_tokens)}
+        with served_on_bed(bed, work, model) as (_, served):
+            for label, tp, options in (("tp1_one_host", 1, None), ("tp2_two_hosts", 2, RolloutOptions(timeout_s=900, allow_downtime=True))):
+                t0 = time.monotonic()
+                result = served.rollout(options, tp=tp, replicas=1, max_model_len=2048)
+                ready_s = time.monotonic() - t0
+                measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
+                out[label] = {"rollout_s": round(ready_s, 1), "action": result.action,
+                              **measure(served.endpoint, served.api_key, args.concurrency, args.requests, args.output_tokens)}  # fmt: skip
         a, b = out["tp1_one_host"], out["tp2_two_hosts"]
         out["tp2_over_tp1_tok_s"] = round(b["output_tok_s"] / a["output_tok_s"], 3) if a["output_tok_s"] else None
     finally:
-        if cluster is not None:
-            down(cluster.manifest, cluster.deps())
         factory.close_all()
     print(json.dumps(out, indent=1))
     return 0

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import sys
 import tempfile
 import time
@@ -45,6 +44,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bed_serving import served_on_bed  # noqa: E402
 
 from orchestrator import engine_metrics as prom  # noqa: E402
 from orchestrator.bench.session import BenchOptions, run_bench  # noqa: E402
@@ -53,10 +55,7 @@ from orchestrator.plan.tinymodel import build_tiny_model  # noqa: E402
 from orchestrator.remote.connect import open_runners  # noqa: E402
 from orchestrator.serve.desired import RolloutRequest, desired_for_model  # noqa: E402
 from orchestrator.serve.routing import PREFIX_CACHE_AFFINITY_ROUTER  # noqa: E402
-from orchestrator.workflows.cluster import UpOptions, up  # noqa: E402
-from orchestrator.workflows.down import down  # noqa: E402
 from orchestrator.workflows.rollout import RolloutOptions, execute  # noqa: E402
-from tests.fixtures.cluster import RayTestbedCluster, testbed_manifest  # noqa: E402
 from tests.fixtures.serving import ServedTiny  # noqa: E402
 from tests.testbed import TestbedFactory, check_capabilities  # noqa: E402
 
@@ -151,28 +150,18 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="orch-prefix-routing-"))
     model = build_tiny_model(work / "models" / "tiny")
     out: dict = {"load": {k: v for k, v in vars(args).items() if k != "routers"}, "routers": {}}
-    cluster = None
     try:
         bed = factory.make(1)
-        path = work / "cluster.yaml"
         env = {"VLLM_CPU_KVCACHE_SPACE": "1", **({} if args.no_forward_body else {FORWARD_BODY: "1"})}
-        path.write_text(testbed_manifest(bed, model_store=model.parent, accelerator="cpu", ray={"num_cpus": 6}, env=env))
-        cluster = RayTestbedCluster(bed=bed, manifest_path=path, state_dir=work / "state")
-        up(cluster.manifest, cluster.deps(), UpOptions(timeout=300, collective_check=False))
-        served = ServedTiny(cluster=cluster, manifest_path=path, api_key="orch-bench-" + secrets.token_hex(16), model_path=model)
-        manifest = cluster.manifest
-        with open_runners(manifest, bed.known_hosts, nodes=[manifest.head.name]) as runners:
-            urls = discover_metrics_urls(runners[manifest.head.name], manifest)
-        out["metrics_urls"] = urls
-        for router in args.routers.split(","):
-            out["routers"][router] = measure(served, router, args, urls)
-            print(json.dumps({router: out["routers"][router]}), file=sys.stderr, flush=True)
+        with served_on_bed(bed, work, model, accelerator="cpu", ray={"num_cpus": 6}, env=env) as (cluster, served):
+            manifest = cluster.manifest
+            with open_runners(manifest, bed.known_hosts, nodes=[manifest.head.name]) as runners:
+                urls = discover_metrics_urls(runners[manifest.head.name], manifest)
+            out["metrics_urls"] = urls
+            for router in args.routers.split(","):
+                out["routers"][router] = measure(served, router, args, urls)
+                print(json.dumps({router: out["routers"][router]}), file=sys.stderr, flush=True)
     finally:
-        if cluster is not None:
-            try:
-                down(cluster.manifest, cluster.deps())
-            except Exception as exc:  # the bed's teardown still kills what is left
-                print(f"orch down: {exc}", file=sys.stderr)
         factory.close_all()
     rates = {r: v.get("prefix_cache_hit_rate") for r, v in out["routers"].items()}
     out["hit_rates"] = rates
