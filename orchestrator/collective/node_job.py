@@ -67,6 +67,7 @@ class Job:
         self.spec = spec
         self.rank, self.world = spec["rank"], spec["world"]
         self.timeout = timedelta(seconds=spec["timeout_s"])
+        self.join_timeout_s = spec.get("join_timeout_s", spec["timeout_s"])  # joining the rendezvous
         self.report = {"rank": self.rank, "world": self.world, "backend": spec["backend"], "links": _links(),
                        "pid": os.getpid(), "stage": "import"}
         self.t_start = time.monotonic()
@@ -220,7 +221,7 @@ class Job:
         return out
 
     def hub(self):
-        world, timeout_s = self.world, self.spec.get("join_timeout_s", self.spec["timeout_s"])
+        world, timeout_s = self.world, self.join_timeout_s
         joined, deadline = set(), time.monotonic() + timeout_s
         while len(joined) < world - 1 and time.monotonic() < deadline:
             joined |= {w for w in range(1, world) if w not in joined and self.store.check([f"joined/{w}"])}
@@ -318,7 +319,7 @@ class Job:
         self.report["stage"] = "rendezvous"
         t0 = time.monotonic()
         try:
-            join = timedelta(seconds=spec.get("join_timeout_s", spec["timeout_s"]))
+            join = timedelta(seconds=self.join_timeout_s)
             self.store = self.dist.TCPStore(spec["store_host"], spec["store_port"], None, self.rank == 0,
                                             join, wait_for_workers=False)
             if self.rank != 0:
@@ -333,7 +334,7 @@ class Job:
                 self.report["stage"] = "pairs"
                 # The hub pairs once every worker joined or its join window ended: a worker that
                 # joined early waits for that (a busy peer's torch start is not this pair's fault).
-                self.store.wait(["pairs/start"], timedelta(seconds=spec.get("join_timeout_s", spec["timeout_s"]) + 5))
+                self.store.wait(["pairs/start"], timedelta(seconds=self.join_timeout_s + 5))
                 self.report["pair"] = self.group(f"pair{self.rank}/", 0, 2)
                 go = self.store.get("all/go") == b"1"
             alltoall = bool(spec.get("alltoall"))
