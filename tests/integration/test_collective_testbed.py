@@ -122,23 +122,29 @@ def test_init_probes_the_hosts_and_up_accepts_the_manifest_unchanged(bed, tmp_pa
         assert main(["--state-dir", str(state), "down", str(path)]) == 0, capsys.readouterr().err
 
 
+def stopped_with_fault(bed, manifest, state, faulty) -> tuple[PreflightStopped, float]:
+    """`orch up --check-only` while ``faulty`` has a network fault: the preflight stop it must
+    end in and the seconds it took; the fault is cleared whatever happened."""
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(PreflightStopped) as caught:
+            check_only(bed, manifest, state)
+    finally:
+        bed.clear_faults(faulty)
+    return caught.value, time.monotonic() - t0
+
+
 def test_firewall_between_head_and_one_worker_names_that_worker(bed, tmp_path):
     path, manifest = manifest_for(bed, tmp_path)
     head, w1, _ = bed.hosts
     # Only Ray's port open from c1 to the head: preflight's TCP test passes, nothing else does.
     bed.block_all_but(w1, head.address, manifest.ray.port)
-    t0 = time.monotonic()
-    try:
-        with pytest.raises(PreflightStopped) as caught:
-            check_only(bed, manifest, tmp_path / "state")
-    finally:
-        bed.clear_faults(w1)
-    elapsed = time.monotonic() - t0
-    found = [(f.code, f.node) for f in caught.value.findings if f.severity == "fail"]
-    assert found == [("COLLECTIVE_INIT_FAILED", "c1")], caught.value.findings
-    message = caught.value.findings[-1].message
+    stopped, elapsed = stopped_with_fault(bed, manifest, tmp_path / "state", w1)
+    found = [(f.code, f.node) for f in stopped.findings if f.severity == "fail"]
+    assert found == [("COLLECTIVE_INIT_FAILED", "c1")], stopped.findings
+    message = stopped.findings[-1].message
     assert "c1: could not join the rendezvous on c0" in message and "timed out" in message  # torch's own line
-    report = caught.value.collective
+    report = stopped.collective
     assert [p.ok for p in report.pairs] == [False, True] and report.all.skipped
     # Bounded: the jobs give up at their deadline; orch waits at most the runner's grace more.
     assert report.seconds < MESH_DEADLINE_S + RUNNER_GRACE_S and elapsed < MESH_DEADLINE_S + RUNNER_GRACE_S + 60
@@ -178,17 +184,11 @@ def test_two_workers_that_cannot_reach_each_other_are_named_as_a_pair(bed, tmp_p
     _, manifest = manifest_for(bed, tmp_path)
     _, w1, w2 = bed.hosts
     bed.block_peer(w1, w2.address)
-    t0 = time.monotonic()
-    try:
-        with pytest.raises(PreflightStopped) as caught:
-            check_only(bed, manifest, tmp_path / "state")
-    finally:
-        bed.clear_faults(w1)
-    elapsed = time.monotonic() - t0
-    fails = [f for f in caught.value.findings if f.severity == "fail"]
+    stopped, elapsed = stopped_with_fault(bed, manifest, tmp_path / "state", w1)
+    fails = [f for f in stopped.findings if f.severity == "fail"]
     assert [(f.code, f.node) for f in fails] == [("COLLECTIVE_INIT_FAILED", "c2")], fails
     assert fails[0].message.startswith("c1 <-> c2 (gloo over eth0): no all-to-all between them: ")
-    report = caught.value.collective
+    report = stopped.collective
     assert [p.ok for p in report.pairs] == [True, True]  # each reaches the head
     assert [(p.name, p.ok) for p in report.mesh.pairs] == [("c0<->c1", True), ("c0<->c2", True), ("c1<->c2", False)]
     assert report.all.skipped and "all-to-all FAILED between c1<->c2" in summary_line(report)
