@@ -19,7 +19,7 @@ import pytest
 from tests.cli.unreachable import REPO, orch_piped
 
 # Subcommands that answer from the command line and the repository's own files alone.
-OFFLINE = {"validate", "plan", "runbook", "explain"}
+OFFLINE = {"validate", "plan", "runbook"}
 # The README's `orch validate broken.yaml` is a manifest with `gpu:` for `gpus:` on its line 9,
 # in its second node: written here as a user would have it.
 BROKEN = """name: demo
