@@ -40,7 +40,7 @@ lint: install
 test: install lint
 	@set +e; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=10 $(PYTEST_ARGS) $(FAST_TESTS); fast=$$?; \
-	$(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS) $(INTEGRATION_TESTS); slow=$$?; \
+	$(BIN)/python -m pytest --durations=60 $(PYTEST_ARGS) $(INTEGRATION_TESTS); slow=$$?; \
 	if [ $$fast -eq 5 ] && [ $$slow -eq 5 ]; then echo "error: pytest collected no tests"; exit 1; fi; \
 	for rc in $$fast $$slow; do if [ $$rc -ne 0 ] && [ $$rc -ne 5 ]; then exit $$rc; fi; done; exit 0
 

@@ -260,7 +260,7 @@ def test_pp2_placement_lands_on_the_pinned_nodes(gpu_bed, tiny_model_dir):
     manifest = cluster.manifest
     with cluster.dashboard() as dash:
         nodes = dash.nodes_with_usage()
-    request = RolloutRequest(model=str(tiny_model_dir), served_name="tiny", tp=1, pp=2, replicas=1, max_model_len=2048)
+    request = RolloutRequest(model=str(tiny_model_dir), served_name="tiny", tp=1, pp=2, replicas=1, max_model_len=2048, enforce_eager=True)
     desired = desired_for_model(manifest, request)(nodes, None)
     stages = desired.rendered.stage_nodes
     assert stages is not None and sorted(stages) == ["host0", "host1"]

@@ -98,7 +98,7 @@ def attempt(moe_bed):
     att = DpAttempt(cluster, api_key="orch-test-" + secrets.token_hex(16))
     argv = [sys.executable, "-m", "orchestrator", "--state-dir", str(cluster.state_dir), "rollout", str(cluster.manifest_path),
             "--model", str(model), "--served-name", "tiny", "--dp", "2", "--expert-parallel", "--replicas", "1",
-            "--max-model-len", "1024", "--timeout", "1200"]  # fmt: skip
+            "--max-model-len", "1024", "--enforce-eager", "--timeout", "1200"]  # fmt: skip
     att.proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "ORCH_API_KEY": att.api_key},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     att.started = time.monotonic()  # type: ignore[attr-defined]

@@ -316,7 +316,7 @@ def test_orch_killed_mid_deploy_leaves_the_old_revision_serving_and_the_next_rol
                **{manifest.serve.api_key_env: served_tiny.api_key})  # fmt: skip
     argv = [sys.executable, "-m", "orchestrator", "--state-dir", str(served_tiny.cluster.state_dir), "rollout",
             str(served_tiny.manifest_path), "--model", str(served_tiny.model_path), "--served-name", "tiny", "--replicas", "1",
-            "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str((seqs or 256) - 8)]  # fmt: skip
+            "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str((seqs or 256) - 8), "--enforce-eager"]  # fmt: skip
     log = tmp_path / "orch-rollout.err"
     with BackgroundClient(served_tiny) as client, log.open("w") as err:
         proc = subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=err)
