@@ -32,7 +32,16 @@ from dataclasses import replace
 from orchestrator.errors import PlanError
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import ModelSpec
-from orchestrator.plan.layout import Candidate, evaluate, expert_parallel_for, replicas_for, tp_problem, valid_tps
+from orchestrator.plan.layout import (
+    Candidate,
+    evaluate,
+    expert_parallel_for,
+    fp8_block_hint,
+    fp8_block_problem,
+    replicas_for,
+    tp_problem,
+    valid_tps,
+)
 from orchestrator.plan.memory import GIB
 from orchestrator.plan.shape import ClusterShape
 
@@ -73,7 +82,7 @@ def dp_layouts(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> li
             dp = group // tp
             if group % tp or dp < 2 or (options.dp and dp != options.dp):
                 continue
-            if dp_problem(spec, shape, dp, tp) is None:
+            if dp_problem(spec, shape, dp, tp) is None and fp8_block_problem(spec, options, tp, dp, expert_parallel_for(spec, options, dp)) is None:
                 out.append((dp, tp))
     return out
 
@@ -141,6 +150,10 @@ def forced_dp(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reason
     if problem or not tps:
         raise PlanError(problem or f"no TP size makes a DP group of {dp} ranks on {shape.describe()}",
                         hint="choose --dp so that DP x TP divides a node's GPUs or takes whole nodes, or leave --dp out")  # fmt: skip
+    blocked = [fp8_block_problem(spec, options, tp, dp, expert_parallel_for(spec, options, dp)) for tp in tps]
+    if all(blocked):
+        raise PlanError(str(blocked[0]), hint=fp8_block_hint(spec))
+    tps = [tp for tp, why in zip(tps, blocked, strict=True) if why is None]
     cands = [evaluate(spec, shape, options, tp, 1, dp) for tp in tps]
     found = next((c for c in cands if c.fits), cands[-1])
     how = f"TP={found.tp} per rank" + ("" if options.tp else " (the smallest TP that fits: the most groups)")

@@ -7,12 +7,23 @@ DP x TP GPUs (DP engines that run their MoE layers together; Ray Serve LLM's
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from orchestrator.plan.capacity import PlanOptions, StageCapacity, stage_capacities
 from orchestrator.plan.catalog import ModelSpec
+from orchestrator.plan.engine_terms import Version, parse_vllm_version, version_text
 from orchestrator.plan.memory import GIB
 from orchestrator.plan.shape import ClusterShape
+from orchestrator.plan.sharding import Sharding, expert_split
+
+# vLLM 0.32.0 refines block-FP8 expert scales to a finer block when the TP shard of an expert is
+# not a whole number of checkpoint blocks (fused_moe/oracle/fp8.py refine_fp8_moe_block_shape: the
+# gcd of both block sides, the shard and the hidden size, if >= 32). 0.32.0 is the first version
+# orch has read with it; before that quantization/utils/fp8_utils.py
+# validate_fp8_block_shape_moe refuses the layout at load ("The output_size of gate's and up's
+# weight = 192 is not divisible by weight quantization block_n = 128.", vllm-project/vllm#48173).
+FP8_MOE_BLOCK_REFINE: Version = (0, 32, 0)
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,38 @@ def tp_problem(spec: ModelSpec, tp: int) -> str | None:
     if not spec.is_mla and spec.kv_heads % tp and tp % spec.kv_heads:
         return f"TP={tp} neither divides nor is a multiple of the {spec.kv_heads} KV heads"
     return None
+
+
+def fp8_block_problem(spec: ModelSpec, options: PlanOptions, tp: int, dp: int = 1, expert_parallel: bool = False) -> str | None:
+    """Why vLLM would refuse to load a block-FP8 MoE checkpoint's experts at this layout, or None.
+
+    Each GPU holds ``moe_intermediate / expert_split`` of every expert it has (the whole expert
+    under expert parallelism); vLLM needs that shard to be a whole number of scale blocks
+    (``block_n``, and ``block_k`` when it is split), unless the version refines the blocks
+    (``FP8_MOE_BLOCK_REFINE``)."""
+    quant = spec.quantization
+    if not spec.is_moe or quant is None:
+        return None
+    storage = quant.storage_for(("model.layers.0.mlp.experts.0.gate_proj",), expert=True)
+    if storage is None or storage.kind != "fp8" or storage.block is None:
+        return None
+    split = expert_split(Sharding(tp=tp, dp=dp, expert_parallel=expert_parallel))
+    block_n, block_k = storage.block
+    shard, rem = divmod(spec.moe_intermediate, split)
+    if rem == 0 and shard % block_n == 0 and (split == 1 or shard % block_k == 0):
+        return None
+    if rem == 0 and parse_vllm_version(options.vllm_version) >= FP8_MOE_BLOCK_REFINE and math.gcd(block_n, block_k, shard, spec.hidden) >= 32:
+        return None
+    side, block = ("output_size of gate's and up's", block_n) if shard % block_n else ("input_size of down's", block_k)
+    return (f"{'DP x TP' if dp > 1 else 'TP'}={split} splits each expert to {spec.moe_intermediate}/{split} = {spec.moe_intermediate / split:g}, "
+            f"and vLLM {options.vllm_version} refuses block-FP8 experts whose {side} weight is not a multiple of "
+            f"block {block} (fp8_utils.py validate_fp8_block_shape_moe; vLLM {version_text(FP8_MOE_BLOCK_REFINE)} "
+            "refines the blocks instead)")  # fmt: skip
+
+
+def fp8_block_hint(spec: ModelSpec) -> str:
+    return (f"--expert-parallel keeps each of {spec.name}'s experts whole on one GPU; or a smaller TP; "
+            f"or --vllm-version {version_text(FP8_MOE_BLOCK_REFINE)} when the nodes run it")  # fmt: skip
 
 
 def valid_tps(spec: ModelSpec, limit: int) -> list[int]:

@@ -38,7 +38,18 @@ from orchestrator.plan.capacity import (
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
 from orchestrator.plan.dp_choice import best_dp, choose_layout, forced_dp, side_by_side
 from orchestrator.plan.dtype_rules import check_dtype, online_quantization, quantization_json, weights_reason
-from orchestrator.plan.layout import Candidate, evaluate, fill_nodes, idle_gpus, replicas_for, tp_problem, valid_tps
+from orchestrator.plan.layout import (
+    Candidate,
+    evaluate,
+    expert_parallel_for,
+    fill_nodes,
+    fp8_block_hint,
+    fp8_block_problem,
+    idle_gpus,
+    replicas_for,
+    tp_problem,
+    valid_tps,
+)
 from orchestrator.plan.memory import GIB, count_params
 from orchestrator.plan.shape import ClusterShape, make_shape, shape_from_facts, shape_from_manifest
 
@@ -240,6 +251,9 @@ def _check_forced(spec: ModelSpec, shape: ClusterShape, tp: int | None, pp: int 
         problem = tp_problem(spec, tp)
         if problem:
             raise PlanError(problem, hint="choose a TP size that divides the attention heads, or leave --tp out")
+        problem = fp8_block_problem(spec, options, tp, 1, expert_parallel_for(spec, options, 1))
+        if problem:
+            raise PlanError(problem, hint=fp8_block_hint(spec))
     if pp is not None and pp > spec.layers:
         raise PlanError(f"PP={pp} exceeds the model's {spec.layers} layers")
     total = shape.total_gpus
@@ -284,6 +298,11 @@ def _choose(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple
     skipped = [t for t in range(2, gpn + 1) if t not in tps and gpn % t == 0]
     if skipped:
         reasons.append("TP sizes " + ", ".join(map(str, skipped)) + f" skipped: {tp_problem(spec, skipped[0])}")
+    ep = expert_parallel_for(spec, options, 1)
+    blocked = [t for t in tps if fp8_block_problem(spec, options, t, 1, ep)]
+    if blocked:
+        reasons.append("TP sizes " + ", ".join(map(str, blocked)) + f" skipped: {fp8_block_problem(spec, options, blocked[0], 1, ep)}")
+        tps = [t for t in tps if t not in blocked]
     for i, t in enumerate(tps):
         cand = ev(t, 1)
         if cand.fits:
