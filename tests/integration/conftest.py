@@ -17,7 +17,12 @@ over both workers with pytest 9.2 and xdist 3.8: measured.)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+
 SHARED_CLUSTER_FIXTURE = "_ray_testbed_session"
+MEASURED = pytest.StashKey[list[str]]()
 
 
 def pytest_configure(config):
@@ -47,3 +52,19 @@ def pytest_collection_modifyitems(session, config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+@pytest.fixture
+def measured(request) -> Callable[[str], None]:
+    """Record a figure a test measured (a time to failure, a restart); every figure is printed at
+    the end of the run, so CI's log keeps them beside the durations table. Never asserted on."""
+    figures = request.config.stash.setdefault(MEASURED, [])
+    return lambda text: figures.append(f"{request.node.nodeid.split('::')[-1]}: {text}")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    figures = config.stash.get(MEASURED, [])
+    if figures:
+        terminalreporter.section("figures measured by the integration tests")
+        for line in figures:
+            terminalreporter.write_line(line)

@@ -155,7 +155,7 @@ def test_one_host_with_two_gpus_runs_tp2_on_the_same_path(testbed_factory, tiny_
 # took 886 s in all on a loaded machine (load 15-24): the bound here keeps a hang from running on,
 # not the rollout's own deadline, which the test asserts.
 @pytest.mark.timeout(1500)
-def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(gpu_bed, tiny_model_dir):
+def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(gpu_bed, tiny_model_dir, measured):
     """An older revision (TP=1, one host) serves while a rollout of TP=2 across the two other
     hosts runs with a manifest whose ``interface:`` does not reach the peer (``lo`` on every
     node, as a user naming the wrong NIC would; orch puts a uniform interface in the app's
@@ -189,7 +189,7 @@ def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(gpu_be
             with pytest.raises(RolloutFailed) as err:
                 bad.rollout(RolloutOptions(timeout_s=timeout_s), tp=2)
             took = time.monotonic() - t0
-        print(f"wrong interface beside a serving revision: rollout failed after {took:.0f} s ({err.value}); "
+        measured(f"wrong interface beside a serving revision: rollout failed after {took:.0f} s ({err.value}); "
               f"requests to the old revision ok={client.ok} failed={client.fail}")
         message = err.value.message
         assert "failed to start with COLLECTIVE_PEER_LOOPBACK" in message and "(Serve would have tried 2 more time(s))" in message
@@ -411,7 +411,7 @@ def test_the_cpu_engine_standing_in_for_the_h100s_never_calibrates_them(spanning
 OUTAGE_DEADLINE_S = 180.0
 
 
-def test_node_loss_while_serving_shows_dead_then_up_and_serve_restore_it(spanning, monkeypatch, capsys):
+def test_node_loss_while_serving_shows_dead_then_up_and_serve_restore_it(spanning, monkeypatch, capsys, measured):
     """The raylet of the host carrying the second TP worker is killed while requests flow; the
     user's `orch status` (API key set, as a user has it) shows the node DEAD and the replica
     unhealthy in one report. It disrupts only this module's application, so it runs last in this
@@ -462,7 +462,7 @@ def test_node_loss_while_serving_shows_dead_then_up_and_serve_restore_it(spannin
             restored_by = "orch rollout"
             served.rollout(tp=2)
         recovered_after = time.monotonic() - killed_at
-    print(f"node loss: orch status showed {victim} DEAD and the replica unhealthy {shown_after:.1f} s after the kill "
+    measured(f"node loss: orch status showed {victim} DEAD and the replica unhealthy {shown_after:.1f} s after the kill "
           f"(status calls took {', '.join(f'{c:.1f}' for c in calls)} s); answering again after {recovered_after:.0f} s "
           f"(restored by {restored_by}); background requests ok={client.ok} failed={client.fail}")
     assert _complete(served.endpoint, served.api_key).status_code == 200

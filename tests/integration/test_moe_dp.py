@@ -146,7 +146,7 @@ def test_the_ranks_land_one_per_host_and_status_names_each_with_its_node(attempt
     assert group and group[0]["code"] == "REPLICA_UNHEALTHY" and "ranks RUNNING" in group[0]["message"]
 
 
-def test_killing_one_rank_restarts_the_whole_group(attempt, capsys, monkeypatch):
+def test_killing_one_rank_restarts_the_whole_group(attempt, capsys, monkeypatch, measured):
     cluster = attempt.cluster
     monkeypatch.setenv("ORCH_API_KEY", attempt.api_key)
     assert attempt.first is not None, "the ranks were never seen"
@@ -174,7 +174,7 @@ def test_killing_one_rank_restarts_the_whole_group(attempt, capsys, monkeypatch)
     # When Serve acted, from its controller's log on the head (figures for docs/moe.md).
     stopped, added = _controller_times(cluster, killed_wall)
     attempt.log.append(f"Serve stopped the other rank {_after(stopped, killed_wall)} and started a new gang {_after(added, killed_wall)} after the kill")
-    print("; ".join(attempt.log))
+    measured("; ".join(attempt.log))
 
 
 def _after(t: float | None, since: float) -> str:
