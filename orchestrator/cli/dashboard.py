@@ -48,6 +48,10 @@ def dashboard(ctx: click.Context, cluster_yaml: Path | None, accept_new_host_key
                 click.echo(f"it asks for the cluster's token: it is in {tunnel.token_file} (cat it; orch does not print it)")
             click.echo("the tunnel stays open until Ctrl-C")
         try:
-            threading.Event().wait()
+            # Wake every half second: Ctrl-C's SIGINT may land on one of the tunnel's threads, and
+            # Python raises KeyboardInterrupt only when the main thread runs again.
+            idle = threading.Event()
+            while not idle.wait(0.5):
+                pass
         except KeyboardInterrupt:
             click.echo("tunnel closed", err=True)

@@ -138,6 +138,9 @@ def find_logs(manifest: Manifest, request: LogRequest, deps: LogsDeps) -> list[t
     return [(source, files, error) for source, (files, error) in zip(sources, tails)]
 
 
+WAKE_S = 0.5  # the main thread wakes this often, so that Ctrl-C ends --follow at once
+
+
 def follow_files(runners: Mapping[str, Runner], files: list[LogTail]) -> Iterator[tuple[str, str]]:
     """(node, line) as lines are written to ``files``, from ``tail -F`` on each node (one process per
     node), until the caller stops iterating; the processes are killed then."""
@@ -165,7 +168,12 @@ def follow_files(runners: Mapping[str, Runner], files: list[LogTail]) -> Iterato
     ended = 0
     try:
         while ended < len(procs):
-            item = lines.get()
+            # Never block without a timeout: Ctrl-C's SIGINT may land on a pump thread (blocked in
+            # its read), and Python raises KeyboardInterrupt only when the main thread runs again.
+            try:
+                item = lines.get(timeout=WAKE_S)
+            except queue.Empty:
+                continue
             if item is None:
                 ended += 1
                 continue
