@@ -1,10 +1,12 @@
 """Integration tests (real sshd test hosts, real Ray): ordering around the shared cluster, and
 the two parts `make test` runs side by side.
 
-Tests marked ``ends_cluster`` take the shared Ray cluster of tests/fixtures/cluster.py down;
-they run after every other test of the session so that the cluster is started once, not again
-after each of them (``ray_testbed_cluster`` would bring it back, at ~1 minute a time). Tests
-marked ``disrupts_serving`` (orch accept kills an engine and redeploys) run just before them.
+Order: first every test on the session's shared cluster (tests/fixtures/cluster.py, the served
+model), then those marked ``disrupts_serving`` (orch accept kills an engine and redeploys), then
+those marked ``ends_cluster``, which take the shared Ray cluster down: the cluster is started once,
+not again after each of them (``ray_testbed_cluster`` would bring it back, at ~1 minute a time).
+The modules with their own beds run last, with the shared cluster already down, so its idle Ray
+processes and engine do not take CPU from their engines.
 
 ``--integration-part shared|beds`` selects one of two parts: ``shared``, every test that uses the
 session's shared cluster (``_ray_testbed_session``: the served model, the cluster tests);
@@ -41,7 +43,9 @@ def pytest_collection_modifyitems(session, config, items):
     def rank(item) -> int:
         if item.get_closest_marker("ends_cluster"):
             return 2
-        return 1 if item.get_closest_marker("disrupts_serving") else 0
+        if item.get_closest_marker("disrupts_serving"):
+            return 1
+        return 0 if part_of(item) == "shared" else 3
 
     items.sort(key=rank)  # stable: the order inside each group is kept
     part = config.getoption("--integration-part", default=None)  # registered by the root conftest.py
