@@ -400,7 +400,7 @@ def test_the_cpu_engine_standing_in_for_the_h100s_never_calibrates_them(spanning
     assert "planned" not in line and "%" not in line
     # the same configuration as the rollout's plan (the fixture's rollout sized for the gpu extra's vLLM)
     assert main(spanning.cluster.cli("plan", "--model", str(tiny_model_dir), "--cluster", str(served.manifest_path), "--tp", "2",
-                                     "--max-model-len", str(MAX_MODEL_LEN), "--vllm-version", rec["vllm_version"], "--json")) == 0  # fmt: skip
+                                     "--max-model-len", str(MAX_MODEL_LEN), "--vllm-version", rec["vllm_version"], "--enforce-eager", "--json")) == 0  # fmt: skip
     plan = json.loads(capsys.readouterr().out)
     assert any(f"not calibrated: the record of revision {served.first.revision} of this configuration is not used "
                "(its engine ran on vLLM's cpu platform, not on H100-80GB)" in r for r in plan["reasons"]), plan["reasons"]  # fmt: skip
