@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
+from tests.signals import sigint_default
 from tests.wait import wait_until
 
 
@@ -113,7 +114,8 @@ def tgkill(pid: int, tid: int, sig: int) -> None:
 def test_follow_prints_what_is_written_next_until_ctrl_c(local_cluster, tmp_path, ctrl_c):
     yaml, session = local_cluster
     argv = [sys.executable, "-m", "orchestrator", "--state-dir", str(tmp_path / "state"), "logs", str(yaml), "--raylet", "--tail", "1", "--follow"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+                            preexec_fn=sigint_default)  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(ln.rstrip("\n")) for ln in proc.stdout], daemon=True).start()
     seen: list[str] = []

@@ -17,6 +17,7 @@ import pytest
 
 from orchestrator.cluster.dashboard import DashboardClient
 from orchestrator.state import StateStore
+from tests.signals import sigint_default
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray]
 
@@ -24,7 +25,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.ray]
 def test_the_tunnel_reaches_the_dashboard_until_ctrl_c(ray_testbed_cluster):
     c = ray_testbed_cluster
     argv = [sys.executable, "-m", "orchestrator", *c.cli("dashboard", c.manifest_path, "--json")]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+                            preexec_fn=sigint_default)  # fmt: skip
     try:
         line = proc.stdout.readline()  # printed once the tunnel answered (the command then waits)
         assert line, proc.stderr.read()

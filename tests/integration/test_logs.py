@@ -15,6 +15,7 @@ import threading
 import pytest
 
 from orchestrator.cli import main
+from tests.signals import sigint_default
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
@@ -50,7 +51,8 @@ def test_follow_prints_new_lines_until_ctrl_c(served_tiny):
     s = served_tiny
     argv = [sys.executable, "-m", "orchestrator", *s.cluster.cli("logs", s.manifest_path, "--raylet", "--node", "host1",
                                                                   "--tail", "0", "--follow")]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+                            preexec_fn=sigint_default)  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(ln.rstrip("\n")) for ln in proc.stdout], daemon=True).start()
     seen: list[str] = []
