@@ -37,9 +37,9 @@ from orchestrator.plan.layout import (
     evaluate,
     expert_parallel_for,
     fp8_block_hint,
-    fp8_block_problem,
     replicas_for,
     tp_problem,
+    tp_refusal,
     valid_tps,
 )
 from orchestrator.plan.memory import GIB
@@ -82,7 +82,7 @@ def dp_layouts(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> li
             dp = group // tp
             if group % tp or dp < 2 or (options.dp and dp != options.dp):
                 continue
-            if dp_problem(spec, shape, dp, tp) is None and fp8_block_problem(spec, options, tp, dp, expert_parallel_for(spec, options, dp)) is None:
+            if dp_problem(spec, shape, dp, tp) is None and tp_refusal(spec, options, tp, dp) is None:
                 out.append((dp, tp))
     return out
 
@@ -150,7 +150,7 @@ def forced_dp(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reason
     if problem or not tps:
         raise PlanError(problem or f"no TP size makes a DP group of {dp} ranks on {shape.describe()}",
                         hint="choose --dp so that DP x TP divides a node's GPUs or takes whole nodes, or leave --dp out")  # fmt: skip
-    blocked = [fp8_block_problem(spec, options, tp, dp, expert_parallel_for(spec, options, dp)) for tp in tps]
+    blocked = [tp_refusal(spec, options, tp, dp) for tp in tps]
     if all(blocked):
         raise PlanError(str(blocked[0]), hint=fp8_block_hint(spec))
     tps = [tp for tp, why in zip(tps, blocked, strict=True) if why is None]

@@ -145,6 +145,11 @@ def fp8_block_problem(spec: ModelSpec, options: PlanOptions, tp: int, dp: int = 
             "refines the blocks instead)")  # fmt: skip
 
 
+def tp_refusal(spec: ModelSpec, options: PlanOptions, tp: int, dp: int = 1) -> str | None:
+    """``fp8_block_problem`` with expert parallelism as the plan sets it (``expert_parallel_for``)."""
+    return fp8_block_problem(spec, options, tp, dp, expert_parallel_for(spec, options, dp))
+
+
 def fp8_block_hint(spec: ModelSpec) -> str:
     return (f"--expert-parallel keeps each of {spec.name}'s experts whole on one GPU; or a smaller TP; "
             f"or --vllm-version {version_text(FP8_MOE_BLOCK_REFINE)} when the nodes run it")  # fmt: skip

@@ -36,18 +36,17 @@ from orchestrator.plan.capacity import (
     utilization,
 )
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
+from orchestrator.plan.choice import choose_tp_pp, first_fit, fit_suggestions
 from orchestrator.plan.dp_choice import best_dp, choose_layout, forced_dp, side_by_side
 from orchestrator.plan.dtype_rules import check_dtype, online_quantization, quantization_json, weights_reason
 from orchestrator.plan.layout import (
     Candidate,
     evaluate,
-    expert_parallel_for,
-    fill_nodes,
     fp8_block_hint,
-    fp8_block_problem,
     idle_gpus,
     replicas_for,
     tp_problem,
+    tp_refusal,
     valid_tps,
 )
 from orchestrator.plan.memory import GIB, count_params
@@ -251,7 +250,7 @@ def _check_forced(spec: ModelSpec, shape: ClusterShape, tp: int | None, pp: int 
         problem = tp_problem(spec, tp)
         if problem:
             raise PlanError(problem, hint="choose a TP size that divides the attention heads, or leave --tp out")
-        problem = fp8_block_problem(spec, options, tp, 1, expert_parallel_for(spec, options, 1))
+        problem = tp_refusal(spec, options, tp)
         if problem:
             raise PlanError(problem, hint=fp8_block_hint(spec))
     if pp is not None and pp > spec.layers:
@@ -261,119 +260,6 @@ def _check_forced(spec: ModelSpec, shape: ClusterShape, tp: int | None, pp: int 
         raise PlanError(f"TP x PP = {(tp or 1) * (pp or 1)} GPUs, but the cluster has {total}", hint="lower --tp/--pp or add nodes")
     if shape.is_cpu and ((tp or 1) > 1 or (pp or 1) > 1):
         raise PlanError("on a CPU cluster each replica runs on one node (TP=1, PP=1)", hint="leave out --tp/--pp")
-
-
-# ---- the choice ----
-
-
-def _first_fit(cands: list[Candidate]) -> Candidate | None:
-    return next((c for c in cands if c.fits), None)
-
-
-def _choose(spec: ModelSpec, shape: ClusterShape, options: PlanOptions) -> tuple[Candidate, list[str]]:
-    ev = lambda tp, pp: evaluate(spec, shape, options, tp, pp)  # noqa: E731
-    reasons: list[str] = []
-    one = ev(1, 1)
-    if one.fits:
-        reasons.append(f"fits one GPU, so {one.summary()}")
-        return one, reasons
-    reasons.append(f"one GPU is not enough at {one.summary()}")
-    gpn, total = shape.gpus_per_node, shape.total_gpus
-
-    if not shape.has_nvlink and gpn > 1:
-        limit = min(total, spec.layers)
-        cands = [ev(1, p) for p in range(2, limit + 1)]
-        found = _first_fit(cands)
-        if found:
-            found = fill_nodes(shape, [c for c in cands if c.fits], found, reasons)
-            span = "inside one node" if found.pp <= gpn else f"across {math.ceil(found.pp / gpn)} nodes"
-            reasons.append(
-                f"the node has no NVLink, so pipeline parallelism {span} (layers split {list(s.layers for s in found.stages)}) "
-                f"instead of tensor parallelism: {found.summary()}"
-            )
-            return found, reasons
-        reasons.append(f"no NVLink and even PP={limit} does not fit: {cands[-1].summary() if cands else one.summary()}")
-
-    tps = [t for t in valid_tps(spec, gpn) if t > 1]
-    skipped = [t for t in range(2, gpn + 1) if t not in tps and gpn % t == 0]
-    if skipped:
-        reasons.append("TP sizes " + ", ".join(map(str, skipped)) + f" skipped: {tp_problem(spec, skipped[0])}")
-    ep = expert_parallel_for(spec, options, 1)
-    blocked = [t for t in tps if fp8_block_problem(spec, options, t, 1, ep)]
-    if blocked:
-        reasons.append("TP sizes " + ", ".join(map(str, blocked)) + f" skipped: {fp8_block_problem(spec, options, blocked[0], 1, ep)}")
-        tps = [t for t in tps if t not in blocked]
-    for i, t in enumerate(tps):
-        cand = ev(t, 1)
-        if cand.fits:
-            reasons.append(f"fits one node with the smallest TP that divides the {spec.heads} attention heads, {cand.summary()}")
-            if idle_gpus(shape, t, 1):
-                cand = fill_nodes(shape, [c for c in (ev(u, 1) for u in tps[i + 1 :]) if c.fits], cand, reasons)
-            return cand, reasons
-        reasons.append(f"not enough at {cand.summary()}")
-
-    tp = max(tps) if tps else 1
-    if tp < gpn:
-        reasons.append(f"TP={gpn} is not possible for this model, so TP={tp} per pipeline stage")
-    cands = [ev(tp, p) for p in range(2, min(total // tp, spec.layers) + 1)]
-    found = _first_fit(cands)
-    if found:
-        nodes_used = math.ceil(found.tp * found.pp / gpn)
-        reasons.append(
-            f"does not fit one node: TP={tp} inside each node, PP={found.pp} across {nodes_used} node(s), "
-            f"layers split {[s.layers for s in found.stages]}: {found.summary()}"
-        )
-        return found, reasons
-    largest = cands[-1] if cands else ev(tp, 1)
-    reasons.append(f"nothing fits on {shape.describe()}; the largest layout: {largest.summary()}")
-    return largest, reasons
-
-
-def _suggestions(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, best: Candidate) -> list[str]:
-    """What would make it fit: more nodes, a smaller dtype, a shorter max_model_len."""
-    out: list[str] = []
-    length = best.max_model_len
-    t = best.tightest
-    if best.weights_fit:
-        block = options.block_size or VLLM_BLOCK_SIZE
-        need = math.ceil(options.min_concurrency * length / block) * block
-        out.append(
-            f"the KV cache holds {best.kv_tokens:,} tokens but one sequence of max_model_len needs {need:,}: "
-            f"use --max-model-len {max(block, best.kv_tokens // block * block)} or less"
-        )
-    else:
-        out.append(f"short by {-t.kv_bytes / GIB:.1f} GiB per GPU on the tightest stage")
-    if not shape.is_cpu:
-        tp = best.tp
-        # From 0 more nodes: a forced layout that does not fit may fit with a larger PP on this
-        # very cluster (the automatic choice has already tried every PP that fits here).
-        for extra_nodes in range(65):
-            bigger = replace(shape, nodes=shape.nodes + extra_nodes)
-            pp_max = min(bigger.total_gpus // tp, spec.layers)
-            fit = _first_fit([evaluate(spec, bigger, options, tp, p) for p in range(max(2, best.pp), pp_max + 1)])
-            if fit and not extra_nodes:
-                out.append(f"TP={tp} PP={fit.pp} would fit it on this cluster")
-                break
-            if fit:
-                out.append(f"{shape.nodes + extra_nodes} nodes of {shape.gpus_per_node} would fit it with TP={tp} PP={fit.pp}")
-                break
-        current = options.dtype or spec.dtype
-        for dtype in ("fp8", "int8", "int4"):
-            if DTYPE_BYTES[dtype] >= DTYPE_BYTES[current]:
-                continue
-            # plan_model checked every option but the dtype already, so the choice cannot refuse it
-            cand, _ = _choose(spec, shape, replace(options, dtype=dtype, tp=None, pp=None))
-            if cand.fits:
-                if dtype == "fp8" and spec.quantization is None:
-                    out.append(f"--dtype fp8 (vLLM quantizes the linear layers on load) would fit with TP={cand.tp} PP={cand.pp}")
-                else:
-                    out.append(f"an {dtype} checkpoint of the model (AWQ, GPTQ, compressed-tensors) would fit with TP={cand.tp} PP={cand.pp}")
-                break
-        if options.kv_cache_dtype == "auto" and best.weights_fit:
-            cand = evaluate(spec, shape, replace(options, kv_cache_dtype="fp8"), best.tp, best.pp)
-            if cand.fits:
-                out.append("--kv-cache-dtype fp8 would double the KV cache and fit")
-    return out
 
 
 def _terms_reason(spec: ModelSpec, options: PlanOptions) -> str:
@@ -417,7 +303,7 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     elif options.tp is not None or options.pp is not None:
         chosen = _forced(spec, shape, options, reasons)
     else:
-        chosen, why = _choose(spec, shape, options)
+        chosen, why = choose_tp_pp(spec, shape, options)
         reasons.extend(why)
         if spec.is_moe and options.dp is None:
             chosen = choose_layout(spec, shape, options, chosen, reasons)
@@ -425,7 +311,7 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         auto, _ = best_dp(spec, shape, replace(options, dp=None, tp=None))
         hint = f"--dp {auto.dp} --tp {auto.tp} would fit: {auto.summary()}" if auto else "no DP x EP layout fits this cluster"
         raise PlanError(f"the forced layout does not fit: {chosen.summary()}", hint=hint)
-    suggestions: list[str] = [] if chosen.fits else _suggestions(spec, shape, options, chosen)
+    suggestions: list[str] = [] if chosen.fits else fit_suggestions(spec, shape, options, chosen)
     if options.tp is not None or options.pp is not None:
         if not chosen.fits:
             raise PlanError(f"the forced layout does not fit: {chosen.summary()}", hint="; ".join(suggestions) or None)
@@ -440,7 +326,7 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         idle = idle_gpus(shape, chosen.tp, chosen.pp, chosen.dp)
         if idle:
             reasons.append(idle)
-    tp_choice = lambda: _choose(spec, shape, replace(options, dp=None, tp=None, pp=None))[0]  # noqa: E731
+    tp_choice = lambda: choose_tp_pp(spec, shape, replace(options, dp=None, tp=None, pp=None))[0]  # noqa: E731
     layouts = side_by_side(spec, shape, options, chosen, tp_choice)
     tight = chosen.tightest
     tokens, seqs = batch_limits(spec, shape, options)
@@ -504,7 +390,7 @@ def _forced(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reasons:
     if options.tp is not None:
         tp = options.tp
         cands = [ev(tp, p) for p in range(1, min(shape.total_gpus // tp, spec.layers) + 1)]
-        found = _first_fit(cands) or cands[-1]
+        found = first_fit(cands) or cands[-1]
         reasons.append(f"forced TP={tp}; the smallest PP that fits is {found.pp}: {found.summary()}")
         return found
     assert options.pp is not None
@@ -512,6 +398,6 @@ def _forced(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reasons:
     # TP=1 is always valid and _check_forced made sure PP <= the cluster's GPUs, so tps holds 1
     tps = valid_tps(spec, min(shape.gpus_per_node, shape.total_gpus // pp))
     cands = [ev(t, pp) for t in tps]
-    found = _first_fit(cands) or cands[-1]
+    found = first_fit(cands) or cands[-1]
     reasons.append(f"forced PP={pp}; the smallest TP that fits is {found.tp}: {found.summary()}")
     return found

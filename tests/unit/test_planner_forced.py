@@ -193,7 +193,7 @@ def test_forced_tp_and_pp_are_taken_as_given():
     assert plan.reasons[-1] == "8 GPU(s) / 8 per replica = 1 replica(s)"
 
 
-# ---- _suggestions ----
+# ---- fit_suggestions (plan/choice.py) ----
 
 
 def _kv_tokens_in(text: str) -> int:
