@@ -163,6 +163,8 @@ def list_links(prefix: str) -> list[str]:
 
 # --- faults (nft inside a host's namespace; stack notes: tc netem is not available) ---------
 
+# The alias of an interface a fault added (``add_unroutable_nic``): ``clear_faults`` deletes those.
+_FAULT_ALIAS = "orchtb-fault"
 _TABLE = "orchtb"
 
 
@@ -219,11 +221,13 @@ def add_unroutable_nic(ns: str, name: str, cidr: str) -> None:
     checks pass) whose address no peer can reach: a veth pair inside the host, the address
     without a prefix route, ARP answered only for addresses on the interface asked
     (arp_ignore=1), and no packet from or to that address crossing the host's other interfaces
-    (as for an address that exists only inside the host, e.g. a container's)."""
+    (as for an address that exists only inside the host, e.g. a container's). ``clear_faults``
+    removes it."""
     peer = f"{name}p"
     addr = cidr.split("/")[0]
     for argv in (["ip", "link", "add", name, "type", "veth", "peer", "name", peer], ["ip", "link", "set", name, "up"],
-                 ["ip", "link", "set", peer, "up"], ["ip", "addr", "add", cidr, "dev", name, "noprefixroute"],
+                 ["ip", "link", "set", peer, "up"], ["ip", "link", "set", name, "alias", _FAULT_ALIAS],
+                 ["ip", "addr", "add", cidr, "dev", name, "noprefixroute"],
                  ["sysctl", "-q", "-w", "net.ipv4.conf.all.arp_ignore=1"]):  # fmt: skip
         sh(["ip", "netns", "exec", ns, *argv])
     _ensure_table(ns)
@@ -263,4 +267,12 @@ def dropped_packets(ns: str, ifname: str) -> int:
 
 
 def clear_faults(ns: str) -> None:
+    """Undo every fault of this module on the host: the drop rules, the interfaces a fault added
+    (and their ARP setting), so the next test starts from the host as it was made."""
     sh(["ip", "netns", "exec", ns, "nft", "delete", "table", "inet", _TABLE], check=False)
+    links = json.loads(sh(["ip", "netns", "exec", ns, "ip", "-j", "link", "show"]).stdout or "[]")
+    added = [ln["ifname"] for ln in links if ln.get("ifalias") == _FAULT_ALIAS]
+    for name in added:
+        sh(["ip", "netns", "exec", ns, "ip", "link", "del", name], check=False)  # its veth peer goes with it
+    if added:
+        sh(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.conf.all.arp_ignore=0"])
