@@ -17,7 +17,7 @@ from orchestrator.cli import main
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm, pytest.mark.disrupts_serving]
 
 
-def test_accept_runs_every_stage_on_the_local_cluster(served_tiny, tiny_model_dir, tmp_path, monkeypatch, capsys):
+def test_accept_runs_every_stage_on_the_local_cluster(served_tiny, tiny_model_dir, tmp_path, monkeypatch, capsys, measured):
     manifest = served_tiny.manifest
     monkeypatch.setenv(manifest.serve.api_key_env, served_tiny.api_key)
     out = tmp_path / "accept"
@@ -27,6 +27,7 @@ def test_accept_runs_every_stage_on_the_local_cluster(served_tiny, tiny_model_di
     ))  # fmt: skip
     printed = capsys.readouterr().out
     data = json.loads(printed)
+    measured("accept stages: " + ", ".join(f"{s['name']} {s.get('seconds', 0):.0f} s" for s in data["stages"]))
     verdicts = {s["name"]: s["verdict"] for s in data["stages"]}
     # The bed's manifest sets no latency targets (only the default 1% error budget), nothing else
     # disturbs the application, and the failure and restart stages must see it answer again: every

@@ -119,7 +119,7 @@ def spanning(gpu_bed, tiny_model_dir):
     served = _served(cluster, cluster.manifest_path, Path(tiny_model_dir))
     t0 = time.monotonic()
     served.first = served.rollout(tp=2)
-    served.log.append(f"spanning rollout took {time.monotonic() - t0:.0f} s")
+    served.note(f"spanning rollout took {time.monotonic() - t0:.0f} s")
     return Spanning(served, up_log)
 
 
@@ -190,7 +190,7 @@ def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(gpu_be
                 bad.rollout(RolloutOptions(timeout_s=timeout_s), tp=2)
             took = time.monotonic() - t0
         measured(f"wrong interface beside a serving revision: rollout failed after {took:.0f} s ({err.value}); "
-              f"requests to the old revision ok={client.ok} failed={client.fail}")
+              f"requests to the old revision ok={client.ok} failed={client.fail}; the rollout: {bad.timeline(0)}")
         message = err.value.message
         assert "failed to start with COLLECTIVE_PEER_LOOPBACK" in message and "(Serve would have tried 2 more time(s))" in message
         assert "remote=[127.0.0.1]" in message and err.value.rolled_back

@@ -124,7 +124,7 @@ def test_missing_model_path_fails_and_the_previous_revision_answers_throughout(s
 GENEROUS_SLO = "slo:\n  ttft_p95_ms: 120000\n  tpot_p95_ms: 60000\n"
 
 
-def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(served_tiny, monkeypatch, capsys):
+def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(served_tiny, monkeypatch, capsys, measured):
     """Issue 5: a new revision comes up beside the old one (candidate route, real completion),
     then the live application takes it with a Serve surge; a client sending requests the whole
     time sees no failure. The change (max_num_seqs) leaves what later tests read (max_model_len,
@@ -156,8 +156,10 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     assert main(served_tiny.cluster.cli(*plan_args, "--target-rps", str(3.5 * per_replica))) == 2
     assert json.loads(capsys.readouterr().out)["target"]["replicas"] == 4
     gated = RolloutOptions(timeout_s=ROLLOUT_TIMEOUT_S, slo_gate=True)
+    since = len(served_tiny.log)
     with BackgroundClient(served_tiny) as client:
         res = served_tiny.rollout(gated, manifest=load_manifest_file(slo_path), max_num_seqs=64)
+    measured(f"side by side with the SLO gate: {served_tiny.timeline(since)}")
     assert res.action == "side_by_side", res.decision
     assert client.fail == 0, (client.fail, client.errors[:5])
     assert client.ok > 20
@@ -184,7 +186,7 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     assert [r.state for d in app.deployments for r in d.replicas] == ["RUNNING"] * sum(len(d.replicas) for d in app.deployments)
 
 
-def test_slo_gate_refuses_a_candidate_that_misses_the_slo_and_the_old_revision_serves_throughout(served_tiny):
+def test_slo_gate_refuses_a_candidate_that_misses_the_slo_and_the_old_revision_serves_throughout(served_tiny, measured):
     """Issue 24: a candidate with max_num_seqs=1 runs one sequence at a time, so at the live
     revision's recorded concurrency 8 every request but one waits for whole 128-token answers
     before its first token. The slo: is tight for it and met by the live revision: 4 x the TTFT p95
@@ -213,8 +215,10 @@ def test_slo_gate_refuses_a_candidate_that_misses_the_slo_and_the_old_revision_s
     tight = manifest.model_copy(update={"slo": Slo(ttft_p95_ms=4 * measured["ttft_ms"]["p95"])})
     recorded = record_bench(state, tight, result, runs, "orch bench", time.time())
     assert recorded["revision"] == live.number and recorded["goodput"]["level"]["concurrency"] == 8, recorded
+    since = len(served_tiny.log)
     with BackgroundClient(served_tiny) as client, pytest.raises(RolloutFailed) as err:
         served_tiny.rollout(RolloutOptions(timeout_s=ROLLOUT_TIMEOUT_S, slo_gate=True), manifest=tight, max_num_seqs=1)
+    measured(f"SLO gate refusal: {served_tiny.timeline(since)}")
     assert err.value.rolled_back and "SLO gate" in err.value.message and "TTFT p95" in err.value.message, err.value.message
     assert f"revision {live.number} is serving" in err.value.message
     assert client.fail == 0, (client.fail, client.errors[:5])
