@@ -9,6 +9,7 @@ pytest_plugins = [
 
 
 def pytest_addoption(parser):
-    # tests/integration/conftest.py: `make test` runs the two parts side by side.
-    parser.addoption("--integration-part", choices=("shared", "beds"), default=None,
-                     help="Integration tests: only those on the session's shared cluster (shared) or the others (beds).")  # fmt: skip
+    # tests/integration/conftest.py: the parts of the integration tests (`make test` runs light beside the rest).
+    parser.addoption("--integration-part", choices=("shared", "beds", "light", "heavy"), default=None,
+                     help="Integration tests: those on the session's shared cluster (shared) or the others (beds); "
+                          "those that start no Ray and no vLLM (light) or the others (heavy).")  # fmt: skip

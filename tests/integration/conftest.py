@@ -8,13 +8,16 @@ not again after each of them (``ray_testbed_cluster`` would bring it back, at ~1
 The modules with their own beds run last, with the shared cluster already down, so its idle Ray
 processes and engine do not take CPU from their engines.
 
-``--integration-part shared|beds`` selects one of two parts: ``shared``, every test that uses the
-session's shared cluster (``_ray_testbed_session``: the served model, the cluster tests);
-``beds``, every other test (each module builds its own bed). They share no fixture, so they can
-run as two pytest sessions (on two machines, or one after the other to bisect a failure). At once
-on this 2-core, 24 GiB machine they were slower than one session, not faster (docs/testing.md), so
-`make test` runs one. (pytest-xdist's ``--dist loadgroup`` split even explicitly marked groups
-over both workers with pytest 9.2 and xdist 3.8: measured.)
+``--integration-part`` selects a part. ``shared``: every test that uses the session's shared
+cluster (``_ray_testbed_session``: the served model, the cluster tests); ``beds``: every other test
+(each module builds its own bed). They share no fixture, so they can run as two pytest sessions
+(on two machines, or one after the other to bisect a failure); at once on this 2-core, 24 GiB
+machine they were slower than one session (their engines start side by side). ``light``: the
+tests of the beds part that start no Ray cluster and no vLLM engine (no ``ray`` or ``vllm``
+mark: SSH, model sync, preflight, the collective check); ``heavy``: every other test. `make
+test` runs light beside heavy: the light tests mostly wait on networks and timeouts, so they take
+the second core while an engine starts on the first. (pytest-xdist's ``--dist loadgroup`` split
+even explicitly marked groups over both workers with pytest 9.2 and xdist 3.8: measured.)
 """
 
 from __future__ import annotations
@@ -39,6 +42,16 @@ def part_of(item) -> str:
     return "shared" if SHARED_CLUSTER_FIXTURE in getattr(item, "fixturenames", ()) else "beds"
 
 
+def weight_of(item) -> str:
+    """``light`` for a test of the beds part that starts no Ray and no vLLM, else ``heavy``."""
+    starts = item.get_closest_marker("ray") or item.get_closest_marker("vllm")
+    return "light" if part_of(item) == "beds" and not starts else "heavy"
+
+
+def in_part(item, part: str) -> bool:
+    return (weight_of(item) if part in ("light", "heavy") else part_of(item)) == part
+
+
 def pytest_collection_modifyitems(session, config, items):
     def rank(item) -> int:
         if item.get_closest_marker("ends_cluster"):
@@ -51,7 +64,7 @@ def pytest_collection_modifyitems(session, config, items):
     part = config.getoption("--integration-part", default=None)  # registered by the root conftest.py
     if part is None:
         return
-    keep = [i for i in items if not i.nodeid.startswith("tests/integration/") or part_of(i) == part]
+    keep = [i for i in items if not i.nodeid.startswith("tests/integration/") or in_part(i, part)]
     dropped = [i for i in items if i not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
