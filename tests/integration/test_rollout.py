@@ -210,9 +210,9 @@ def test_slo_gate_refuses_a_candidate_that_misses_the_slo_and_the_old_revision_s
     level = BenchOptions(base_url=served_tiny.endpoint, model="tiny", concurrency=(8,), requests=16, prompt_tokens=32, output_tokens=128,
                          tokenizer=served_tiny.model_path, api_key=served_tiny.api_key, warmup=1)  # fmt: skip
     result, runs = run_bench(level)
-    measured = result["levels"][0]
-    assert measured["succeeded"] == 16, measured["errors"]
-    tight = manifest.model_copy(update={"slo": Slo(ttft_p95_ms=4 * measured["ttft_ms"]["p95"])})
+    live_level = result["levels"][0]
+    assert live_level["succeeded"] == 16, live_level["errors"]
+    tight = manifest.model_copy(update={"slo": Slo(ttft_p95_ms=4 * live_level["ttft_ms"]["p95"])})
     recorded = record_bench(state, tight, result, runs, "orch bench", time.time())
     assert recorded["revision"] == live.number and recorded["goodput"]["level"]["concurrency"] == 8, recorded
     since = len(served_tiny.log)
