@@ -41,7 +41,7 @@ from orchestrator.workflows.rollout import RolloutOptions
 from tests.fixtures.cluster import RayTestbedCluster
 from tests.fixtures.cluster import testbed_manifest as manifest_text
 from tests.fixtures.serving import MAX_MODEL_LEN, ServedTiny
-from tests.integration.test_rollout import BackgroundClient
+from tests.integration.test_rollout import STEADY_PAUSE_S, BackgroundClient
 from tests.testbed import HostSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
@@ -184,7 +184,7 @@ def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(gpu_be
     # which the former 300 s would not have covered. pytest's 900 s per test bounds the whole.
     timeout_s = 600.0
     try:
-        with BackgroundClient(old) as client:
+        with BackgroundClient(old, pause_s=STEADY_PAUSE_S) as client:
             t0 = time.monotonic()
             with pytest.raises(RolloutFailed) as err:
                 bad.rollout(RolloutOptions(timeout_s=timeout_s), tp=2)

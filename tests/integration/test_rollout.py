@@ -60,9 +60,17 @@ def test_request_without_the_api_key_gets_401(served_tiny):
     assert _chat(served_tiny.endpoint, "wrong-key").status_code == 401
 
 
+# The background client's pause between requests where a test proves the old revision answers
+# while a candidate starts and fails beside it (no switch happens): 4 requests a second show it
+# throughout, and leave the 2 cores to the candidate's start (at 0.05 s, ~12 requests a second kept
+# the serving engine, its router and HAProxy busy on them).
+STEADY_PAUSE_S = 0.25
+
+
 class BackgroundClient:
     """Sends small completions to the public endpoint, one after another, until stopped; counts
-    answers with tokens and everything else (with the first errors' text)."""
+    answers with tokens and everything else (with the first errors' text). ``pause_s`` between
+    requests: the default 0.05 s where the moment of a switch is what the test looks at."""
 
     def __init__(self, served, pause_s: float = 0.05) -> None:
         self.served, self.pause_s = served, pause_s
@@ -216,7 +224,7 @@ def test_slo_gate_refuses_a_candidate_that_misses_the_slo_and_the_old_revision_s
     recorded = record_bench(state, tight, result, runs, "orch bench", time.time())
     assert recorded["revision"] == live.number and recorded["goodput"]["level"]["concurrency"] == 8, recorded
     since = len(served_tiny.log)
-    with BackgroundClient(served_tiny) as client, pytest.raises(RolloutFailed) as err:
+    with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S) as client, pytest.raises(RolloutFailed) as err:
         served_tiny.rollout(RolloutOptions(timeout_s=ROLLOUT_TIMEOUT_S, slo_gate=True), manifest=tight, max_num_seqs=1)
     measured(f"SLO gate refusal: {served_tiny.timeline(since)}")
     assert err.value.rolled_back and "SLO gate" in err.value.message and "TTFT p95" in err.value.message, err.value.message
