@@ -19,10 +19,10 @@ builds the argv and the spec). One process per node; rank 0 is the hub (the head
    each bounded by ``timeout_s``: a connect that ignores the group timeout cannot stall the
    check), then the pairs are timed in rounds (the circle method: each rank in one pair per
    round, so no two timed pairs share a rank's link).
-Every group formed in a thread of its own (the hub's pairs, the mesh's pairs) rendezvous through a
-store client of its own: one TCPStore client serializes its calls, so a group waiting for a peer's
-key that never comes held up every other group of that rank until its timeout (seen on the 3-host
-bed: with one pair of workers cut off, the head's pairs with both workers failed too).
+Every group (the hub's pairs and every pair of the mesh are formed at once, in threads) rendezvous
+through a store client of its own: one TCPStore client serializes its calls, so a group waiting
+for a peer's key that never comes held up every other group of that rank until its timeout (seen
+on the 3-host bed: with one pair of workers cut off, the head's pairs with both workers failed too).
 4. all: if every pair worked, one group over all ranks.
 Each group first checks one all-reduce's sum, then times all-reduces at the spec's sizes; with
 ``alltoall`` the group of all ranks also checks and times all-to-alls at the same sizes.
@@ -118,7 +118,7 @@ class Job:
             self.torch.cuda.current_stream().synchronize()
 
     def client(self):
-        """A store client of its own for a group formed in a thread (see the module doc)."""
+        """A store client of its own for one group's rendezvous (see the module doc)."""
         spec = self.spec
         return self.dist.TCPStore(spec["store_host"], spec["store_port"], None, False,
                                   timedelta(seconds=self.join_timeout_s))
@@ -194,15 +194,14 @@ class Job:
         self.sync()
         return float(t.item()) / n
 
-    def group(self, name, r, n, bench_lock=None, alltoall=False, own_client=False):
+    def group(self, name, r, n, bench_lock=None, alltoall=False):
         """Form a group, check one sum, time the sizes: {ok, error, init_seconds, results}, and with
-        ``alltoall`` also check one all-to-all and time it (a2a_results). ``own_client``: through a
-        store client of its own (a group formed in a thread beside others)."""
+        ``alltoall`` also check one all-to-all and time it (a2a_results)."""
         torch = self.torch
         out = {"ok": False}
         t = time.monotonic()
         try:
-            pg = self.make_pg(self.dist.PrefixStore(name, self.client() if own_client else self.store), r, n)
+            pg = self.make_pg(self.dist.PrefixStore(name, self.client()), r, n)
             probe = torch.full((1024,), float(r + 1), device=self.device)
             pg.allreduce([probe]).wait()
             self.sync()
@@ -246,7 +245,7 @@ class Job:
         bench_lock = threading.Lock()
 
         def pair(w):
-            pairs[str(w)] = self.group(f"pair{w}/", 1, 2, bench_lock, own_client=True)
+            pairs[str(w)] = self.group(f"pair{w}/", 1, 2, bench_lock)
 
         threads = [threading.Thread(target=pair, args=(w,), daemon=True) for w in sorted(joined)]
         for th in threads:
