@@ -32,6 +32,7 @@ from orchestrator.doctor.diagnose import diagnose
 from orchestrator.errors import RolloutFailed
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.remote.connect import open_runners
+from orchestrator.serve.config import deploy_body
 from orchestrator.serve.desired import RolloutRequest, desired_for_model
 from orchestrator.serve.validate import validate_app
 from orchestrator.state import StateStore
@@ -164,8 +165,9 @@ def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(gpu_be
     start, not after Serve's retries, naming the cause it read in the failed replica's log with
     its runbook; the old revision stays the serving one and answers every request sent
     throughout, no candidate is left, and `orch doctor` names the same collective failure from
-    the nodes' logs. (Runs before ``spanning``; leaves Ray stopped, so the next test's `orch up`
-    starts afresh.)"""
+    the nodes' logs. (Runs before ``spanning``; leaves Ray running with no application, so the
+    next `orch up` of the module's manifest has nothing to do and the spanning rollout is a fresh
+    deploy.)"""
     cluster = gpu_bed
     cluster.ups.append(up(cluster.manifest, cluster.deps(cluster.up_log.append), UpOptions(timeout=240, collective_check=False)))
     old = _served(cluster, cluster.manifest_path, Path(tiny_model_dir))
@@ -184,7 +186,7 @@ def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(gpu_be
     # which the former 300 s would not have covered. pytest's 900 s per test bounds the whole.
     timeout_s = 600.0
     try:
-        with BackgroundClient(old, pause_s=STEADY_PAUSE_S) as client:
+        with BackgroundClient(old, pause_s=STEADY_PAUSE_S, answers_after=1) as client:
             t0 = time.monotonic()
             with pytest.raises(RolloutFailed) as err:
                 bad.rollout(RolloutOptions(timeout_s=timeout_s), tp=2)
@@ -213,8 +215,31 @@ def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(gpu_be
         resp = _complete(old.endpoint, old.api_key)
         # vLLM's fingerprint names tp only above 1 ("vllm-0.32.0-tp2-..."): the TP=1 engine answers.
         assert resp.status_code == 200 and "-tp" not in resp.json().get("system_fingerprint", "-tp"), resp.text[:300]
-    finally:
-        down(cluster.manifest, cluster.deps())
+    except BaseException:
+        down(cluster.manifest, cluster.deps())  # a failed test leaves no engine behind for the next ones
+        raise
+    _remove_every_app(cluster)
+
+
+def _remove_every_app(cluster: RayTestbedCluster) -> None:
+    """Serve deletes every application (the deploy body with none), Ray keeps running: the next
+    `orch up` of the same manifest has nothing to do (a 3-host stop and start less)."""
+    manifest = cluster.manifest
+    token = StateStore(cluster.state_dir).read_token(manifest.name)
+    with open_runners(manifest, cluster.bed.known_hosts, nodes=[manifest.head.name]) as runners:
+        with open_cluster_apis(manifest, runners, token) as apis:
+            apis.serve.apply(deploy_body([], manifest))
+            gone = cluster.wait_for(lambda: not apis.serve.status().applications or None, timeout=120)
+            assert gone, sorted(apis.serve.status().applications)
+
+    # ...and the engines' Ray workers with them (the spanning tests count the workers per host).
+    def no_workers():
+        for h in cluster.bed.hosts:
+            if WORKER_MARK in cluster.bed.ns_exec(h, ["ps", "-ww", "-eo", "args="]).stdout:
+                return None
+        return True
+
+    assert cluster.wait_for(no_workers, timeout=120), "engine workers left after every application was deleted"
 
 
 # Runs on the head with the cluster's environment: create (``create``) the placement group Serve
@@ -255,7 +280,7 @@ def test_pp2_placement_lands_on_the_pinned_nodes(gpu_bed, tiny_model_dir):
     from ray.serve.llm import LLMConfig
 
     cluster = gpu_bed
-    # The module's own manifest again (the wrong-interface test changed the env): restarts Ray.
+    # Ray is up from the wrong-interface test (which removed its applications): nothing to do.
     cluster.ups.append(up(cluster.manifest, cluster.deps(cluster.up_log.append), UpOptions(timeout=240, collective_check=False)))
     manifest = cluster.manifest
     with cluster.dashboard() as dash:
@@ -421,7 +446,7 @@ def test_node_loss_while_serving_shows_dead_then_up_and_serve_restore_it(spannin
     monkeypatch.setenv("ORCH_API_KEY", served.api_key)
     workers = spanning.workers()
     victim = next(name for name, pids in workers.items() if pids and name != served.manifest.head.name)
-    with BackgroundClient(served) as client:
+    with BackgroundClient(served, pause_s=STEADY_PAUSE_S, answers_after=1) as client:
         killed_at = time.monotonic()
         cluster.bed.ns_exec(victim, ["kill", "-KILL", str(cluster.raylet_pid(victim))])
         calls: list[float] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -61,19 +62,30 @@ def test_request_without_the_api_key_gets_401(served_tiny):
 
 
 # The background client's pause between requests where a test proves the old revision answers
-# while a candidate starts and fails beside it (no switch happens): 4 requests a second show it
-# throughout, and leave the 2 cores to the candidate's start (at 0.05 s, ~12 requests a second kept
-# the serving engine, its router and HAProxy busy on them).
-STEADY_PAUSE_S = 0.25
+# while a candidate starts and fails beside it, or while a node is lost (no switch happens): a
+# request every 2 s shows it answering throughout. Denser traffic costs the candidate's start the
+# cores: vLLM's worker busy-polls its input queue for 1 s after every step (SpinCondition,
+# busy_loop_s=1 in vllm/distributed/device_communicators/shm_broadcast.py, vLLM 0.32), so a serving
+# engine takes a whole core as long as a request comes at least once a second. Measured on a 1-host
+# bed (tiny engine, whole machine's CPU over 30 s, of 2 cores): idle 0.23; a request every 2 s
+# 0.80; every 1 s 1.25; every 0.25 s 1.40 (the VLLM::Worker at 100%); every 0.05 s 1.65.
+STEADY_PAUSE_S = 2.0
+# The progress line of the side-by-side switch (orchestrator/workflows/rollout.py): "orch-r1 on /
+# takes revision 3's config: its new replica starts beside the old one, ...".
+SWITCH_MARK = " takes revision "
 
 
 class BackgroundClient:
     """Sends small completions to the public endpoint, one after another, until stopped; counts
     answers with tokens and everything else (with the first errors' text). ``pause_s`` between
-    requests: the default 0.05 s where the moment of a switch is what the test looks at."""
+    requests: the default 0.05 s where the moment of a switch is what the test looks at.
+    ``pause_s`` may be a function, asked before every wait (in steps of 0.1 s), so a test can pace
+    the client by the rollout's progress. ``answers_after``: answers counted after the change
+    returned before the client stops."""
 
-    def __init__(self, served, pause_s: float = 0.05) -> None:
-        self.served, self.pause_s = served, pause_s
+    def __init__(self, served, pause_s: float | Callable[[], float] = 0.05, answers_after: int = 3) -> None:
+        self.served, self.answers_after = served, answers_after
+        self._pause = pause_s if callable(pause_s) else (lambda: pause_s)
         self.ok, self.fail, self.errors = 0, 0, []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -94,7 +106,9 @@ class BackgroundClient:
                 else:
                     self.fail += 1
                     self.errors.append(detail)
-                time.sleep(self.pause_s)
+                waited = 0.0
+                while waited < self._pause() and not self._stop.wait(0.1):
+                    waited += 0.1
 
     def __enter__(self) -> BackgroundClient:
         self._thread.start()
@@ -103,9 +117,9 @@ class BackgroundClient:
         return self
 
     def __exit__(self, *exc) -> None:
-        # Three more answers after the change returned: requests right after the switch count too.
-        after = self.ok + self.fail + 3
-        wait_until(lambda: self.ok + self.fail >= after, what="3 answers after the change", timeout=120)
+        # More answers after the change returned: requests right after a switch count too.
+        after = self.ok + self.fail + self.answers_after
+        wait_until(lambda: self.ok + self.fail >= after, what=f"{self.answers_after} answer(s) after the change", timeout=120)
         self._stop.set()
         self._thread.join(60)
 
@@ -135,7 +149,8 @@ GENEROUS_SLO = "slo:\n  ttft_p95_ms: 120000\n  tpot_p95_ms: 60000\n"
 def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(served_tiny, monkeypatch, capsys, measured):
     """Issue 5: a new revision comes up beside the old one (candidate route, real completion),
     then the live application takes it with a Serve surge; a client sending requests the whole
-    time sees no failure. The change (max_num_seqs) leaves what later tests read (max_model_len,
+    time (every 2 s while the candidate loads, every 0.05 s from the switch on) sees no failure.
+    The change (max_num_seqs) leaves what later tests read (max_model_len,
     the application's name, the key) as it was. Issue 24: the rollout runs with --slo-gate under
     a generous slo:, so the candidate (which starts anyway) is also the gate's passing case: `orch
     bench` of the live revision records its levels, the candidate carries the heaviest one."""
@@ -165,7 +180,16 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     assert json.loads(capsys.readouterr().out)["target"]["replicas"] == 4
     gated = RolloutOptions(timeout_s=ROLLOUT_TIMEOUT_S, slo_gate=True)
     since = len(served_tiny.log)
-    with BackgroundClient(served_tiny) as client:
+
+    def pause() -> float:
+        # Dense from the switch (the live application's config PUT, then its router's and replica's
+        # replacement: where a request could find nobody to answer it) to the end; a request
+        # every STEADY_PAUSE_S while the candidate loads beside it (that stretch is what the
+        # missing-model-path, SLO-refusal and wrong-interface tests cover), so the serving
+        # engine's busy-polling leaves the candidate's start the cores.
+        return 0.05 if any(SWITCH_MARK in line for _, line in served_tiny.log[since:]) else STEADY_PAUSE_S
+
+    with BackgroundClient(served_tiny, pause_s=pause) as client:
         res = served_tiny.rollout(gated, manifest=load_manifest_file(slo_path), max_num_seqs=64)
     measured(f"side by side with the SLO gate: {served_tiny.timeline(since)}")
     assert res.action == "side_by_side", res.decision
@@ -224,7 +248,7 @@ def test_slo_gate_refuses_a_candidate_that_misses_the_slo_and_the_old_revision_s
     recorded = record_bench(state, tight, result, runs, "orch bench", time.time())
     assert recorded["revision"] == live.number and recorded["goodput"]["level"]["concurrency"] == 8, recorded
     since = len(served_tiny.log)
-    with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S) as client, pytest.raises(RolloutFailed) as err:
+    with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S, answers_after=1) as client, pytest.raises(RolloutFailed) as err:
         served_tiny.rollout(RolloutOptions(timeout_s=ROLLOUT_TIMEOUT_S, slo_gate=True), manifest=tight, max_num_seqs=1)
     measured(f"SLO gate refusal: {served_tiny.timeline(since)}")
     assert err.value.rolled_back and "SLO gate" in err.value.message and "TTFT p95" in err.value.message, err.value.message
