@@ -52,6 +52,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
 WORKER_MARK = "RayWorkerProc"
 
 
+def worker_pids(bed) -> dict[str, list[int]]:
+    """Host name -> pids of vLLM's Ray worker processes running there (own pid namespace)."""
+    out: dict[str, list[int]] = {}
+    for h in bed.hosts:
+        res = bed.ns_exec(h, ["ps", "-ww", "-eo", "pid=,args="])
+        out[h.name] = [int(line.split(None, 1)[0]) for line in res.stdout.splitlines() if WORKER_MARK in line]
+    return out
+
+
 class Spanning:
     def __init__(self, served: ServedTiny, up_log: list[str]) -> None:
         self.served, self.up_log = served, up_log
@@ -65,12 +74,7 @@ class Spanning:
         return self.served.cluster.bed
 
     def workers(self) -> dict[str, list[int]]:
-        """Host name -> pids of vLLM's Ray worker processes running there (own pid namespace)."""
-        out: dict[str, list[int]] = {}
-        for h in self.bed.hosts:
-            res = self.bed.ns_exec(h, ["ps", "-ww", "-eo", "pid=,args="])
-            out[h.name] = [int(line.split(None, 1)[0]) for line in res.stdout.splitlines() if WORKER_MARK in line]
-        return out
+        return worker_pids(self.bed)
 
     def environ(self, host: str, pid: int) -> dict[str, str]:
         res = self.bed.ns_exec(host, ["cat", f"/proc/{pid}/environ"])
@@ -233,13 +237,8 @@ def _remove_every_app(cluster: RayTestbedCluster) -> None:
             assert gone, sorted(apis.serve.status().applications)
 
     # ...and the engines' Ray workers with them (the spanning tests count the workers per host).
-    def no_workers():
-        for h in cluster.bed.hosts:
-            if WORKER_MARK in cluster.bed.ns_exec(h, ["ps", "-ww", "-eo", "args="]).stdout:
-                return None
-        return True
-
-    assert cluster.wait_for(no_workers, timeout=120), "engine workers left after every application was deleted"
+    gone = cluster.wait_for(lambda: not any(worker_pids(cluster.bed).values()) or None, timeout=120)
+    assert gone, f"engine workers left after every application was deleted: {worker_pids(cluster.bed)}"
 
 
 # Runs on the head with the cluster's environment: create (``create``) the placement group Serve
