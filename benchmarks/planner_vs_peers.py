@@ -227,9 +227,10 @@ def batch_of(row: dict) -> tuple[int, int]:
 
 def orch_prediction(row: dict) -> dict:
     spec = resolve_model(DATA / "configs" / row["model"])
-    shape = ClusterShape(row["tp"] * row["pp"], 1, int(row["total_gib"] * GIB), row["gpu"])
+    dp, ep = row.get("dp", 1), row.get("expert_parallel", False)  # a DP x EP row: one engine (one DP rank)
+    shape = ClusterShape(row["tp"] * row["pp"] * dp, 1, int(row["total_gib"] * GIB), row["gpu"])
     options = PlanOptions(vllm_version=row["vllm"], min_concurrency=0, **row["options"])
-    got = predict_engine(spec, shape, options, tp=row["tp"], pp=row["pp"], kv_stage=row.get("kv_stage"))
+    got = predict_engine(spec, shape, options, tp=row["tp"], pp=row["pp"], kv_stage=row.get("kv_stage"), dp=dp, expert_parallel=ep)
     return {"kv_gib": got.kv_gib, "kv_tokens": got.kv_tokens, "weights_gib": got.weights_gib}
 
 
