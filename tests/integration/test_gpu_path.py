@@ -1,7 +1,7 @@
 """The GPU serving path for real: vLLM's Ray executor, one replica spanning two test hosts.
 
-Three test hosts with one described H100 each (the spanning replica takes two; the third gives a
-candidate room beside a serving revision), a second network (``ib0``) on each whose traffic is
+Four test hosts with one described H100 each (the spanning replica takes two; the other two give
+the wrong-interface test's TP=2 candidate room beside it), a second network (``ib0``) on each whose traffic is
 dropped by nftables, and the vLLM device-key stand-in (``HostSpec(vllm_gpu=True)``,
 tests/testbed/vllm_gpu_standin/): the manifest says ``accelerator: gpu`` and names no interface,
 and orch renders and applies its GPU layout unchanged (``distributed_executor_backend: ray``, one
@@ -9,7 +9,7 @@ and orch renders and applies its GPU layout unchanged (``distributed_executor_ba
 `orch rollout --tp 2` (explicit: TP across nodes, with the planner's warning) deploys ONE
 application for the whole module; the tests read it.
 
-The 3-host bed and the served application are made once per module; the one-host TP=2 test
+The 4-host bed and the served application are made once per module; the one-host TP=2 test
 makes its own 1-host bed first and removes it. The whole module takes about 7-8 minutes on a
 quiet 2-core machine (docs/rollout.md has the figures).
 """
@@ -32,7 +32,6 @@ from orchestrator.doctor.diagnose import diagnose
 from orchestrator.errors import RolloutFailed
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.remote.connect import open_runners
-from orchestrator.serve.config import deploy_body
 from orchestrator.serve.desired import RolloutRequest, desired_for_model
 from orchestrator.serve.validate import validate_app
 from orchestrator.state import StateStore
@@ -93,10 +92,10 @@ class Spanning:
 
 @pytest.fixture(scope="module")
 def gpu_bed(testbed_factory, tiny_model_dir, tmp_path_factory):
-    """Three hosts x 1 described H100 with the stand-in, ib0 cut; no Ray yet. Torn down at the end.
-    Three, so that a TP=2 candidate has room beside a serving TP=1 revision (the wrong-interface
-    test); the spanning replica takes two of them."""
-    hosts = [HostSpec("1xH100-80GB", nics=("ib0",), vllm_gpu=True) for _ in range(3)]
+    """Four hosts x 1 described H100 with the stand-in, ib0 cut; no Ray yet. Torn down at the end.
+    Four, so that the wrong-interface test's TP=2 candidate has room beside the serving spanning
+    replica, which takes two of them (no revision of its own to start for that test)."""
+    hosts = [HostSpec("1xH100-80GB", nics=("ib0",), vllm_gpu=True) for _ in range(4)]
     bed = testbed_factory.make(hosts)
     for h in bed.hosts:
         bed.drop_interface(h, "ib0")
@@ -155,92 +154,6 @@ def test_one_host_with_two_gpus_runs_tp2_on_the_same_path(testbed_factory, tiny_
         bed.close()
 
 
-# pytest's per-test bound (setup.cfg, 900 s) covers this test's fixtures too: the module's bed and
-# Ray cluster, revision 1's engine, then the candidate's one attempt bounded at 600 s below. It
-# took 886 s in all on a loaded machine (load 15-24): the bound here keeps a hang from running on,
-# not the rollout's own deadline, which the test asserts.
-@pytest.mark.timeout(1500)
-def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(gpu_bed, tiny_model_dir, measured):
-    """An older revision (TP=1, one host) serves while a rollout of TP=2 across the two other
-    hosts runs with a manifest whose ``interface:`` does not reach the peer (``lo`` on every
-    node, as a user naming the wrong NIC would; orch puts a uniform interface in the app's
-    runtime env, so no `orch up` is needed for it to apply): Gloo advertises 127.0.0.1, the
-    peer's connect is refused and the candidate dies. The rollout fails at that first failed
-    start, not after Serve's retries, naming the cause it read in the failed replica's log with
-    its runbook; the old revision stays the serving one and answers every request sent
-    throughout, no candidate is left, and `orch doctor` names the same collective failure from
-    the nodes' logs. (Runs before ``spanning``; leaves Ray running with no application, so the
-    next `orch up` of the module's manifest has nothing to do and the spanning rollout is a fresh
-    deploy.)"""
-    cluster = gpu_bed
-    cluster.ups.append(up(cluster.manifest, cluster.deps(cluster.up_log.append), UpOptions(timeout=240, collective_check=False)))
-    old = _served(cluster, cluster.manifest_path, Path(tiny_model_dir))
-    old.first = old.rollout(tp=1)
-    bad_path = cluster.manifest_path.with_name(cluster.manifest_path.stem + "-wrong-nic.yaml")
-    bad_path.write_text(manifest_text(cluster.bed, model_store=Path(tiny_model_dir).parent,
-                                         node_overrides={h.name: {"interface": "lo"} for h in cluster.bed.hosts}))  # fmt: skip
-    bad_manifest = load_manifest_file(bad_path)
-    bad = _served(cluster, bad_path, Path(tiny_model_dir), api_key=old.api_key)
-    # The rollout fails at the candidate's first failed start: Serve's message then says it would
-    # retry 2 more times. The timeout only has to cover that one attempt (placement, the replica,
-    # the model-files task on each node, its EngineCore and the two engine workers starting, then
-    # Gloo failing within 2 s), no longer Serve's three; the test ends when the attempt fails.
-    # Measured on the loaded machine: 564 s to the failed rollout at load average 15-24, and the
-    # capture's first failed attempt at 621 s at load 20-38 (tests/data/serve/start-failures/),
-    # which the former 300 s would not have covered. pytest's 900 s per test bounds the whole.
-    timeout_s = 600.0
-    try:
-        with BackgroundClient(old, pause_s=STEADY_PAUSE_S, answers_after=1) as client:
-            t0 = time.monotonic()
-            with pytest.raises(RolloutFailed) as err:
-                bad.rollout(RolloutOptions(timeout_s=timeout_s), tp=2)
-            took = time.monotonic() - t0
-        measured(f"wrong interface beside a serving revision: rollout failed after {took:.0f} s ({err.value}); "
-              f"requests to the old revision ok={client.ok} failed={client.fail}; the rollout: {bad.timeline(0)}")
-        message = err.value.message
-        assert "failed to start with COLLECTIVE_PEER_LOOPBACK" in message and "(Serve would have tried 2 more time(s))" in message
-        assert "remote=[127.0.0.1]" in message and err.value.rolled_back
-        assert err.value.hint.endswith("runbooks/COLLECTIVE_PEER_LOOPBACK.md")
-        assert client.fail == 0, (client.fail, client.errors[:5])
-        assert client.ok > 5
-        state = StateStore(cluster.state_dir)
-        assert state.current_revision(bad_manifest.name).number == old.first.revision
-        assert state.list_revisions(bad_manifest.name)[-1].status == "failed"
-        token = state.read_token(bad_manifest.name)
-        with open_runners(bad_manifest, cluster.bed.known_hosts) as runners:
-            with open_cluster_apis(bad_manifest, runners, token) as apis:
-                # orch deleted the failed candidate; Serve reports it DELETING for a moment.
-                left = cluster.wait_for(lambda: sorted(apis.serve.status().applications) == [old.first.app_name], timeout=120)
-                assert left, sorted(apis.serve.status().applications)
-            report = diagnose(bad_manifest, runners)
-        found = [f for f in report.findings if f.code == "COLLECTIVE_PEER_LOOPBACK"]
-        assert found, [f.to_dict() for f in report.findings]
-        assert any("remote=[127.0.0.1]" in f.evidence for f in found), [f.evidence for f in found]
-        resp = _complete(old.endpoint, old.api_key)
-        # vLLM's fingerprint names tp only above 1 ("vllm-0.32.0-tp2-..."): the TP=1 engine answers.
-        assert resp.status_code == 200 and "-tp" not in resp.json().get("system_fingerprint", "-tp"), resp.text[:300]
-    except BaseException:
-        down(cluster.manifest, cluster.deps())  # a failed test leaves no engine behind for the next ones
-        raise
-    _remove_every_app(cluster)
-
-
-def _remove_every_app(cluster: RayTestbedCluster) -> None:
-    """Serve deletes every application (the deploy body with none), Ray keeps running: the next
-    `orch up` of the same manifest has nothing to do (a 3-host stop and start less)."""
-    manifest = cluster.manifest
-    token = StateStore(cluster.state_dir).read_token(manifest.name)
-    with open_runners(manifest, cluster.bed.known_hosts, nodes=[manifest.head.name]) as runners:
-        with open_cluster_apis(manifest, runners, token) as apis:
-            apis.serve.apply(deploy_body([], manifest))
-            gone = cluster.wait_for(lambda: not apis.serve.status().applications or None, timeout=120)
-            assert gone, sorted(apis.serve.status().applications)
-
-    # ...and the engines' Ray workers with them (the spanning tests count the workers per host).
-    gone = cluster.wait_for(lambda: not any(worker_pids(cluster.bed).values()) or None, timeout=120)
-    assert gone, f"engine workers left after every application was deleted: {worker_pids(cluster.bed)}"
-
-
 # Runs on the head with the cluster's environment: create (``create``) the placement group Serve
 # LLM would create for the rendered config, detached and named so that it outlives the driver, or
 # remove it (``remove``). The test reads it in between through Ray's state API.
@@ -279,7 +192,7 @@ def test_pp2_placement_lands_on_the_pinned_nodes(gpu_bed, tiny_model_dir):
     from ray.serve.llm import LLMConfig
 
     cluster = gpu_bed
-    # Ray is up from the wrong-interface test (which removed its applications): nothing to do.
+    # The module's first `orch up` (the spanning fixture's finds Ray up: nothing to do).
     cluster.ups.append(up(cluster.manifest, cluster.deps(cluster.up_log.append), UpOptions(timeout=240, collective_check=False)))
     manifest = cluster.manifest
     with cluster.dashboard() as dash:
@@ -334,7 +247,7 @@ def test_tp2_replica_spans_both_hosts_and_answers_with_the_key(spanning):
     assert llm["placement_group_config"] == {"strategy": "PACK", "bundles": [{"GPU": 1}, {"GPU": 1}]}
     assert any(r.startswith("warning: forced TP=2 exceeds the 1 GPU(s) per node") for r in first.plan["reasons"])
     workers = spanning.workers()
-    assert sorted(len(p) for p in workers.values()) == [0, 1, 1], workers  # two of the three hosts
+    assert sorted(len(p) for p in workers.values()) == [0, 0, 1, 1], workers  # two of the four hosts
     resp = _complete(spanning.served.endpoint, spanning.served.api_key)
     assert resp.status_code == 200, resp.text[:500]
     body = resp.json()
@@ -430,6 +343,76 @@ def test_the_cpu_engine_standing_in_for_the_h100s_never_calibrates_them(spanning
                "(its engine ran on vLLM's cpu platform, not on H100-80GB)" in r for r in plan["reasons"]), plan["reasons"]  # fmt: skip
 
 
+# pytest's per-test bound (setup.cfg, 900 s) covers this test's fixtures too: the module's bed, Ray
+# cluster and spanning engine when run alone, then the candidate's one attempt bounded at 600 s below. It
+# took 886 s in all on a loaded machine (load 15-24): the bound here keeps a hang from running on,
+# not the rollout's own deadline, which the test asserts.
+@pytest.mark.timeout(1500)
+def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(spanning, tiny_model_dir, measured):
+    """The module's serving revision (TP=2 on two hosts) serves while a rollout of TP=2 on the
+    two other hosts runs with a manifest whose ``interface:`` does not reach the peer (``lo`` on
+    every node, as a user naming the wrong NIC would; orch puts a uniform interface in the app's
+    runtime env, so no `orch up` is needed for it to apply): Gloo advertises 127.0.0.1, the
+    peer's connect is refused and the candidate dies. The rollout fails at that first failed
+    start, not after Serve's retries, naming the cause it read in the failed replica's log with
+    its runbook; the old revision stays the serving one and answers every request sent
+    throughout, no candidate is left (its engine workers gone), and `orch doctor` names the same
+    collective failure from the nodes' logs. (Runs after the tests that read the spanning
+    replica, before the node-loss test.)"""
+    cluster, old = spanning.cluster, spanning.served
+    serving_workers = sorted(len(p) for p in spanning.workers().values())
+    bad_path = cluster.manifest_path.with_name(cluster.manifest_path.stem + "-wrong-nic.yaml")
+    bad_path.write_text(manifest_text(cluster.bed, model_store=Path(tiny_model_dir).parent,
+                                         node_overrides={h.name: {"interface": "lo"} for h in cluster.bed.hosts}))  # fmt: skip
+    bad_manifest = load_manifest_file(bad_path)
+    bad = _served(cluster, bad_path, Path(tiny_model_dir), api_key=old.api_key)
+    # The rollout fails at the candidate's first failed start: Serve's message then says it would
+    # retry 2 more times. The timeout only has to cover that one attempt (placement, the replica,
+    # the model-files task on each node, its EngineCore and the two engine workers starting, then
+    # Gloo failing within 2 s), no longer Serve's three; the test ends when the attempt fails.
+    # Measured on the loaded machine (beside a TP=1 revision then): 564 s to the failed rollout at load average 15-24, and the
+    # capture's first failed attempt at 621 s at load 20-38 (tests/data/serve/start-failures/),
+    # which the former 300 s would not have covered. pytest's 900 s per test bounds the whole.
+    timeout_s = 600.0
+    try:
+        with BackgroundClient(old, pause_s=STEADY_PAUSE_S, answers_after=1) as client:
+            t0 = time.monotonic()
+            with pytest.raises(RolloutFailed) as err:
+                bad.rollout(RolloutOptions(timeout_s=timeout_s), tp=2)
+            took = time.monotonic() - t0
+        measured(f"wrong interface beside a serving revision: rollout failed after {took:.0f} s ({err.value}); "
+              f"requests to the old revision ok={client.ok} failed={client.fail}; the rollout: {bad.timeline(0)}")
+        message = err.value.message
+        assert "failed to start with COLLECTIVE_PEER_LOOPBACK" in message and "(Serve would have tried 2 more time(s))" in message
+        assert "remote=[127.0.0.1]" in message and err.value.rolled_back
+        assert err.value.hint.endswith("runbooks/COLLECTIVE_PEER_LOOPBACK.md")
+        assert client.fail == 0, (client.fail, client.errors[:5])
+        assert client.ok > 5
+        state = StateStore(cluster.state_dir)
+        assert state.current_revision(bad_manifest.name).number == old.first.revision
+        assert state.list_revisions(bad_manifest.name)[-1].status == "failed"
+        token = state.read_token(bad_manifest.name)
+        with open_runners(bad_manifest, cluster.bed.known_hosts) as runners:
+            with open_cluster_apis(bad_manifest, runners, token) as apis:
+                # orch deleted the failed candidate; Serve reports it DELETING for a moment.
+                left = cluster.wait_for(lambda: sorted(apis.serve.status().applications) == [old.first.app_name], timeout=120)
+                assert left, sorted(apis.serve.status().applications)
+            report = diagnose(bad_manifest, runners)
+        found = [f for f in report.findings if f.code == "COLLECTIVE_PEER_LOOPBACK"]
+        assert found, [f.to_dict() for f in report.findings]
+        assert any("remote=[127.0.0.1]" in f.evidence for f in found), [f.evidence for f in found]
+        resp = _complete(old.endpoint, old.api_key)
+        assert resp.status_code == 200 and "-tp2-" in resp.json().get("system_fingerprint", ""), resp.text[:300]
+        # the candidate's engine workers are gone: only the serving replica's two remain
+        settled = cluster.wait_for(lambda: sorted(len(p) for p in spanning.workers().values()) == serving_workers or None, timeout=120)
+        assert settled, (serving_workers, spanning.workers())
+    except BaseException:
+        down(cluster.manifest, cluster.deps())  # a failed test leaves no engine behind for the next ones
+        raise
+
+
+
+
 # One generous deadline for `orch status` to show the outage (the issue asks for 30 s; the time it
 # took is printed and quoted in docs/rollout.md, not asserted: the machine is shared).
 OUTAGE_DEADLINE_S = 180.0
@@ -491,4 +474,4 @@ def test_node_loss_while_serving_shows_dead_then_up_and_serve_restore_it(spannin
           f"(restored by {restored_by}); background requests ok={client.ok} failed={client.fail}")
     assert _complete(served.endpoint, served.api_key).status_code == 200
     after = spanning.workers()
-    assert sorted(len(p) for p in after.values()) == [0, 1, 1], after
+    assert sorted(len(p) for p in after.values()) == [0, 0, 1, 1], after
