@@ -56,12 +56,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.plan.calibration import predict_engine  # noqa: E402
-from orchestrator.plan.capacity import PlanOptions  # noqa: E402
-from orchestrator.plan.catalog import resolve_model  # noqa: E402
 from orchestrator.plan.engine_terms import engine_terms, parse_vllm_version  # noqa: E402
 from orchestrator.plan.memory import GIB  # noqa: E402
-from orchestrator.plan.shape import ClusterShape  # noqa: E402
+from tests.fixtures.planner_rows import predict_row  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "planner"
 PEERS = ("llm-d-planner[estimation]==0.3.3", "hf-mem==0.5.6", "aiconfigurator==0.12.0")
@@ -226,11 +223,7 @@ def batch_of(row: dict) -> tuple[int, int]:
 
 
 def orch_prediction(row: dict) -> dict:
-    spec = resolve_model(DATA / "configs" / row["model"])
-    dp, ep = row.get("dp", 1), row.get("expert_parallel", False)  # a DP x EP row: one engine (one DP rank)
-    shape = ClusterShape(row["tp"] * row["pp"] * dp, 1, int(row["total_gib"] * GIB), row["gpu"])
-    options = PlanOptions(vllm_version=row["vllm"], min_concurrency=0, **row["options"])
-    got = predict_engine(spec, shape, options, tp=row["tp"], pp=row["pp"], kv_stage=row.get("kv_stage"), dp=dp, expert_parallel=ep)
+    got = predict_row(row)
     return {"kv_gib": got.kv_gib, "kv_tokens": got.kv_tokens, "weights_gib": got.weights_gib}
 
 

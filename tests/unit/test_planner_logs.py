@@ -13,34 +13,21 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 
-from orchestrator.plan.calibration import EngineFigures, predict_engine, relative_error
-from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.catalog import resolve_model
-from orchestrator.plan.memory import GIB
-from orchestrator.plan.shape import GPU_TYPES, ClusterShape
+from orchestrator.plan.calibration import relative_error
+from orchestrator.plan.shape import GPU_TYPES
+from tests.fixtures.planner_rows import DATA, predict_row
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "planner"
 ROWS = json.loads((DATA / "vllm_logs.json").read_text())["rows"]
 FIT = [r for r in ROWS if r["set"] == "fit"]
 HELD_OUT = [r for r in ROWS if r["set"] == "held_out"]
 
 
-def predict(row: dict) -> EngineFigures:
-    """One engine (one DP rank) as orch sizes it; a row with "dp"/"expert_parallel" is a DP x EP layout."""
-    spec = resolve_model(DATA / "configs" / row["model"])
-    dp, ep = row.get("dp", 1), row.get("expert_parallel", False)
-    shape = ClusterShape(row["tp"] * row["pp"] * dp, 1, int(row["total_gib"] * GIB), row["gpu"])
-    options = PlanOptions(vllm_version=row["vllm"], min_concurrency=0, **row["options"])
-    return predict_engine(spec, shape, options, tp=row["tp"], pp=row["pp"], kv_stage=row.get("kv_stage"), dp=dp, expert_parallel=ep)
-
-
 def kv_error(row: dict) -> float:
     """Tokens where vLLM printed tokens, else the KV memory it printed."""
-    got = predict(row)
+    got = predict_row(row)
     if row["kv_tokens"] is not None:
         assert got.kv_tokens is not None
         return relative_error(got.kv_tokens, row["kv_tokens"])
@@ -62,19 +49,19 @@ def test_the_table_covers_versions_gpus_and_both_parallelisms():
 
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r['set']}-{r['id']}" for r in ROWS])
 def test_kv_within_10_percent_of_what_vllm_printed(row):
-    assert abs(kv_error(row)) <= 0.10, (row["id"], predict(row), row["kv_tokens"], row["kv_gib"])
+    assert abs(kv_error(row)) <= 0.10, (row["id"], predict_row(row), row["kv_tokens"], row["kv_gib"])
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r['set']}-{r['id']}" for r in ROWS])
 def test_kv_memory_within_10_percent_where_tokens_were_printed_too(row):
-    got = predict(row)
+    got = predict_row(row)
     assert got.kv_gib is not None
     assert abs(relative_error(got.kv_gib, row["kv_gib"])) <= 0.10, (row["id"], got.kv_gib, row["kv_gib"])
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r['set']}-{r['id']}" for r in ROWS])
 def test_weights_within_3_percent_of_what_vllm_printed(row):
-    got = predict(row)
+    got = predict_row(row)
     assert got.weights_gib is not None
     assert abs(relative_error(got.weights_gib, row["weights_gib"])) <= 0.03, (row["id"], got.weights_gib, row["weights_gib"])
 
