@@ -51,15 +51,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
 WORKER_MARK = "RayWorkerProc"
 
 
-def worker_pids(bed) -> dict[str, list[int]]:
-    """Host name -> pids of vLLM's Ray worker processes running there (own pid namespace)."""
-    out: dict[str, list[int]] = {}
-    for h in bed.hosts:
-        res = bed.ns_exec(h, ["ps", "-ww", "-eo", "pid=,args="])
-        out[h.name] = [int(line.split(None, 1)[0]) for line in res.stdout.splitlines() if WORKER_MARK in line]
-    return out
-
-
 class Spanning:
     def __init__(self, served: ServedTiny, up_log: list[str]) -> None:
         self.served, self.up_log = served, up_log
@@ -73,7 +64,12 @@ class Spanning:
         return self.served.cluster.bed
 
     def workers(self) -> dict[str, list[int]]:
-        return worker_pids(self.bed)
+        """Host name -> pids of vLLM's Ray worker processes running there (own pid namespace)."""
+        out: dict[str, list[int]] = {}
+        for h in self.bed.hosts:
+            res = self.bed.ns_exec(h, ["ps", "-ww", "-eo", "pid=,args="])
+            out[h.name] = [int(line.split(None, 1)[0]) for line in res.stdout.splitlines() if WORKER_MARK in line]
+        return out
 
     def environ(self, host: str, pid: int) -> dict[str, str]:
         res = self.bed.ns_exec(host, ["cat", f"/proc/{pid}/environ"])
@@ -370,8 +366,8 @@ def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(spanni
     # retry 2 more times. The timeout only has to cover that one attempt (placement, the replica,
     # the model-files task on each node, its EngineCore and the two engine workers starting, then
     # Gloo failing within 2 s), no longer Serve's three; the test ends when the attempt fails.
-    # Measured on the loaded machine (beside a TP=1 revision then): 564 s to the failed rollout at load average 15-24, and the
-    # capture's first failed attempt at 621 s at load 20-38 (tests/data/serve/start-failures/),
+    # Measured on a loaded machine (beside a TP=1 revision then): 564 s to the failed rollout at
+    # load average 15-24, and the capture's first failed attempt at 621 s at load 20-38 (tests/data/serve/start-failures/),
     # which the former 300 s would not have covered. pytest's 900 s per test bounds the whole.
     timeout_s = 600.0
     try:
@@ -409,8 +405,6 @@ def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(spanni
     except BaseException:
         down(cluster.manifest, cluster.deps())  # a failed test leaves no engine behind for the next ones
         raise
-
-
 
 
 # One generous deadline for `orch status` to show the outage (the issue asks for 30 s; the time it
