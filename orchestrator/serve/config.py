@@ -10,7 +10,8 @@ key only exists in the body of the PUT (``RenderedApp.with_api_key``).
 
 Beside it: ``app_shape`` (where the llm config sits in either shape), ``placement`` (bundles, stage pins), ``engine_args`` (--engine-arg, dtype),
 ``fingerprint`` (what makes two configs the same revision; the key masked), ``validate`` (Ray
-Serve LLM's own ``LLMConfig``).
+Serve LLM's own ``LLMConfig``), ``node_hooks`` (the callback that skips Serve LLM's per-node
+model task, and the PYTHONPATH that finds it on the nodes).
 
 No I/O except reading the template (through ``orchestrator.resources``).
 """
@@ -26,6 +27,7 @@ from typing import Any
 from orchestrator.errors import ServeConfigError
 from orchestrator.manifest.model import Manifest
 from orchestrator.resources import read_text
+from orchestrator.serve import node_hooks
 from orchestrator.serve.app_shape import DP_IMPORT_PATH, OPENAI_IMPORT_PATH, llm_config_of
 from orchestrator.serve.engine_args import check_engine_arg_key, vllm_dtype
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint
@@ -298,6 +300,10 @@ def render_app(
             "target_ongoing_requests": defaults.autoscaling_target_ongoing or requests.autoscaling_target,
         }
     request_router = router_class(defaults.request_router)
+    env_vars = serving_env(manifest, plan, defaults, node_cores)
+    hooks = node_hooks.uses_hooks(target.model_source)
+    if hooks:  # the callback that skips Serve LLM's per-node model task imports from orch's folder
+        env_vars["PYTHONPATH"] = node_hooks.pythonpath(manifest.name, env_vars.get("PYTHONPATH"))
     context = {
         "import_path": DP_IMPORT_PATH if plan.data_parallel else IMPORT_PATH,
         "dp": plan.dp,
@@ -317,7 +323,8 @@ def render_app(
         "api_key_placeholder": API_KEY_PLACEHOLDER,
         "bundles": bundles,
         "strategy": strategy,
-        "env_vars": serving_env(manifest, plan, defaults, node_cores),
+        "env_vars": env_vars,
+        "callback_class": node_hooks.CALLBACK_CLASS if hooks else None,
         "num_replicas": low,
         "request_router_class": request_router,
         "autoscaling": autoscaling,

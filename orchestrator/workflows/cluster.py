@@ -65,6 +65,7 @@ from orchestrator.preflight.findings import Finding
 from orchestrator.preflight.run import run_checks
 from orchestrator.remote.runner import Runner, fan_out
 from orchestrator.runbooks import runbook
+from orchestrator.serve import node_hooks
 from orchestrator.state import StateStore
 from orchestrator.status.nodes import StatusReport, build_nodes_section
 from orchestrator.workflows.collective import CollectiveCheck, collective_stage, run_collective_check
@@ -168,11 +169,35 @@ class UpResult:
 # ------------------------------------------------------------------------------ node actions
 
 
-def _token_path_on(runner: Runner, manifest: Manifest) -> str:
+def node_home(runner: Runner) -> str:
+    """The node user's home, as the node reports it (an absolute path, or an error naming the node)."""
     home = runner.run(["printenv", "HOME"], timeout=30).check(runner.node).stdout.strip()
     if not home.startswith("/"):
         raise CommandFailedError(f"{runner.node}: HOME is not an absolute path ({home!r})", node=runner.node)
-    return node_token_path(manifest.name, home)
+    return home
+
+
+def _token_path_on(runner: Runner, manifest: Manifest) -> str:
+    return node_token_path(manifest.name, node_home(runner))
+
+
+def install_serve_hooks(runner: Runner, manifest: Manifest) -> str:
+    """Write orch's Serve LLM callback module (``serve.node_hooks``) under the node user's home,
+    where the rendered application's PYTHONPATH finds it; return its path there. Idempotent (an
+    atomic rewrite of the same text)."""
+    path = node_hooks.hooks_path(manifest.name, node_home(runner))
+    runner.put_file(path, node_hooks.SOURCE.encode(), 0o644)
+    return path
+
+
+def remove_serve_hooks(runner: Runner, manifest: Manifest) -> None:
+    """Delete the module and its folder (`orch down`): only orch's own file, never the folder's
+    other contents."""
+    folder = node_hooks.hooks_dir(manifest.name, node_home(runner))
+    runner.run(["rm", "-f", "--", f"{folder}/{node_hooks.MODULE}.py"], timeout=30).check(runner.node)
+    # Not checked: nodes sharing a home race for it; an empty folder left behind is harmless.
+    runner.run(["rm", "-rf", "--", f"{folder}/__pycache__"], timeout=30)
+    runner.run(["rmdir", "--ignore-fail-on-non-empty", "--", folder, folder.rsplit("/", 1)[0]], timeout=30)
 
 
 def install_token(runner: Runner, manifest: Manifest, token: str) -> str:
@@ -394,6 +419,7 @@ def _carry_out(
             if node.name in plan.stop:
                 stop_node(r, manifest, node, cluster_id)
             path = install_token(r, manifest, token) if token is not None else None
+            install_serve_hooks(r, manifest)  # before Ray starts: a replica Serve restarts may land here
             env = ray_process_env(manifest, node, facts.get(node.name), path, options.serve_env, cluster_id=cluster_id)
             if haproxy_enabled(env):  # HAProxy's admin socket goes in here: no other user may reach it
                 folder = haproxy_dir(manifest.ray.temp_dir)

@@ -11,7 +11,7 @@ from typing import Any
 from orchestrator import cluster_lock
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner, fan_out
-from orchestrator.workflows.cluster import NOT_REACHED, ClusterDeps, remove_token, stop_node
+from orchestrator.workflows.cluster import NOT_REACHED, ClusterDeps, remove_serve_hooks, remove_token, stop_node
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ def _down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
     def stop_and_forget(r: Runner) -> str:
         node = manifest.node(r.node)
         done = stop_node(r, manifest, node, cluster_id)
+        remove_serve_hooks(r, manifest)
         if manifest.ray.token_auth:
             remove_token(r, manifest, keep=state_token if node.transport == "local" else None)
             done += "; token removed"

@@ -58,6 +58,7 @@ from orchestrator.workflows.rollout_steps import (
     check_ready,
     node_cores,
     put,
+    put_serve_hooks,
     replica_log_error,
     restore,
     restore_plan,
@@ -277,6 +278,8 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         reach("check the model path on the nodes")
         if options.check_model_path:
             check_model_path(manifest, link.runners, desired.model_source)
+        reach("put orch's Serve hook module on the nodes")
+        put_serve_hooks(manifest, link.runners, app.app)
         keep = [attempt.restore.config] if side and attempt.restore.config else []
         reach(f"apply {app.name} ({attempt.decision.kind})")
         t_apply = deps.clock()

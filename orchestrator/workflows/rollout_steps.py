@@ -27,14 +27,15 @@ from typing import Any, Protocol
 from orchestrator.errors import ServeError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.polling import poll_until
-from orchestrator.remote.runner import Runner
-from orchestrator.serve import decisions
+from orchestrator.remote.runner import Runner, fan_out
+from orchestrator.serve import decisions, node_hooks
 from orchestrator.serve.app_shape import llm_config_of, llm_configs
 from orchestrator.serve.client import APP_RUNNING, AppStatus, ServeApiError, ServeStatus, failure_messages
 from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.serve.secrets import fill_secrets, placeholder_paths, unfilled
 from orchestrator.state import Revision, StateStore
+from orchestrator.workflows.cluster import install_serve_hooks
 from orchestrator.workflows.start_failures import Stop, stop_text
 
 Progress = Callable[[str], None]
@@ -282,6 +283,22 @@ def check_model_path(manifest: Manifest, runners: Mapping[str, Runner], source: 
             f"model path {source} does not exist on node(s) {', '.join(sorted(missing))} (no {source.rstrip('/')}/config.json)",
             "put it on every node with `orch model sync CLUSTER.yaml --model NAME` (or `orch rollout --sync-model`); "
             "orch never copies it unasked",
+        )
+
+
+def put_serve_hooks(manifest: Manifest, runners: Mapping[str, Runner], app: Mapping[str, Any]) -> None:
+    """orch's Serve LLM callback module on every node, before an apply whose application names
+    it (``serve.node_hooks``): `orch up` writes it too, but a cluster an older orch started has
+    none, and a replica whose callback does not import never starts."""
+    if (llm_config_of(app).get("callback_config") or {}).get("callback_class") != node_hooks.CALLBACK_CLASS:
+        return
+    failed = [o for o in fan_out(list(runners.values()), lambda r: install_serve_hooks(r, manifest)) if not o.ok]
+    if failed:
+        raise Failure(
+            "could not write orch's Serve hook module on node(s) "
+            + "; ".join(f"{o.node}: {o.error.message if o.error else ''}" for o in failed),
+            hint=f"the module goes to ~/.orch/nodes/{manifest.name}/python/{node_hooks.MODULE}.py of the SSH user; "
+            "check that the home folder is writable and the disk not full",
         )
 
 

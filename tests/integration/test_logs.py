@@ -30,6 +30,10 @@ def test_the_replicas_log_and_a_raylets_tail(served_tiny, capsys):
     assert headers and all("/logs/worker-" in h for h in headers), headers
     # vLLM's own start-up lines are in the replica's log (the engine writes to its stdout)
     assert "KV cache size" in out and "Maximum concurrency" in out
+    # orch's callback (serve/node_hooks.py) loaded from the folder `orch up` wrote, and Serve LLM's
+    # per-node model task did not start (its own line, node_initialization_utils.py)
+    assert "orch: Serve LLM's per-node model task skipped (the model is " in out
+    assert "Running tasks to download model files on worker nodes" not in out
 
     # the CPU layout runs the engine in one process: no engine worker to show, and it says why
     assert main(s.cluster.cli("logs", s.manifest_path, "--rank", "0")) == 2

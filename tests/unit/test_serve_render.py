@@ -63,6 +63,8 @@ def test_the_405b_manifest_renders_in_full(gpu_manifest):
                 "GLOO_SOCKET_IFNAME": "ib0",
                 "NCCL_DEBUG": "WARN",
                 "NCCL_IB_DISABLE": "0",
+                # orch's folder on each node first (expanded there by Ray as a worker starts)
+                "PYTHONPATH": "${HOME}/.orch/nodes/llama405/python:${PYTHONPATH}",
             }
         },
         "args": {
@@ -82,6 +84,8 @@ def test_the_405b_manifest_renders_in_full(gpu_manifest):
                         "distributed_executor_backend": "ray",
                         "api_key": ["<redacted>"],
                     },
+                    # skips Serve LLM's per-node model task (ray/llm/_internal/common/callbacks/base.py)
+                    "callback_config": {"callback_class": "orch_serve_hooks.SkipNodeInit"},
                     "placement_group_config": {"strategy": "PACK", "bundles": pins},
                     "deployment_config": {
                         "num_replicas": 1,
@@ -275,3 +279,23 @@ def test_autoscaling_bounds_and_target_from_a_measured_policy(gpu_manifest):
     fixed = render_app(gpu_manifest, plan, TARGET, node_resource=node_resource,
                        defaults=ServeDefaults(autoscaling_min_replicas=2, autoscaling_max_replicas=2, autoscaling_target_ongoing=6)).app  # fmt: skip
     assert _llm(fixed)["deployment_config"]["num_replicas"] == 2 and "autoscaling_config" not in _llm(fixed)["deployment_config"]
+
+
+def test_a_remote_model_source_keeps_serve_llms_per_node_download(gpu_manifest):
+    """Serve LLM's per-node task downloads from a bucket (download_utils.download_model_files with
+    a CloudMirrorConfig): no callback that skips it, no PYTHONPATH of orch's; a local path skips it."""
+    plan = ServingPlan(tp=8, pp=2, max_model_len=8192, dtype="bf16", gpu_memory_utilization=0.9)
+    for source in ("s3://models/llama-405b", "gs://models/llama-405b", "abfss://c@a.dfs.core.windows.net/m"):
+        app = render_app(gpu_manifest, plan, AppTarget("orch-r2", "/_orch/r2", "llama3-405b", source),
+                         node_resource=node_resource, stage_nodes=["gpu-a", "gpu-b"]).app  # fmt: skip
+        assert "callback_config" not in _llm(app) and "PYTHONPATH" not in app["runtime_env"]["env_vars"], source
+    app = render_app(gpu_manifest, plan, AppTarget("orch-r2", "/_orch/r2", "llama3-405b", "meta-llama/Llama-3.1-405B"),
+                     node_resource=node_resource, stage_nodes=["gpu-a", "gpu-b"]).app  # fmt: skip
+    assert _llm(app)["callback_config"] == {"callback_class": "orch_serve_hooks.SkipNodeInit"}
+
+
+def test_the_manifests_pythonpath_stays_behind_orchs_folder(cpu_manifest):
+    manifest = cpu_manifest.model_copy(update={"env": {**cpu_manifest.env, "PYTHONPATH": "/opt/site"}})
+    plan = ServingPlan(tp=1, pp=1, max_model_len=2048, dtype="bf16")
+    app = render_app(manifest, plan, AppTarget("orch-r1", "/", "tiny", "/models/tiny"), node_resource=node_resource).app
+    assert app["runtime_env"]["env_vars"]["PYTHONPATH"] == "${HOME}/.orch/nodes/local/python:/opt/site"

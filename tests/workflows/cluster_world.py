@@ -96,6 +96,9 @@ class World:
             if argv[:3] == ("rm", "-f", "--"):
                 world.runners[name].files.pop(argv[3], None)
                 return result()
+            if argv[:3] == ("rm", "-rf", "--"):
+                world.dirs.append(argv)
+                return result()
             if argv[:3] == (PY, "-c", FREE_PORT_SCRIPT):
                 return result("41234\n")
             if argv[:2] == (PY, "-c") and len(argv) > 3 and argv[3] == JOB_MARK:

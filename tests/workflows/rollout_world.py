@@ -177,8 +177,8 @@ def make_world(tmp_path, manifest_text=MANIFEST):
     w.serve, w.endpoint, w.nodes = FakeServe(), FakeEndpoint(), _nodes()
     w.runners = {
         "head": FakeRunner("head", default=result()).on(Prefix("tail"), result(stdout="INFO start\nValueError: from the log\n"))
-        .on(("nproc",), result(stdout="8\n")),
-        "w1": FakeRunner("w1", default=result()).on(("nproc",), result(stdout="4\n")),
+        .on(("nproc",), result(stdout="8\n")).on(("printenv", "HOME"), result(stdout="/home/ops\n")),
+        "w1": FakeRunner("w1", default=result()).on(("nproc",), result(stdout="4\n")).on(("printenv", "HOME"), result(stdout="/home/ops\n")),
     }
     w.validated = []
 

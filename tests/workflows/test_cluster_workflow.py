@@ -62,6 +62,9 @@ def test_fresh_up_starts_every_node_and_records(env):
         assert world.verbs(name) == ["stop", "start"]
         f = world.runners[name].files["/home/ops/.orch/nodes/tb/ray-token"]
         assert f.content == b"t0k3n\n" and f.mode == 0o600
+        # the Serve LLM callback module the rendered applications name (readable by Ray's workers)
+        hooks = world.runners[name].files["/home/ops/.orch/nodes/tb/python/orch_serve_hooks.py"]
+        assert b"class SkipNodeInit(CallbackBase)" in hooks.content and hooks.mode == 0o644
     assert ("mkdir", "-p", "-m", "700", "--", "/home/ops/.orch/nodes/tb") in world.dirs
     token_file = deps.state.token_path("tb")
     assert token_file.read_text() == "t0k3n\n" and stat.S_IMODE(token_file.stat().st_mode) == 0o600
@@ -257,10 +260,10 @@ def test_down_reports_unreachable_node_and_stops_the_others(env):
     assert set(world.running) == {"w1"}
     assert by["head"].detail == "stopped 3 processes (vLLM: VLLM::EngineCore); token removed"
     for name in ("head", "w2"):
-        assert world.runners[name].files == {}  # the node's token copy is gone
-        assert ("rmdir", "--ignore-fail-on-non-empty", "--", "/home/ops/.orch/nodes/tb") in [
-            c.argv for c in world.runners[name].calls
-        ]
+        assert world.runners[name].files == {}  # the node's token copy and the hook module are gone
+        calls = [c.argv for c in world.runners[name].calls]
+        assert ("rmdir", "--ignore-fail-on-non-empty", "--", "/home/ops/.orch/nodes/tb") in calls
+        assert ("rmdir", "--ignore-fail-on-non-empty", "--", "/home/ops/.orch/nodes/tb/python", "/home/ops/.orch/nodes/tb") in calls
     assert "/home/ops/.orch/nodes/tb/ray-token" in world.runners["w1"].files
     # w1 did not confirm: the cluster is not recorded as down (its Ray may still run there)
     assert not res.recorded_down and deps.state.get_cluster("tb").state == "up"
