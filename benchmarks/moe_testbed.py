@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -51,8 +52,11 @@ LAYOUTS = (
 )
 
 
-def testbed_part(requests: int = 32, concurrency: int = 8, output_tokens: int = 32, dp_timeout_s: float = 420.0) -> dict:
-    """Both layouts on one fresh 2-host bed, the same load; see the module docstring."""
+def testbed_part(requests: int = 32, concurrency: int = 8, output_tokens: int = 32, dp_timeout_s: float = 420.0,
+                 layouts: tuple[str, ...] = tuple(label for label, _ in LAYOUTS), keep_logs: Path | None = None) -> dict:  # fmt: skip
+    """Both layouts on one fresh 2-host bed, the same load; see the module docstring. ``layouts``:
+    the labels to run (in LAYOUTS' order); ``keep_logs``: a folder that gets each host's Ray logs
+    (replicas, engine workers) before the bed goes."""
     reason = check_capabilities()
     if reason:
         return {"status": "not run", "why": reason}
@@ -61,10 +65,11 @@ def testbed_part(requests: int = 32, concurrency: int = 8, output_tokens: int = 
     work = Path(tempfile.mkdtemp(prefix="orch-moe-testbed-"))
     model = build_tiny_moe(work / "models" / "tiny-moe")
     out: dict = {"model": "tiny-moe (orchestrator.plan.tinymodel.build_tiny_moe, qwen3_moe)", "load": load}
+    bed = None
     try:
         bed = factory.make([HostSpec("1xH100-80GB", vllm_gpu=True) for _ in range(2)])
         with served_on_bed(bed, work, model) as (_, served):
-            for label, layout in LAYOUTS:
+            for label, layout in [(label, layout) for label, layout in LAYOUTS if label in layouts]:
                 timeout = dp_timeout_s if "dp" in layout else 900.0
                 options = RolloutOptions(timeout_s=timeout, allow_downtime=True)
                 t0 = time.monotonic()
@@ -81,6 +86,12 @@ def testbed_part(requests: int = 32, concurrency: int = 8, output_tokens: int = 
         both = a.get("served") and b.get("served") and a.get("output_tok_s")
         out["dp2_ep_over_tp2_tok_s"] = round(b["output_tok_s"] / a["output_tok_s"], 3) if both else None
     finally:
+        if keep_logs is not None and bed is not None:
+            for h in bed.hosts:
+                logs = (h.ray_dir / "session_latest").resolve() / "logs"
+                if logs.is_dir():
+                    shutil.copytree(logs, keep_logs / h.name, dirs_exist_ok=True)
+            out["logs"] = str(keep_logs)
         factory.close_all()
     return out
 
@@ -91,8 +102,11 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--output-tokens", type=int, default=32)
     p.add_argument("--dp-timeout", type=float, default=420.0, help="seconds the DP rollout may take before it counts as failed")
+    p.add_argument("--layouts", default=",".join(label for label, _ in LAYOUTS), help="which layouts to run (comma-separated labels)")
+    p.add_argument("--keep-logs", type=Path, help="copy each host's Ray logs here before the bed is torn down")
     args = p.parse_args()
-    out = testbed_part(args.requests, args.concurrency, args.output_tokens, args.dp_timeout)
+    out = testbed_part(args.requests, args.concurrency, args.output_tokens, args.dp_timeout,
+                       tuple(args.layouts.split(",")), args.keep_logs)  # fmt: skip
     print(json.dumps(out, indent=1))
     return 0 if out.get("status") != "not run" else 1
 

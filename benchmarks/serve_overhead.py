@@ -385,6 +385,8 @@ def measure(base_url: str, key: str | None, concurrency: int, requests: int, out
         "ttft_p50_s": pct(ttfts, 50),
         "ttft_p95_s": pct(ttfts, 95),
         "headers_p50_s": pct(heads, 50),
+        # what the failed requests got (the first distinct answers), so a failed run says why
+        "errors": sorted({str(r.error)[:300] for r in records if not r.ok})[:3],
     }
 
 
