@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -88,7 +89,9 @@ def testbed_part(requests: int = 32, concurrency: int = 8, output_tokens: int = 
     finally:
         if keep_logs is not None and bed is not None:
             for h in bed.hosts:
-                logs = (h.ray_dir / "session_latest").resolve() / "logs"
+                # session_latest links to the session by its path inside the host's mount namespace
+                link = h.ray_dir / "session_latest"
+                logs = h.ray_dir / Path(os.readlink(link)).name / "logs" if link.is_symlink() else link / "logs"
                 if logs.is_dir():
                     shutil.copytree(logs, keep_logs / h.name, dirs_exist_ok=True)
             out["logs"] = str(keep_logs)

@@ -93,6 +93,23 @@ class Chunk:
 _DONE_CHUNK = Chunk(done=True)
 
 
+def _carries_a_token(choice: dict) -> bool:
+    """Without ``token_ids``: whether a streamed choice reports a generated token. vLLM sends a
+    choice only for new tokens (``completion_stream_generator`` in
+    vllm/entrypoints/openai/completion/serving.py skips a chunk with no text and no token ids
+    until the first token), and its text is empty when the detokenizer holds back an incomplete
+    UTF-8 sequence (byte-level tokens of CJK text, emoji, a random model's output): that chunk
+    is still a token, and vLLM's own benchmark times the first token at the first choice chunk
+    (vllm/benchmarks/lib/endpoint_request_func.py). A chat stream's first chunk only announces the
+    role (``{"role": "assistant", "content": ""}``): not a token."""
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
+            return True
+        return "role" not in delta and isinstance(delta.get("content"), str)
+    return isinstance(choice.get("text"), str)
+
+
 def read_chunk(payload: str) -> Chunk:
     """Interpret one SSE payload of a completions or chat-completions stream."""
     if payload == DONE:
@@ -115,13 +132,8 @@ def read_chunk(payload: str) -> Chunk:
         ids = choice.get("token_ids")
         if ids:
             tokens += len(ids)
-        elif ids is None:
-            delta = choice.get("delta")
-            text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-            if delta is not None and not text and isinstance(delta, dict):
-                text = delta.get("reasoning_content") or delta.get("reasoning")
-            if text:
-                tokens += 1
+        elif ids is None and _carries_a_token(choice):
+            tokens += 1
         finish = choice.get("finish_reason") or finish
     usage = obj.get("usage")
     if isinstance(usage, dict):

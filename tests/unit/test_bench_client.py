@@ -96,6 +96,23 @@ def test_streamed_chunks_get_their_own_arrival_times():
     assert rec.tpot == pytest.approx((rec.token_times[-1] - rec.token_times[0]) / 3)
 
 
+def test_tokens_whose_text_is_held_back_still_time_the_first_token():
+    """Without token ids (a server that does not return them): vLLM streams a choice per new token
+    with an empty text while the detokenizer holds back an incomplete UTF-8 sequence (byte tokens
+    of CJK text, emoji, a random model's output). Each is a token: the first times TTFT."""
+
+    def held(i: int) -> str:
+        return json.dumps({"choices": [{"index": 0, "text": "" if i < 4 else "字", "finish_reason": None}]})
+
+    async def body():
+        for part in (sse(held(1)), sse(held(2)), sse(held(3)), sse(held(4), USAGE, "[DONE]")):
+            yield part
+
+    rec = asyncio.run(one(lambda r: httpx.Response(200, content=body()), FakeClock(0.01)))
+    assert rec.ok and rec.output_tokens == 4 and len(rec.token_times) == 4
+    assert rec.ttft == pytest.approx(rec.token_times[0]) and rec.token_times[0] < rec.token_times[3]
+
+
 @pytest.mark.parametrize(
     "handler, kind",
     [

@@ -64,9 +64,17 @@ def test_chat_role_chunk_is_not_a_token_but_an_empty_text_token_is():
     assert read_chunk(CHAT_EMPTY_TEXT_TOKEN[6:]).tokens == 1
 
 
-def test_without_token_ids_a_non_empty_text_delta_counts_one_token():
+def test_without_token_ids_each_choice_with_text_counts_one_token_even_empty():
     assert read_chunk('{"choices":[{"index":0,"text":"hi"}]}').tokens == 1
-    assert read_chunk('{"choices":[{"index":0,"text":""}]}').tokens == 0
+    # vLLM sends a choice only for new tokens; an empty text is a token whose bytes do not yet
+    # make a character (completion/serving.py): the captured chunk without its ids and text
+    held_back = CMPL[6:].replace('"text":"XY"', '"text":""').replace(',"token_ids":[343]', "")
+    assert '"text":""' in held_back and '"token_ids"' not in held_back
+    assert read_chunk(held_back).tokens == 1
+    assert read_chunk(CHAT_EMPTY_TEXT_TOKEN[6:].replace(',"token_ids":[98]', "")).tokens == 1
+    assert read_chunk(CHAT_ROLE[6:]).tokens == 0  # the role announcement, with "content": ""
+    assert read_chunk('{"choices":[{"index":0,"delta":{}}]}').tokens == 0
+    assert read_chunk('{"choices":[{"index":0,"text":null}]}').tokens == 0
     assert read_chunk('{"choices":[{"index":0,"delta":{"content":"hi"}}]}').tokens == 1
     assert read_chunk('{"choices":[{"index":0,"delta":{"reasoning_content":"hmm"}}]}').tokens == 1
     assert read_chunk('{"choices":[{"index":0,"token_ids":[1,2,3],"text":"abc"}]}').tokens == 3
