@@ -390,3 +390,19 @@ def test_local_node_token_is_not_the_state_token(tmp_path):
     remove_token(runner, manifest, keep=str(state.token_path("tb")))
     assert not Path(node_copy).exists()
     assert state.read_token("tb") == "s3cr3t"
+
+
+def test_down_that_cannot_remove_the_hook_module_still_stops_and_records_down(env):
+    """The Serve hook module is a small file of orch's: a node where it cannot be deleted (here
+    a read-only home) is still stopped, and the cluster is recorded down, with the file named."""
+    from orchestrator.remote.fake import Prefix, result
+
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    path = "/home/ops/.orch/nodes/tb/python/orch_serve_hooks.py"
+    world.runners["w2"].on(Prefix("rm", "-f", "--", path), result(exit_code=1, stderr="rm: cannot remove: Read-only file system"))
+    res = down(manifest, deps)
+    by = {n.node: n for n in res.nodes}
+    assert res.ok and res.recorded_down and set(world.running) == set()
+    assert "orch's Serve hook module left in place" in by["w2"].detail and "Read-only file system" in by["w2"].detail
+    assert "left in place" not in by["w1"].detail
