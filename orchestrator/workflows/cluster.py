@@ -37,7 +37,6 @@ from orchestrator.cluster.ray_nodes import (
     haproxy_enabled,
     head_start_argv,
     node_gpus,
-    node_token_path,
     parse_stop,
     private_dir_argv,
     ray_process_env,
@@ -65,10 +64,10 @@ from orchestrator.preflight.findings import Finding
 from orchestrator.preflight.run import run_checks
 from orchestrator.remote.runner import Runner, fan_out
 from orchestrator.runbooks import runbook
-from orchestrator.serve import node_hooks
 from orchestrator.state import StateStore
 from orchestrator.status.nodes import StatusReport, build_nodes_section
 from orchestrator.workflows.collective import CollectiveCheck, collective_stage, run_collective_check
+from orchestrator.workflows.node_files import install_serve_hooks, install_token, node_home
 
 Progress = Callable[[str], None]
 RunnerOpener = Callable[[Manifest], AbstractContextManager[Mapping[str, Runner]]]
@@ -167,59 +166,6 @@ class UpResult:
 
 
 # ------------------------------------------------------------------------------ node actions
-
-
-def node_home(runner: Runner) -> str:
-    """The node user's home, as the node reports it (an absolute path, or an error naming the node)."""
-    home = runner.run(["printenv", "HOME"], timeout=30).check(runner.node).stdout.strip()
-    if not home.startswith("/"):
-        raise CommandFailedError(f"{runner.node}: HOME is not an absolute path ({home!r})", node=runner.node)
-    return home
-
-
-def _token_path_on(runner: Runner, manifest: Manifest) -> str:
-    return node_token_path(manifest.name, node_home(runner))
-
-
-def install_serve_hooks(runner: Runner, manifest: Manifest) -> str:
-    """Write orch's Serve LLM callback module (``serve.node_hooks``) under the node user's home,
-    where the rendered application's PYTHONPATH finds it; return its path there. Idempotent (an
-    atomic rewrite of the same text)."""
-    path = node_hooks.hooks_path(manifest.name, node_home(runner))
-    runner.put_file(path, node_hooks.SOURCE.encode(), 0o644)
-    return path
-
-
-def remove_serve_hooks(runner: Runner, manifest: Manifest) -> None:
-    """Delete the module and its folder (`orch down`): only orch's own file, never the folder's
-    other contents."""
-    folder = node_hooks.hooks_dir(manifest.name, node_home(runner))
-    runner.run(["rm", "-f", "--", f"{folder}/{node_hooks.MODULE}.py"], timeout=30).check(runner.node)
-    # Not checked: nodes sharing a home race for it; an empty folder left behind is harmless.
-    runner.run(["rm", "-rf", "--", f"{folder}/__pycache__"], timeout=30)
-    runner.run(["rmdir", "--ignore-fail-on-non-empty", "--", folder, folder.rsplit("/", 1)[0]], timeout=30)
-
-
-def install_token(runner: Runner, manifest: Manifest, token: str) -> str:
-    """Write the token 0600 under the node user's home; return its absolute path there."""
-    path = _token_path_on(runner, manifest)
-    folder = path.rsplit("/", 1)[0]
-    runner.run(["mkdir", "-p", "-m", "700", "--", folder], timeout=30).check(runner.node)
-    runner.put_file(path, (token + "\n").encode(), 0o600)
-    return path
-
-
-def remove_token(runner: Runner, manifest: Manifest, keep: str | None = None) -> None:
-    """Delete the node's copy of the token (a stopped cluster leaves no secret behind) and its
-    folder when nothing else is in it. ``keep``: a path never deleted (orch's own state copy,
-    should a ``transport: local`` node's path ever be the same file)."""
-    path = _token_path_on(runner, manifest)
-    if keep is not None and path == keep:
-        return
-    runner.run(["rm", "-f", "--", path], timeout=30).check(runner.node)
-    # Not checked: nodes sharing a home (NFS) race for the same folder, and a folder left
-    # behind holds nothing secret.
-    runner.run(["rmdir", "--ignore-fail-on-non-empty", "--", path.rsplit("/", 1)[0]], timeout=30)
 
 
 def stop_node(runner: Runner, manifest: Manifest, node: NodeSpec, cluster_id: str | None) -> str:
@@ -418,8 +364,9 @@ def _carry_out(
         try:
             if node.name in plan.stop:
                 stop_node(r, manifest, node, cluster_id)
-            path = install_token(r, manifest, token) if token is not None else None
-            install_serve_hooks(r, manifest)  # before Ray starts: a replica Serve restarts may land here
+            home = node_home(r)  # one round trip for both of orch's files on the node
+            path = install_token(r, manifest, token, home) if token is not None else None
+            install_serve_hooks(r, manifest, home)  # before Ray starts: a replica Serve restarts may land here
             env = ray_process_env(manifest, node, facts.get(node.name), path, options.serve_env, cluster_id=cluster_id)
             if haproxy_enabled(env):  # HAProxy's admin socket goes in here: no other user may reach it
                 folder = haproxy_dir(manifest.ray.temp_dir)

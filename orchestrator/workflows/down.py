@@ -12,7 +12,8 @@ from orchestrator import cluster_lock
 from orchestrator.errors import RemoteError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner, fan_out
-from orchestrator.workflows.cluster import NOT_REACHED, ClusterDeps, remove_serve_hooks, remove_token, stop_node
+from orchestrator.workflows.cluster import NOT_REACHED, ClusterDeps, stop_node
+from orchestrator.workflows.node_files import node_home, remove_serve_hooks, remove_token
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,14 @@ def _down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
     def stop_and_forget(r: Runner) -> str:
         node = manifest.node(r.node)
         done = stop_node(r, manifest, node, cluster_id)
+        home = None
         try:
-            remove_serve_hooks(r, manifest)
+            home = node_home(r)  # one round trip for both of orch's files on the node
+            remove_serve_hooks(r, manifest, home)
         except RemoteError as exc:  # Ray is stopped: a small file of orch's left behind fails nothing
             done += f"; orch's Serve hook module left in place ({exc.message})"
         if manifest.ray.token_auth:
-            remove_token(r, manifest, keep=state_token if node.transport == "local" else None)
+            remove_token(r, manifest, keep=state_token if node.transport == "local" else None, home=home)
             done += "; token removed"
         return done
 

@@ -35,7 +35,7 @@ from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.serve.secrets import fill_secrets, placeholder_paths, unfilled
 from orchestrator.state import Revision, StateStore
-from orchestrator.workflows.cluster import install_serve_hooks
+from orchestrator.workflows.node_files import install_serve_hooks
 from orchestrator.workflows.start_failures import Stop, stop_text
 
 Progress = Callable[[str], None]

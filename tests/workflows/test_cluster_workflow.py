@@ -22,12 +22,11 @@ from orchestrator.workflows.cluster import (
     ClusterDeps,
     PreflightStopped,
     UpOptions,
-    install_token,
-    remove_token,
     status_nodes,
     up,
 )
 from orchestrator.workflows.down import down
+from orchestrator.workflows.node_files import install_token, remove_token
 from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
 
 
