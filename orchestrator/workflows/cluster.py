@@ -364,7 +364,7 @@ def _carry_out(
         try:
             if node.name in plan.stop:
                 stop_node(r, manifest, node, cluster_id)
-            home = node_home(r)  # one round trip for both of orch's files on the node
+            home = node_home(r)  # read once for both of orch's files on the node
             path = install_token(r, manifest, token, home) if token is not None else None
             install_serve_hooks(r, manifest, home)  # before Ray starts: a replica Serve restarts may land here
             env = ray_process_env(manifest, node, facts.get(node.name), path, options.serve_env, cluster_id=cluster_id)

@@ -64,14 +64,15 @@ def _down(manifest: Manifest, deps: ClusterDeps) -> DownResult:
     def stop_and_forget(r: Runner) -> str:
         node = manifest.node(r.node)
         done = stop_node(r, manifest, node, cluster_id)
-        home = None
+        home = None  # read once per node for both of orch's files there
         try:
-            home = node_home(r)  # one round trip for both of orch's files on the node
+            home = node_home(r)
             remove_serve_hooks(r, manifest, home)
         except RemoteError as exc:  # Ray is stopped: a small file of orch's left behind fails nothing
             done += f"; orch's Serve hook module left in place ({exc.message})"
-        if manifest.ray.token_auth:
-            remove_token(r, manifest, keep=state_token if node.transport == "local" else None, home=home)
+        if manifest.ray.token_auth:  # the token is a secret: a home that cannot be read fails the node
+            home = home if home is not None else node_home(r)
+            remove_token(r, manifest, home, keep=state_token if node.transport == "local" else None)
             done += "; token removed"
         return done
 

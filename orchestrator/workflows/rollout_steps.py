@@ -35,7 +35,7 @@ from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body
 from orchestrator.serve.readiness import ProbeResult
 from orchestrator.serve.secrets import fill_secrets, placeholder_paths, unfilled
 from orchestrator.state import Revision, StateStore
-from orchestrator.workflows.node_files import install_serve_hooks
+from orchestrator.workflows.node_files import install_serve_hooks, node_home
 from orchestrator.workflows.start_failures import Stop, stop_text
 
 Progress = Callable[[str], None]
@@ -292,7 +292,7 @@ def put_serve_hooks(manifest: Manifest, runners: Mapping[str, Runner], app: Mapp
     none, and a replica whose callback does not import never starts."""
     if (llm_config_of(app).get("callback_config") or {}).get("callback_class") != node_hooks.CALLBACK_CLASS:
         return
-    failed = [o for o in fan_out(list(runners.values()), lambda r: install_serve_hooks(r, manifest)) if not o.ok]
+    failed = [o for o in fan_out(list(runners.values()), lambda r: install_serve_hooks(r, manifest, node_home(r))) if not o.ok]
     if failed:
         raise Failure(
             "could not write orch's Serve hook module on node(s) "

@@ -26,7 +26,7 @@ from orchestrator.workflows.cluster import (
     up,
 )
 from orchestrator.workflows.down import down
-from orchestrator.workflows.node_files import install_token, remove_token
+from orchestrator.workflows.node_files import install_token, node_home, remove_token
 from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
 
 
@@ -384,9 +384,9 @@ def test_local_node_token_is_not_the_state_token(tmp_path):
     manifest = load_manifest("name: tb\naccelerator: cpu\nnodes: [{name: a, host: 127.0.0.1, role: head, transport: local}]\n",
                              Path("/x/c.yaml"))  # fmt: skip
     runner = LocalRunner("a", base_env={"HOME": str(home), "PATH": os.environ["PATH"]})
-    node_copy = install_token(runner, manifest, token)
+    node_copy = install_token(runner, manifest, token, node_home(runner))
     assert node_copy != str(state.token_path("tb"))
-    remove_token(runner, manifest, keep=str(state.token_path("tb")))
+    remove_token(runner, manifest, node_home(runner), keep=str(state.token_path("tb")))
     assert not Path(node_copy).exists()
     assert state.read_token("tb") == "s3cr3t"
 
