@@ -42,12 +42,13 @@ TEST_WORKERS ?= 2
 # Lint: ruff (pyflakes, pycodestyle, isort, bugbear, pyupgrade) and mypy, configured in
 # pyproject.toml; the import-cycle test runs with the unit tests. `make test` runs ruff first and
 # mypy beside the integration tests (above).
+RUFF = $(BIN)/ruff check orchestrator tests benchmarks scripts conftest.py
 lint: install
-	$(BIN)/ruff check orchestrator tests benchmarks scripts conftest.py
+	$(RUFF)
 	$(BIN)/mypy
 
 test: install
-	$(BIN)/ruff check orchestrator tests benchmarks scripts conftest.py
+	$(RUFF)
 	@set +e; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=10 $(PYTEST_ARGS) $(FAST_TESTS); fast=$$?; \
 	light_log=$$(mktemp /tmp/orch-light-tests.XXXXXX); mypy_log=$$(mktemp /tmp/orch-mypy.XXXXXX); \
