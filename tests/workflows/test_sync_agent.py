@@ -10,6 +10,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,47 @@ def test_the_joined_agent_runs_where_orch_is_not_installed(tmp_path):
     assert res.returncode == 0, res.stderr
     files = json.loads(res.stdout.splitlines()[-1])["files"]
     assert files == [["w.bin", 1000, hashlib.sha256(b"\0" * 1000).hexdigest()]]
+
+
+def test_the_agent_source_is_parsed_by_one_thread_at_a_time(monkeypatch):
+    """`orch model sync` asks for the agent from several threads at once (the source's
+    fingerprint beside each node's inspection). CPython 3.11's ast.parse is not safe in two
+    threads at once ("SystemError: AST constructor recursion depth mismatch", seen in
+    `orch model sync --dry-run` under load): the first call parses once, the others wait for it."""
+    from orchestrator.sync import agent_source as mod
+
+    inside, most, calls = [0], [0], [0]
+    real_parse = mod.ast.parse
+    gate = threading.Lock()
+
+    def slow_parse(source, *args, **kwargs):
+        with gate:
+            inside[0] += 1
+            calls[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.2)  # wide enough for every thread below to arrive while one is parsing
+        try:
+            return real_parse(source, *args, **kwargs)
+        finally:
+            with gate:
+                inside[0] -= 1
+
+    monkeypatch.setattr(mod.ast, "parse", slow_parse)
+    mod._build.cache_clear()
+    try:
+        start = threading.Barrier(6)
+        results: list[str] = []
+
+        def ask() -> None:
+            start.wait()
+            results.append(mod.agent_source())
+
+        threads = [threading.Thread(target=ask) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(DEADLINE_S)
+    finally:
+        mod._build.cache_clear()
+    assert len(results) == 6 and len(set(results)) == 1
+    assert (most[0], calls[0]) == (1, 1)
