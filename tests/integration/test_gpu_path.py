@@ -420,16 +420,13 @@ def _engine_loss(report: dict, victim: str) -> list[str]:
     already judged the deployment. Another deployment's trouble on that node is not the engine's:
     a fresh-clone run stopped waiting at a report whose only REPLICA_UNHEALTHY lines were the
     LLMRouter replica's that the dead node had held, and the test then found none of the three."""
-    out = []
-    for p in report["serving"]["problems"]:
-        m = p["message"]
-        if p["severity"] != "fail":
-            continue
-        if " of LLMServer:" in m and ("lost engine workers: " in m and f" on {victim} (" in m or f"sits on node {victim}, which is DEAD" in m):
-            out.append(m)
-        elif m.startswith("deployment LLMServer:") and "UNHEALTHY" in m:
-            out.append(m)
-    return out
+    def names_it(m: str) -> bool:
+        worker_lost = "lost engine workers: " in m and f" on {victim} (" in m
+        actor_lost = f"sits on node {victim}, which is DEAD" in m
+        judged = m.startswith("deployment LLMServer:") and "UNHEALTHY" in m
+        return (" of LLMServer:" in m and (worker_lost or actor_lost)) or judged
+
+    return [p["message"] for p in report["serving"]["problems"] if p["severity"] == "fail" and names_it(p["message"])]
 
 
 def test_node_loss_while_serving_shows_dead_then_up_and_serve_restore_it(spanning, monkeypatch, capsys, measured):
