@@ -239,6 +239,19 @@ def cluster_ray_address(manifest: Any) -> str | None:
     return f"{host}:{port}"
 
 
+def app_import_path(data_parallel: bool, hooks: bool, request_router: str | None) -> str:
+    """The application's builder: Serve LLM's DP builder for a DP plan; orch's builder on the
+    nodes (no LLMRouter hop, ``serve.node_hooks``) when the application already imports orch's
+    module there and Serve LLM's default router would decide; Serve LLM's ``build_openai_app``
+    otherwise (a chosen request router needs LLMRouter; a bucket model source has no orch folder
+    on its PYTHONPATH)."""
+    if data_parallel:
+        return DP_IMPORT_PATH
+    if hooks and request_router is None:
+        return node_hooks.BUILDER_IMPORT_PATH
+    return IMPORT_PATH
+
+
 def serve_in_flight(plan: ServingPlan, defaults: ServeDefaults) -> InFlight:
     """Serve's max_ongoing_requests for the engine deployment (serve.in_flight): the engine's batch
     with headroom unless set. A data-parallel plan is rendered as ``build_dp_openai_app``: each
@@ -304,8 +317,9 @@ def render_app(
     hooks = node_hooks.uses_hooks(target.model_source)
     if hooks:  # the callback that skips Serve LLM's per-node model task imports from orch's folder
         env_vars["PYTHONPATH"] = node_hooks.pythonpath(manifest.name, env_vars.get("PYTHONPATH"))
+    import_path = app_import_path(plan.data_parallel, hooks, request_router)
     context = {
-        "import_path": DP_IMPORT_PATH if plan.data_parallel else IMPORT_PATH,
+        "import_path": import_path,
         "dp": plan.dp,
         "expert_parallel": plan.expert_parallel,
         "app_name": target.app_name,
@@ -333,7 +347,8 @@ def render_app(
         "health_check_timeout_s": defaults.health_check_timeout_s,
         "graceful_shutdown_timeout_s": defaults.graceful_shutdown_timeout_s,
         "max_surge_percent": defaults.max_surge_percent,
-        "router_deployment": ROUTER_DEPLOYMENT,
+        # orch's builder attaches no LLMRouter, so there is none to give the surge and the drain.
+        "router_deployment": None if import_path == node_hooks.BUILDER_IMPORT_PATH else ROUTER_DEPLOYMENT,
         "router_drain_s": defaults.router_drain_s,
     }
     env = jinja2.Environment(

@@ -13,12 +13,30 @@ the task (``CallbackCtx`` in ``ray/llm/_internal/common/callbacks/base.py``), an
 must import in the replica's process: orch writes it to its own folder on every node (``orch
 up`` and every rollout, before the apply) and puts that folder first on the application's
 PYTHONPATH. A remote model source (``s3://``, ``gs://``, ...) keeps Serve LLM's task: there it
-downloads. Pure: the file's text, its place and the rendered values."""
+downloads.
+
+The same module carries orch's builder (``BUILDER_IMPORT_PATH``). Under direct streaming, Ray
+2.60's ``build_openai_app`` makes the LLMServer replica the ingress and attaches Serve LLM's
+``LLMRouter`` as the application's ingress request router (``core/ingress/builder.py``,
+``_build_openai_ingress_request_router``): HAProxy asks that Python replica for a replica before
+every POST. With Serve LLM's default router (``RoundRobinRouter``) that hop decides nothing that
+HAProxy's own ``balance leastconn`` over the replicas' ports would not, and it was the whole
+extra time of orch's public route against bare vLLM (docs/rollout.md, "Where the extra time
+goes"). orch's builder builds the same LLMServer ingress deployment with Serve LLM's own
+functions and attaches no router: HAProxy sends each request straight to a replica's port. A
+request router the manifest chooses (``serve.request_router``) needs LLMRouter: the application
+then keeps Serve LLM's builder. Pure: the file's text, its place and the rendered values."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator.serve.app_shape import llm_configs
+
 MODULE = "orch_serve_hooks"
 CALLBACK_CLASS = f"{MODULE}.SkipNodeInit"
+BUILDER_IMPORT_PATH = f"{MODULE}:build_openai_app"
 # Model sources Serve LLM's per-node task downloads from (download_utils.is_remote_path).
 REMOTE_SOURCES = ("s3://", "gs://", "abfss://", "azure://", "pyarrow-")
 # The line the callback logs in the replica's log (tests and `orch logs` readers look for it).
@@ -42,7 +60,39 @@ class SkipNodeInit(CallbackBase):
             "{SKIPPED_LINE} (the model is %s: no cloud mirror to download from)",
             self.llm_config.model_loading_config.model_source or self.llm_config.model_loading_config.model_id,
         )
+
+
+def build_openai_app(builder_config: dict):
+    """Ray Serve LLM's build_openai_app under direct streaming, without the LLMRouter hop: the
+    LLMServer deployment (vLLM's own app) is the ingress and HAProxy balances over its replicas.
+    The same Serve LLM functions build it (ray/llm/_internal/serve/core/ingress/builder.py)."""
+    from ray import serve
+    from ray.llm._internal.serve.core.ingress import builder
+    from ray.llm._internal.serve.core.server.builder import build_llm_deployment
+    from ray.llm._internal.serve.core.server.llm_server import LLMServer
+
+    args = builder.LLMServingArgs.model_validate(builder_config)
+    if not builder.RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING:
+        raise ValueError("orch_serve_hooks:build_openai_app needs RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1 in the "
+                         "application's runtime_env (orch renders it); use ray.serve.llm:build_openai_app without it")
+    if len(args.llm_configs) != 1:
+        raise ValueError(f"orch_serve_hooks:build_openai_app serves exactly one model, got {{len(args.llm_configs)}}")
+    builder._validate_direct_streaming_ingress_config(args.ingress_deployment_config, args.ingress_cls_config)
+    llm_config = args.llm_configs[0]
+    # As _build_direct_streaming_llm_deployment, less the RoundRobinRouter it sets for LLMRouter's
+    # picks: Serve refuses any request_router_class on an ingress deployment that HAProxy
+    # balances itself ("A custom `request_router_config.request_router_class` is not supported
+    # on the ingress deployment when HAProxy is enabled", ray/serve/_private/application_state.py).
+    return build_llm_deployment(llm_config, deployment_cls=serve.ingress()(llm_config.server_cls or LLMServer))
 '''
+
+
+def app_needs_module(app: Mapping[str, Any]) -> bool:
+    """Whether a rendered (or stored) application imports orch's module on the nodes: orch's
+    builder, or its callback."""
+    if str(app.get("import_path") or "").startswith(MODULE + ":"):
+        return True
+    return any((c.get("callback_config") or {}).get("callback_class") == CALLBACK_CLASS for c in llm_configs(app) if isinstance(c, Mapping))
 
 
 def uses_hooks(model_source: str) -> bool:

@@ -3,13 +3,17 @@
 Pure.
 
 Under orch's ingress (HAProxy + direct ingress + Serve LLM's direct streaming, which vLLM's API
-key needs), HAProxy asks the application's ``LLMRouter`` deployment which LLMServer replica
+key needs) with a router chosen here, HAProxy asks the application's ``LLMRouter`` deployment which LLMServer replica
 takes each request (``POST /internal/route``); LLMRouter asks the LLMServer deployment's handle
 (``handle.choose_replica(..., _reserve=False)``), so the router configured on the LLMServer
 deployment is the one that decides (ray/llm/_internal/serve/core/ingress/router.py, Ray 2.60).
 
-- ``default``: nothing rendered; Serve LLM sets ``RoundRobinRouter`` on the LLMServer deployment
-  under direct streaming (core/ingress/builder.py: ``_get_direct_streaming_serve_options``).
+- ``default``: no router and no LLMRouter: the application is built by orch's builder on the
+  nodes (``serve.node_hooks``), and HAProxy balances over the LLMServer replicas' own ports
+  (``balance leastconn``, Ray's ``RAY_SERVE_HAPROXY_BALANCE_ALGORITHM``). Serve LLM's builder
+  would set ``RoundRobinRouter`` for LLMRouter to ask (core/ingress/builder.py:
+  ``_get_direct_streaming_serve_options``), one more hop per request that decides nothing more.
+  (A bucket model source keeps Serve LLM's builder: ``serve.config.app_import_path``.)
 - ``session_affinity``: Ray Serve's ``ConsistentHashRouter``: a consistent-hash ring over the
   request's session id, which HAProxy forwards from the client's ``x-session-id`` header to
   LLMRouter (the Lua router hook, ``ingress_request_router.lua.tmpl``). Requests of one session

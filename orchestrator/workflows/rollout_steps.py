@@ -287,10 +287,11 @@ def check_model_path(manifest: Manifest, runners: Mapping[str, Runner], source: 
 
 
 def put_serve_hooks(manifest: Manifest, runners: Mapping[str, Runner], app: Mapping[str, Any]) -> None:
-    """orch's Serve LLM callback module on every node, before an apply whose application names
-    it (``serve.node_hooks``): `orch up` writes it too, but a cluster an older orch started has
-    none, and a replica whose callback does not import never starts."""
-    if (llm_config_of(app).get("callback_config") or {}).get("callback_class") != node_hooks.CALLBACK_CLASS:
+    """orch's Serve LLM module on every node, before an apply whose application imports it (its
+    builder or its callback, ``serve.node_hooks``): `orch up` writes it too, but a cluster an
+    older orch started has none (or an older one), and an application whose builder or callback
+    does not import never starts."""
+    if not node_hooks.app_needs_module(app):
         return
     failed = [o for o in fan_out(list(runners.values()), lambda r: install_serve_hooks(r, manifest, node_home(r))) if not o.ok]
     if failed:

@@ -20,7 +20,7 @@ def test_dry_run_before_up_prints_plan_decision_and_redacted_config(capsys, monk
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert "TP=8 PP=2" in out.out and "decision" in out.out and "is not up" in out.out
-    assert "ray.serve.llm:build_openai_app" in out.out and "<redacted>" in out.out
+    assert "orch_serve_hooks:build_openai_app" in out.out and "<redacted>" in out.out
     assert "orch_node_" in out.out  # stage pins
     assert "cli-secret-key-not-to-print" not in out.out + out.err
 

@@ -101,7 +101,7 @@ def test_rollout_dry_run_renders_the_packaged_serve_template(venv):
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert data["action"] == "dry_run:fresh"
-    assert data["config"]["import_path"] == "ray.serve.llm:build_openai_app"
+    assert data["config"]["import_path"] == "orch_serve_hooks:build_openai_app"  # orch's builder (serve/node_hooks.py)
 
 
 

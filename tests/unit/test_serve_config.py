@@ -44,7 +44,7 @@ def _cpu_app(manifest, **plan):
 
 def test_cpu_render_uses_cpu_accelerator_and_one_bundle_per_worker(local_manifest):
     app = _cpu_app(local_manifest).app
-    assert app["import_path"] == "ray.serve.llm:build_openai_app"
+    assert app["import_path"] == "orch_serve_hooks:build_openai_app"  # orch's builder on the nodes
     assert app["name"] == "orch-r1" and app["route_prefix"] == "/"
     llm = app["args"]["llm_configs"][0]
     assert llm["model_loading_config"] == {"model_id": "tiny", "model_source": "/models/tiny"}

@@ -69,7 +69,8 @@ def test_a_dp_plan_renders_the_dp_builder_with_one_llm_config(h100):
 
 def test_expert_parallel_without_dp_stays_on_the_openai_builder(h100):
     app = render_app(h100, dp_plan(dp=1, tp=8), TARGET, node_resource=node_resource).app
-    assert app["import_path"] == "ray.serve.llm:build_openai_app" and not is_dp_app(app)
+    # orch's build_openai_app (Serve LLM's, less the LLMRouter hop), not the DP builder
+    assert app["import_path"] == "orch_serve_hooks:build_openai_app" and not is_dp_app(app)
     kw = app["args"]["llm_configs"][0]["engine_kwargs"]
     assert kw["enable_expert_parallel"] is True and "data_parallel_size" not in kw
     plain = render_app(h100, dp_plan(dp=1, tp=8, expert_parallel=False), TARGET, node_resource=node_resource).app

@@ -68,3 +68,62 @@ def test_the_folder_is_where_the_rendered_pythonpath_points_once_expanded(on_the
     update_envs({"ORCH_T_PP": node_hooks.pythonpath("c1")})
     assert os.environ["ORCH_T_PP"].split(":") == [str(on_the_node_path), "/opt/site"]
     assert node_hooks.hooks_path("c1", home) == str(on_the_node_path / f"{node_hooks.MODULE}.py")
+
+
+class _NoCluster:
+    """``ray.get_runtime_context()`` outside a Ray worker: LLMServer.get_deployment_options reads
+    the runtime env from it, and the real call would start a local Ray on this machine."""
+
+    runtime_env: dict = {}
+
+
+def _built(import_path, monkeypatch):
+    """Builds the application the way Serve's build task does (``build_serve_application`` in
+    ray/serve/_private/application_state.py: ``import_attr``, then
+    ``call_user_app_builder_with_args_if_necessary``, then ``build_app``), under direct streaming."""
+    import ray
+    from ray._common.utils import import_attr
+    from ray.llm._internal.serve.core.ingress import builder
+    from ray.serve._private import build_app as build_module
+    from ray.serve._private.api import call_user_app_builder_with_args_if_necessary
+
+    # orch's nodes run Serve with HAProxy and Serve LLM with direct streaming (cluster.ray_nodes)
+    monkeypatch.setattr(builder, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", True)
+    monkeypatch.setattr(build_module, "RAY_SERVE_ENABLE_HA_PROXY", True)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: _NoCluster())
+    args = {"llm_configs": [{"model_loading_config": {"model_id": "tiny", "model_source": "/models/tiny"},
+                             "accelerator_config": {"kind": "cpu"}, "engine_kwargs": {"tensor_parallel_size": 1}}]}  # fmt: skip
+    app = call_user_app_builder_with_args_if_necessary(import_attr(import_path), args)
+    return build_module.build_app(app, name="orch-r1", default_runtime_env={})
+
+
+def test_orchs_builder_makes_the_llm_server_the_ingress_without_serve_llms_router(on_the_node_path, monkeypatch):
+    ours = _built(node_hooks.BUILDER_IMPORT_PATH, monkeypatch)
+    assert [d.name for d in ours.deployments] == ["LLMServer:tiny"]
+    assert ours.ingress_deployment_name == "LLMServer:tiny" and ours.ingress_request_router_deployment is None
+    # Serve refuses any request router class on an ingress deployment HAProxy balances itself.
+    assert ours.deployments[0]._deployment_config.request_router_config.request_router_class.endswith("PowerOfTwoChoicesRequestRouter")
+    # Serve LLM's own builder, same args: the same ingress with LLMRouter beside it.
+    theirs = _built("ray.serve.llm:build_openai_app", monkeypatch)
+    assert theirs.ingress_deployment_name == "LLMServer:tiny" and theirs.ingress_request_router_deployment.name == "LLMRouter"
+
+
+def test_orchs_builder_refuses_to_run_without_direct_streaming(on_the_node_path, monkeypatch):
+    from ray.llm._internal.serve.core.ingress import builder
+
+    module = __import__(node_hooks.MODULE)
+    monkeypatch.setattr(builder, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", False)
+    with pytest.raises(ValueError, match="needs RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1"):
+        module.build_openai_app({"llm_configs": [{"model_loading_config": {"model_id": "tiny"}}]})
+
+
+@pytest.mark.parametrize(("app", "needs"), [
+    ({"import_path": node_hooks.BUILDER_IMPORT_PATH, "args": {"llm_configs": [{}]}}, True),
+    ({"import_path": "ray.serve.llm:build_openai_app",
+      "args": {"llm_configs": [{"callback_config": {"callback_class": node_hooks.CALLBACK_CLASS}}]}}, True),
+    ({"import_path": "ray.serve.llm:build_dp_openai_app",
+      "args": {"llm_config": {"callback_config": {"callback_class": node_hooks.CALLBACK_CLASS}}}}, True),
+    ({"import_path": "ray.serve.llm:build_openai_app", "args": {"llm_configs": [{}]}}, False),
+])  # fmt: skip
+def test_an_application_needs_the_module_for_its_builder_or_its_callback(app, needs):
+    assert node_hooks.app_needs_module(app) is needs

@@ -7,6 +7,7 @@ names and choices (``--dtype auto`` for quantized weights, ``--kv-cache-dtype fp
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -47,14 +48,9 @@ def test_the_405b_manifest_renders_in_full(gpu_manifest):
     assert rendered.app == {
         "name": "orch-r2",
         "route_prefix": "/_orch/r2",
-        "import_path": "ray.serve.llm:build_openai_app",
-        # Serve LLM's router (direct streaming) is replaced with a surge too, and outlives HAProxy's
-        # reloads by 10 s before it exits: Serve's own default (stop first, exit after 2 s) cost a
-        # request "router_unreachable" in a side-by-side switch.
-        "deployments": [
-            {"name": "LLMRouter", "max_surge_percent": 100, "graceful_shutdown_wait_loop_s": 10,
-             "graceful_shutdown_timeout_s": 30}
-        ],  # fmt: skip
+        # orch's builder on the nodes (serve/node_hooks.py): the LLMServer ingress without Serve
+        # LLM's LLMRouter hop, so there is no router deployment to configure
+        "import_path": "orch_serve_hooks:build_openai_app",
         "runtime_env": {
             "env_vars": {
                 "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
@@ -125,8 +121,15 @@ def test_deployment_settings_come_from_the_defaults_given(gpu_manifest, cpu_mani
         "num_replicas": 2, "max_ongoing_requests": 64, "health_check_period_s": 5, "health_check_timeout_s": 60,
         "graceful_shutdown_timeout_s": 45, "max_surge_percent": 50,
     }  # fmt: skip
-    assert app["deployments"] == [{"name": "LLMRouter", "max_surge_percent": 50, "graceful_shutdown_wait_loop_s": 4,
-                                   "graceful_shutdown_timeout_s": 45}]  # fmt: skip
+    assert "deployments" not in app  # orch's builder: no LLMRouter
+    # A chosen request router keeps Serve LLM's builder and its LLMRouter, which is replaced with a
+    # surge too and outlives HAProxy's reloads by router_drain_s before it exits: Serve's own
+    # default (stop first, exit after 2 s) cost a request "router_unreachable" in a side-by-side switch.
+    routed = render_app(gpu_manifest, ServingPlan(tp=8, pp=1, max_model_len=4096, replicas=2), TARGET, node_resource=node_resource,
+                        defaults=replace(defaults, request_router="session_affinity")).app  # fmt: skip
+    assert routed["import_path"] == "ray.serve.llm:build_openai_app"
+    assert routed["deployments"] == [{"name": "LLMRouter", "max_surge_percent": 50, "graceful_shutdown_wait_loop_s": 4,
+                                      "graceful_shutdown_timeout_s": 45}]  # fmt: skip
     cpu = render_app(cpu_manifest, ServingPlan(tp=2, pp=1, max_model_len=1024), TARGET, node_resource=node_resource,
                      defaults=ServeDefaults(cpus_per_cpu_worker=3, cpu_kv_cache_gib=4)).app  # fmt: skip
     assert _llm(cpu)["placement_group_config"] == {"strategy": "STRICT_PACK", "bundles": [{"CPU": 3}, {"CPU": 3}]}
@@ -244,10 +247,21 @@ def test_a_request_router_goes_on_the_llm_server_deployment(cpu_manifest, router
     app = render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024, replicas=2), TARGET, node_resource=node_resource,
                      defaults=ServeDefaults(request_router=router)).app  # fmt: skip
     assert _llm(app)["deployment_config"]["request_router_config"] == {"request_router_class": cls}
+    assert app["import_path"] == "ray.serve.llm:build_openai_app"  # Serve LLM's builder: LLMRouter asks the class
     assert app["deployments"][0]["name"] == "LLMRouter" and "request_router_config" not in app["deployments"][0]
-    # Serve's default: nothing rendered, Serve LLM picks its own (RoundRobinRouter under direct streaming).
+    # The default: orch's builder, no router class (Serve refuses one on an ingress HAProxy balances)
+    # and no LLMRouter: HAProxy's leastconn picks the replica.
     default = render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024), TARGET, node_resource=node_resource).app
     assert "request_router_config" not in _llm(default)["deployment_config"]
+    assert default["import_path"] == "orch_serve_hooks:build_openai_app" and "deployments" not in default
+
+
+def test_a_bucket_model_source_keeps_serve_llms_builder(cpu_manifest):
+    # No orch folder on its PYTHONPATH (Serve LLM's per-node task downloads it), so no orch builder.
+    app = render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024), AppTarget("orch-r2", "/", "tiny", "s3://bucket/tiny"),
+                     node_resource=node_resource).app  # fmt: skip
+    assert app["import_path"] == "ray.serve.llm:build_openai_app" and app["deployments"][0]["name"] == "LLMRouter"
+    assert "PYTHONPATH" not in app["runtime_env"]["env_vars"] and "callback_config" not in _llm(app)
 
 
 def test_an_unknown_request_router_is_refused(cpu_manifest):
