@@ -35,6 +35,8 @@ Variants (the environment of `ray start`, i.e. the Serve controller/proxies/repl
             (RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD=0, RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0)
   nice0oneloop  both of the above
   omp       orch's, but OMP_NUM_THREADS = all the node's cores (orch's former setting)
+  llmrouter orch's, but Serve LLM's build_openai_app: HAProxy asks LLMRouter for a replica before
+            every POST (orch's default before its own builder, serve/node_hooks.py)
 The API key needs direct streaming (vLLM's own app): for defaults/haproxy it is left out.
 
 Everything started is stopped at the end (process groups, then any process carrying this run's
@@ -79,6 +81,7 @@ VARIANT_ENV: dict[str, dict | None] = {
     "nice0oneloop": {"RAY_worker_niceness": "0", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
                      "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0"},
     "omp": None,
+    "llmrouter": None,
 }
 NOT_ORCH_BASED = ("defaults", "haproxy")  # variants that replace orch's env instead of adding to it
 MARK = "ORCH_SERVE_OVERHEAD_RUN"
@@ -199,8 +202,16 @@ def serve_env_for(variant: str) -> dict[str, str]:
 
 def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: Path, key: str | None) -> tuple[subprocess.Popen, str]:
     from orchestrator.cluster.ray_nodes import node_resource
+    from orchestrator.serve import node_hooks
     from orchestrator.serve.client import ServeApiError, ServeClient
-    from orchestrator.serve.config import AppTarget, ServingPlan, deploy_body, render_app
+    from orchestrator.serve.config import (
+        IMPORT_PATH,
+        ROUTER_DEPLOYMENT,
+        AppTarget,
+        ServingPlan,
+        deploy_body,
+        render_app,
+    )
 
     ports = {k: free_port() for k in ("gcs", "dash", "client", "metrics", "stats", "fb_http", "fb_grpc", "agent", "agent_grpc")}
     haproxy_dir = haproxy_dir_for(workdir, variant)
@@ -234,8 +245,8 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
         shutil.rmtree(workdir / f"ray-{variant}", ignore_errors=True)
     else:
         raise RuntimeError(f"ray start failed 3 times: see {workdir}/ray-{variant}-*.log")
-    manifest = SimpleNamespace(accelerator="cpu", nodes=[SimpleNamespace(interface=None)], env={"VLLM_CPU_KVCACHE_SPACE": "1"},
-                               serve=SimpleNamespace(http_port=http_port, http_host="127.0.0.1"))  # fmt: skip
+    manifest = SimpleNamespace(name=f"serve-overhead-{variant}", accelerator="cpu", nodes=[SimpleNamespace(interface=None)],
+                               env={"VLLM_CPU_KVCACHE_SPACE": "1"}, serve=SimpleNamespace(http_port=http_port, http_host="127.0.0.1"))  # fmt: skip
     # orch's render gives the engine the node's cores but one (OMP_NUM_THREADS), and Serve the
     # engine's batch with headroom (max_ongoing_requests).
     plan = ServingPlan(tp=1, pp=1, max_model_len=1024, max_num_seqs=CPU_MAX_NUM_SEQS)
@@ -243,10 +254,20 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
     app = rendered.with_api_key(key) if key else rendered.app
     if not key:
         app["args"]["llm_configs"][0]["engine_kwargs"].pop("api_key")
+    # orch's module (its builder and its callback) where `orch up` would put it on a node: this
+    # run's own folder, first on the application's PYTHONPATH.
+    hooks = workdir / f"hooks-{variant}"
+    hooks.mkdir(exist_ok=True)
+    (hooks / f"{node_hooks.MODULE}.py").write_text(node_hooks.SOURCE)
+    app["runtime_env"]["env_vars"]["PYTHONPATH"] = str(hooks)
+    if variant == "llmrouter":
+        app["import_path"] = IMPORT_PATH
+        app["deployments"] = [{"name": ROUTER_DEPLOYMENT, "max_surge_percent": 100, "graceful_shutdown_wait_loop_s": 10}]
     if variant == "omp":
         app["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
     if variant in NOT_ORCH_BASED:
         app["runtime_env"]["env_vars"].pop("RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", None)
+        app["import_path"] = IMPORT_PATH  # orch's builder needs direct streaming
         app.pop("deployments", None)  # LLMRouter exists under direct streaming only
     with ServeClient(dash, token, timeout=300) as serve:  # a loaded machine answers the PUT slowly
         for attempt in range(3):
