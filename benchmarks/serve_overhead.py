@@ -1,7 +1,11 @@
 """Serving overhead: bare vLLM vs Ray Serve LLM (as orch deploys it), same model, same load.
 
-    /work/bin/heavy .venv/bin/python benchmarks/serve_overhead.py [--rounds 7] [--levels 16,64,128]
-        [--variants orch] [--replica] [--cpu]
+    ip netns add orch-so-bench && ip netns exec orch-so-bench ip link set lo up
+    ip netns exec orch-so-bench .venv/bin/python benchmarks/serve_overhead.py [--rounds 7]
+        [--levels 16,64,128] [--variants orch,llmrouter] [--replica] [--cpu]
+    ip netns del orch-so-bench
+
+(In a network namespace of its own: it binds ports for Ray, HAProxy and vLLM.)
 
 Starts, on this machine, a bare ``python -m vllm.entrypoints.openai.api_server`` and one local
 Ray cluster per Serve variant running the same tiny model through ``ray.serve.llm`` with the
