@@ -212,6 +212,7 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
         IMPORT_PATH,
         ROUTER_DEPLOYMENT,
         AppTarget,
+        ServeDefaults,
         ServingPlan,
         deploy_body,
         render_app,
@@ -264,9 +265,12 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
     hooks.mkdir(exist_ok=True)
     (hooks / f"{node_hooks.MODULE}.py").write_text(node_hooks.SOURCE)
     app["runtime_env"]["env_vars"]["PYTHONPATH"] = str(hooks)
-    if variant == "llmrouter":
+    if variant == "llmrouter":  # Serve LLM's builder, with the router override render_app gives it
+        defaults = ServeDefaults()
         app["import_path"] = IMPORT_PATH
-        app["deployments"] = [{"name": ROUTER_DEPLOYMENT, "max_surge_percent": 100, "graceful_shutdown_wait_loop_s": 10}]
+        app["deployments"] = [{"name": ROUTER_DEPLOYMENT, "max_surge_percent": defaults.max_surge_percent,
+                               "graceful_shutdown_wait_loop_s": defaults.router_drain_s,
+                               "graceful_shutdown_timeout_s": defaults.graceful_shutdown_timeout_s}]  # fmt: skip
     if variant == "omp":
         app["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
     if variant in NOT_ORCH_BASED:
