@@ -56,6 +56,19 @@ PP_BYTES_PER_TOKEN_HIDDEN = 18.7
 CPU_KV_CACHE_GIB = 1.0  # orch's default VLLM_CPU_KVCACHE_SPACE on CPU clusters
 
 
+def cpu_kv_cache_setting(gib: float) -> tuple[str, int | None]:
+    """How a CPU engine is told a KV cache of ``gib`` GiB: ``(VLLM_CPU_KVCACHE_SPACE,
+    kv_cache_memory_bytes)``. vLLM's CPU platform reads the variable as whole GiB (``int()`` in
+    ``check_and_update_config``, vllm/platforms/cpu.py, 0.32) and, when it is set and not empty,
+    puts it in place of the engine's ``kv_cache_memory_bytes``; the CPU worker takes
+    ``kv_cache_memory_bytes`` as the explicit size otherwise (``determine_available_memory`` in
+    vllm/v1/worker/cpu_worker.py). A whole size keeps the variable; a fraction (0.25 GiB) goes as
+    the engine argument, with the variable blank so that no node's value replaces it."""
+    if gib >= 1 and float(gib).is_integer():
+        return str(int(gib)), None
+    return "", int(gib * GIB)
+
+
 @dataclass(frozen=True)
 class PlanOptions:
     """What the operator may set; None means "as vLLM would" (or: let the planner choose)."""

@@ -19,13 +19,13 @@ No I/O except reading the template (through ``orchestrator.resources``).
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import ServeConfigError
 from orchestrator.manifest.model import Manifest
+from orchestrator.plan.capacity import cpu_kv_cache_setting
 from orchestrator.resources import read_text
 from orchestrator.serve import node_hooks
 from orchestrator.serve.app_shape import DP_IMPORT_PATH, OPENAI_IMPORT_PATH, llm_config_of
@@ -202,8 +202,7 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
         env["NCCL_SOCKET_IFNAME"] = nic
         env["GLOO_SOCKET_IFNAME"] = nic
     if manifest.accelerator == "cpu":
-        gib = plan.kv_cache_gib if plan.kv_cache_gib else defaults.cpu_kv_cache_gib
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(math.ceil(gib))))
+        env["VLLM_CPU_KVCACHE_SPACE"] = cpu_kv_space(plan, defaults)[0]
         # vLLM's CPU backend pins its compute threads to cores it picks on its own ("auto"),
         # unaware of other engines on the node. A side-by-side rollout runs two engines on a
         # node (the candidate beside the serving copy): both were pinned to the same core and
@@ -219,7 +218,17 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
             # and served 2,100-3,150 tok/s (bare vLLM: 2,400-3,700).
             env["OMP_NUM_THREADS"] = str(max(1, int(node_cores) - 1))
     env.update({str(k): str(v) for k, v in manifest.env.items()})
+    if manifest.accelerator == "cpu" and cpu_kv_space(plan, defaults)[1] is not None:
+        # A size in a fraction of a GiB is the engine's kv_cache_memory_bytes; a whole-GiB value
+        # from the manifest's env (or a node's, which the runtime env overrides) would replace it.
+        env["VLLM_CPU_KVCACHE_SPACE"] = ""
     return env
+
+
+def cpu_kv_space(plan: ServingPlan, defaults: ServeDefaults) -> tuple[str, int | None]:
+    """A CPU engine's KV cache as (VLLM_CPU_KVCACHE_SPACE, kv_cache_memory_bytes): the plan's
+    size, else orch's default (``plan.capacity.cpu_kv_cache_setting``)."""
+    return cpu_kv_cache_setting(plan.kv_cache_gib if plan.kv_cache_gib else defaults.cpu_kv_cache_gib)
 
 
 def cluster_ray_address(manifest: Any) -> str | None:
@@ -299,6 +308,8 @@ def render_app(
     engine_extra: dict[str, Any] = {}
     if plan.kv_cache_dtype and plan.kv_cache_dtype != "auto":
         engine_extra["kv_cache_dtype"] = plan.kv_cache_dtype
+    if accelerator == "cpu" and cpu_kv_space(plan, defaults)[1] is not None:
+        engine_extra["kv_cache_memory_bytes"] = cpu_kv_space(plan, defaults)[1]
     engine_extra.update(dict(extra_engine_kwargs or {}))
     for key in engine_extra:
         check_engine_arg_key(key)

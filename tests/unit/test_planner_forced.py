@@ -365,3 +365,14 @@ def test_a_cpu_plan_reasons_with_the_fixed_kv_cache():
         "KV cache 1.00 GiB (VLLM_CPU_KVCACHE_SPACE) = 524,288 tokens",
     )
     assert (plan.tp, plan.pp, plan.replicas, plan.kv_cache_tokens, plan.kv_cache_gib_fixed) == (1, 1, 3, 524_288, True)
+    assert "kv_cache_memory_bytes" not in plan.engine_kwargs()  # VLLM_CPU_KVCACHE_SPACE=1 in the runtime env
+
+
+def test_a_cpu_kv_cache_in_a_fraction_of_a_gib_is_planned_and_passed_in_bytes():
+    # vLLM 0.32 CPU with kv_cache_memory_bytes=268435456 and VLLM_CPU_KVCACHE_SPACE unset logged
+    # "CPU KV cache size: 131,072 tokens" for the tiny model (tests/data/planner/vllm-0.32-cpu-tiny-kv-fraction.log).
+    cpu = make_shape(gpu_type_name="cpu", gpus_per_node=0, nodes=1)
+    plan = plan_model(CATALOG["tiny"], cpu, PlanOptions(max_model_len=1024, kv_cache_gib=0.25))
+    assert plan.kv_cache_tokens == 131_072
+    assert plan.engine_kwargs()["kv_cache_memory_bytes"] == 268_435_456
+    assert plan.reasons[-1].endswith("KV cache 0.25 GiB (kv_cache_memory_bytes: VLLM_CPU_KVCACHE_SPACE takes whole GiB) = 131,072 tokens")

@@ -121,8 +121,11 @@ def test_serving_env_sets_one_nic_for_every_node_and_the_manifest_env_wins():
     assert "NCCL_SOCKET_IFNAME" not in unset
 
 
-@pytest.mark.parametrize(("gib", "space"), [(None, "1"), (0.2, "1"), (2.1, "3"), (4.0, "4")])
-def test_cpu_kv_cache_space_is_whole_gib_rounded_up(gib, space):
+# vLLM's CPU platform reads VLLM_CPU_KVCACHE_SPACE as whole GiB (int() in vllm/platforms/cpu.py,
+# 0.32): 0.2 GiB rounded up to 1 gave the engine five times the KV cache the plan counted. A
+# fraction is blank there: the size goes as the engine's kv_cache_memory_bytes (test_serve_render).
+@pytest.mark.parametrize(("gib", "space"), [(None, "1"), (0.2, ""), (2.1, ""), (4.0, "4")])
+def test_cpu_kv_cache_space_is_the_whole_gib_or_blank(gib, space):
     env = serving_env(_manifest(accelerator="cpu", interfaces=()), ServingPlan(1, 1, 1, kv_cache_gib=gib), ServeDefaults())
     assert env["VLLM_CPU_KVCACHE_SPACE"] == space and "RAY_ADDRESS" not in env
 
@@ -249,7 +252,7 @@ def test_the_fingerprint_counts_each_bundles_resources():
 
 
 def test_a_cpu_plan_without_a_kv_size_gets_the_defaults_kv_space():
-    env = serving_env(_manifest(accelerator="cpu", interfaces=()), ServingPlan(1, 1, 1), ServeDefaults(cpu_kv_cache_gib=2.5))
+    env = serving_env(_manifest(accelerator="cpu", interfaces=()), ServingPlan(1, 1, 1), ServeDefaults(cpu_kv_cache_gib=3))
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "3"
 
 
