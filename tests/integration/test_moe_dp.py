@@ -43,6 +43,7 @@ from orchestrator.state import StateStore
 from orchestrator.workflows.down import down
 from tests.fixtures.cluster import RayTestbedCluster
 from tests.fixtures.cluster import testbed_manifest as manifest_text
+from tests.fixtures.serving import TEST_KV_CACHE_GIB
 from tests.testbed import HostSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
@@ -98,7 +99,7 @@ def attempt(moe_bed):
     att = DpAttempt(cluster, api_key="orch-test-" + secrets.token_hex(16))
     argv = [sys.executable, "-m", "orchestrator", "--state-dir", str(cluster.state_dir), "rollout", str(cluster.manifest_path),
             "--model", str(model), "--served-name", "tiny", "--dp", "2", "--expert-parallel", "--replicas", "1",
-            "--max-model-len", "1024", "--enforce-eager", "--timeout", "1200"]  # fmt: skip
+            "--max-model-len", "1024", "--enforce-eager", "--kv-cache-gib", str(TEST_KV_CACHE_GIB), "--timeout", "1200"]  # fmt: skip
     att.proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "ORCH_API_KEY": att.api_key},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     att.started = time.monotonic()  # type: ignore[attr-defined]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tests.fixtures.serving import MAX_MODEL_LEN
+from tests.fixtures.serving import MAX_MODEL_LEN, TEST_KV_CACHE_GIB
 from tests.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
@@ -356,7 +356,7 @@ def test_orch_killed_mid_deploy_leaves_the_old_revision_serving_and_the_next_rol
                **{manifest.serve.api_key_env: served_tiny.api_key})  # fmt: skip
     argv = [sys.executable, "-m", "orchestrator", "--state-dir", str(served_tiny.cluster.state_dir), "rollout",
             str(served_tiny.manifest_path), "--model", str(served_tiny.model_path), "--served-name", "tiny", "--replicas", "1",
-            "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str((seqs or 256) - 8), "--enforce-eager"]  # fmt: skip
+            "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str((seqs or 256) - 8), "--enforce-eager", "--kv-cache-gib", str(TEST_KV_CACHE_GIB)]  # fmt: skip
     log = tmp_path / "orch-rollout.err"
     with BackgroundClient(served_tiny) as client, log.open("w") as err:
         proc = subprocess.Popen(argv, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=err)

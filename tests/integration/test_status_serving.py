@@ -67,7 +67,7 @@ def test_capacity_equals_the_engine_log_and_metrics_move(served_tiny, monkeypatc
     # calibration: what the engine logged against the plan the rollout stored, recorded for `orch plan --cluster`
     cal = first.calibration
     assert cal is not None and cal["measured"]["kv_tokens"] == tokens, cal
-    assert cal["predicted"]["kv_tokens"] == tokens and cal["error"]["kv_tokens"] == 0.0, cal  # CPU: VLLM_CPU_KVCACHE_SPACE, exact
+    assert cal["predicted"]["kv_tokens"] == tokens and cal["error"]["kv_tokens"] == 0.0, cal  # CPU: the size orch rendered, exact
     assert cal["gpu_type"] == "cpu" and cal["tp"] == 1 and cal["pp"] == 1
     assert cal["platform"] == "cpu"  # "CPU KV cache size" / cpu_worker.py: the engine said where it ran
     # the rollout itself recorded it once its gate passed, before any status read
