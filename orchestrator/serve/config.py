@@ -185,6 +185,9 @@ class RenderedApp:
 # Pure helpers
 
 
+CPU_KV_VAR = "VLLM_CPU_KVCACHE_SPACE"  # whole GiB (vllm/platforms/cpu.py)
+
+
 def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, node_cores: int | None = None) -> dict[str, str]:
     """runtime_env env_vars: the cluster env, NCCL/Gloo interfaces when uniform, CPU KV space."""
     env: dict[str, str] = dict(DIRECT_STREAMING_ENV)
@@ -201,8 +204,8 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
         nic = interfaces.pop()
         env["NCCL_SOCKET_IFNAME"] = nic
         env["GLOO_SOCKET_IFNAME"] = nic
-    if manifest.accelerator == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = cpu_kv_space(plan, defaults)[0]
+    if manifest.accelerator == "cpu" and cpu_kv_space(plan, defaults)[0]:
+        env[CPU_KV_VAR] = cpu_kv_space(plan, defaults)[0]
         # vLLM's CPU backend pins its compute threads to cores it picks on its own ("auto"),
         # unaware of other engines on the node. A side-by-side rollout runs two engines on a
         # node (the candidate beside the serving copy): both were pinned to the same core and
@@ -219,9 +222,7 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
             env["OMP_NUM_THREADS"] = str(max(1, int(node_cores) - 1))
     env.update({str(k): str(v) for k, v in manifest.env.items()})
     if manifest.accelerator == "cpu" and cpu_kv_space(plan, defaults)[1] is not None:
-        # A size in a fraction of a GiB is the engine's kv_cache_memory_bytes; a whole-GiB value
-        # from the manifest's env (or a node's, which the runtime env overrides) would replace it.
-        env["VLLM_CPU_KVCACHE_SPACE"] = ""
+        _refuse_a_whole_gib_beside(manifest, plan.kv_cache_gib or defaults.cpu_kv_cache_gib)
     return env
 
 
@@ -229,6 +230,21 @@ def cpu_kv_space(plan: ServingPlan, defaults: ServeDefaults) -> tuple[str, int |
     """A CPU engine's KV cache as (VLLM_CPU_KVCACHE_SPACE, kv_cache_memory_bytes): the plan's
     size, else orch's default (``plan.capacity.cpu_kv_cache_setting``)."""
     return cpu_kv_cache_setting(plan.kv_cache_gib if plan.kv_cache_gib else defaults.cpu_kv_cache_gib)
+
+
+def _refuse_a_whole_gib_beside(manifest: Manifest, gib: float) -> None:
+    """A KV cache of a fraction of a GiB is the engine's kv_cache_memory_bytes, which vLLM's CPU
+    platform replaces with VLLM_CPU_KVCACHE_SPACE whenever that is set (vllm/platforms/cpu.py);
+    a runtime env cannot unset a variable the nodes' Ray processes carry, and an empty value stops
+    the engine (vllm/envs.py reads it with int()). So a manifest that sets it is refused."""
+    where = [("env", manifest.env)] + [(f"nodes[{getattr(n, 'name', i)}].env", getattr(n, "env", None) or {}) for i, n in enumerate(manifest.nodes)]
+    for field_name, env in where:
+        if CPU_KV_VAR in env:
+            raise ServeConfigError(
+                f"{field_name}.{CPU_KV_VAR} is {env[CPU_KV_VAR]!r}: vLLM would take that many GiB of KV cache instead of the "
+                f"{gib:g} GiB planned (a fraction of a GiB is passed as kv_cache_memory_bytes, which the variable replaces)",
+                hint=f"remove {CPU_KV_VAR} from the manifest's {field_name} (then `orch up` again), or ask a whole number of GiB with --kv-cache-gib",
+            )
 
 
 def cluster_ray_address(manifest: Any) -> str | None:

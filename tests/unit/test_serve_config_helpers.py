@@ -123,11 +123,18 @@ def test_serving_env_sets_one_nic_for_every_node_and_the_manifest_env_wins():
 
 # vLLM's CPU platform reads VLLM_CPU_KVCACHE_SPACE as whole GiB (int() in vllm/platforms/cpu.py,
 # 0.32): 0.2 GiB rounded up to 1 gave the engine five times the KV cache the plan counted. A
-# fraction is blank there: the size goes as the engine's kv_cache_memory_bytes (test_serve_render).
-@pytest.mark.parametrize(("gib", "space"), [(None, "1"), (0.2, ""), (2.1, ""), (4.0, "4")])
-def test_cpu_kv_cache_space_is_the_whole_gib_or_blank(gib, space):
+# fraction is left out: the size goes as the engine's kv_cache_memory_bytes (test_serve_render).
+@pytest.mark.parametrize(("gib", "space"), [(None, "1"), (0.2, None), (2.1, None), (4.0, "4")])
+def test_cpu_kv_cache_space_is_the_whole_gib_or_left_out(gib, space):
     env = serving_env(_manifest(accelerator="cpu", interfaces=()), ServingPlan(1, 1, 1, kv_cache_gib=gib), ServeDefaults())
-    assert env["VLLM_CPU_KVCACHE_SPACE"] == space and "RAY_ADDRESS" not in env
+    assert env.get("VLLM_CPU_KVCACHE_SPACE") == space and "RAY_ADDRESS" not in env
+
+
+def test_a_node_env_that_sets_the_whole_gib_variable_is_refused_beside_a_fraction():
+    manifest = _manifest(accelerator="cpu", interfaces=())
+    manifest.nodes = [SimpleNamespace(name="n1", interface=None, env={"VLLM_CPU_KVCACHE_SPACE": "4"})]
+    with pytest.raises(ServeConfigError, match=r"^nodes\[n1\]\.env\.VLLM_CPU_KVCACHE_SPACE is '4': vLLM would take that many GiB"):
+        serving_env(manifest, ServingPlan(1, 1, 1, kv_cache_gib=0.5), ServeDefaults())
 
 
 def test_deploy_body_defaults_to_port_8000_on_every_interface():

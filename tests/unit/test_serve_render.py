@@ -140,16 +140,23 @@ def test_deployment_settings_come_from_the_defaults_given(gpu_manifest, cpu_mani
 def test_a_cpu_kv_cache_in_a_fraction_of_a_gib_is_the_engines_kv_cache_memory_bytes(cpu_manifest):
     # 0.25 GiB: vLLM 0.32's CPU worker logged "Explicitly set (0.25/23.54) GiB for KV cache" and
     # "CPU KV cache size: 131,072 tokens" for the tiny model with kv_cache_memory_bytes=268435456
-    # and VLLM_CPU_KVCACHE_SPACE unset (tests/data/planner/vllm-0.32-cpu-tiny-kv-fraction.log). The variable,
-    # whole GiB only, is blank in the runtime env even where the manifest's env sets it ("1"
-    # here): vLLM would put it in place of the engine argument.
-    app = render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024, kv_cache_gib=0.25), TARGET, node_resource=node_resource).app
+    # and VLLM_CPU_KVCACHE_SPACE unset (tests/data/planner/vllm-0.32-cpu-tiny-kv-fraction.log).
+    bare = cpu_manifest.model_copy(update={"env": {}})
+    plan = ServingPlan(tp=1, pp=1, max_model_len=1024, kv_cache_gib=0.25)
+    app = render_app(bare, plan, TARGET, node_resource=node_resource).app
     assert _llm(app)["engine_kwargs"]["kv_cache_memory_bytes"] == 268_435_456
-    assert app["runtime_env"]["env_vars"]["VLLM_CPU_KVCACHE_SPACE"] == ""
+    assert "VLLM_CPU_KVCACHE_SPACE" not in app["runtime_env"]["env_vars"]
+    # The template's env sets the variable ("1"): vLLM would put 1 GiB in place of the argument,
+    # and no runtime env can unset what the nodes' Ray processes carry (an empty value stops the
+    # engine: vllm/envs.py reads it with int()). Refused, naming the field.
+    with pytest.raises(ServeConfigError) as err:
+        render_app(cpu_manifest, plan, TARGET, node_resource=node_resource)
+    assert str(err.value).startswith("env.VLLM_CPU_KVCACHE_SPACE is '1': ") and "--kv-cache-gib" in err.value.hint
     # A whole size stays the variable (the manifest's value wins, as for the default) and adds no argument.
-    whole = render_app(cpu_manifest, ServingPlan(tp=1, pp=1, max_model_len=1024, kv_cache_gib=2), TARGET, node_resource=node_resource).app
+    whole = render_app(cpu_manifest, replace(plan, kv_cache_gib=2), TARGET, node_resource=node_resource).app
     assert "kv_cache_memory_bytes" not in _llm(whole)["engine_kwargs"]
     assert whole["runtime_env"]["env_vars"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert render_app(bare, replace(plan, kv_cache_gib=2), TARGET, node_resource=node_resource).app["runtime_env"]["env_vars"]["VLLM_CPU_KVCACHE_SPACE"] == "2"
 
 
 def test_autoscaling_between_the_plans_replicas_and_the_maximum(gpu_manifest):
