@@ -204,8 +204,10 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
         nic = interfaces.pop()
         env["NCCL_SOCKET_IFNAME"] = nic
         env["GLOO_SOCKET_IFNAME"] = nic
-    if manifest.accelerator == "cpu" and cpu_kv_space(plan, defaults)[0]:
-        env[CPU_KV_VAR] = cpu_kv_space(plan, defaults)[0]
+    if manifest.accelerator == "cpu":
+        space = cpu_kv_space(plan, defaults)[0]
+        if space:  # a fraction of a GiB is the engine's kv_cache_memory_bytes instead (render_app)
+            env[CPU_KV_VAR] = space
         # vLLM's CPU backend pins its compute threads to cores it picks on its own ("auto"),
         # unaware of other engines on the node. A side-by-side rollout runs two engines on a
         # node (the candidate beside the serving copy): both were pinned to the same core and

@@ -130,6 +130,13 @@ def test_cpu_kv_cache_space_is_the_whole_gib_or_left_out(gib, space):
     assert env.get("VLLM_CPU_KVCACHE_SPACE") == space and "RAY_ADDRESS" not in env
 
 
+def test_a_fractional_kv_cache_keeps_the_cpu_engines_thread_settings():
+    # The threads are unpinned and counted whatever the KV cache's size: a side-by-side candidate
+    # pinned ("auto") to the serving engine's core was starved for minutes on the test bed.
+    env = serving_env(_manifest(accelerator="cpu", interfaces=()), ServingPlan(1, 1, 1, kv_cache_gib=0.25), ServeDefaults(), node_cores=4)
+    assert (env["VLLM_CPU_OMP_THREADS_BIND"], env["OMP_NUM_THREADS"]) == ("nobind", "3") and "VLLM_CPU_KVCACHE_SPACE" not in env
+
+
 def test_a_node_env_that_sets_the_whole_gib_variable_is_refused_beside_a_fraction():
     manifest = _manifest(accelerator="cpu", interfaces=())
     manifest.nodes = [SimpleNamespace(name="n1", interface=None, env={"VLLM_CPU_KVCACHE_SPACE": "4"})]
