@@ -63,7 +63,8 @@ def cpu_kv_cache_setting(gib: float) -> tuple[str, int | None]:
     puts it in place of the engine's ``kv_cache_memory_bytes``; the CPU worker takes
     ``kv_cache_memory_bytes`` as the explicit size otherwise (``determine_available_memory`` in
     vllm/v1/worker/cpu_worker.py). A whole size keeps the variable; a fraction (0.25 GiB) goes as
-    the engine argument, with the variable blank so that no node's value replaces it."""
+    the engine argument, with the variable left out ("": ``serve.config`` refuses a manifest that
+    sets it, and an empty value would stop the engine, vllm/envs.py reads it with ``int()``)."""
     if gib >= 1 and float(gib).is_integer():
         return str(int(gib)), None
     return "", int(gib * GIB)
