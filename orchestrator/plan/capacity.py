@@ -56,18 +56,17 @@ PP_BYTES_PER_TOKEN_HIDDEN = 18.7
 CPU_KV_CACHE_GIB = 1.0  # orch's default VLLM_CPU_KVCACHE_SPACE on CPU clusters
 
 
-def cpu_kv_cache_setting(gib: float) -> tuple[str, int | None]:
-    """How a CPU engine is told a KV cache of ``gib`` GiB: ``(VLLM_CPU_KVCACHE_SPACE,
-    kv_cache_memory_bytes)``. vLLM's CPU platform reads the variable as whole GiB (``int()`` in
-    ``check_and_update_config``, vllm/platforms/cpu.py, 0.32) and, when it is set and not empty,
+def cpu_kv_cache_bytes(gib: float) -> int | None:
+    """The ``kv_cache_memory_bytes`` a CPU engine is given for a KV cache of ``gib`` GiB; None for a
+    whole number of GiB, which goes as ``VLLM_CPU_KVCACHE_SPACE``. vLLM's CPU platform reads the
+    variable as whole GiB (``int()`` in ``check_and_update_config``, vllm/platforms/cpu.py, 0.32)
+    and, when it is set and not empty,
     puts it in place of the engine's ``kv_cache_memory_bytes``; the CPU worker takes
     ``kv_cache_memory_bytes`` as the explicit size otherwise (``determine_available_memory`` in
     vllm/v1/worker/cpu_worker.py). A whole size keeps the variable; a fraction (0.25 GiB) goes as
-    the engine argument, with the variable left out ("": ``serve.config`` refuses a manifest that
+    the engine argument, with the variable left out (``serve.config`` refuses a manifest that
     sets it, and an empty value would stop the engine, vllm/envs.py reads it with ``int()``)."""
-    if gib >= 1 and float(gib).is_integer():
-        return str(int(gib)), None
-    return "", int(gib * GIB)
+    return None if gib >= 1 and float(gib).is_integer() else int(gib * GIB)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from orchestrator.plan.capacity import (
     PlanOptions,
     StageCapacity,
     batch_limits,
-    cpu_kv_cache_setting,
+    cpu_kv_cache_bytes,
     terms_for,
     utilization,
 )
@@ -156,7 +156,7 @@ class ParallelPlan:
         if self.kv_cache_gib_fixed and self.gpu_type != "cpu":
             out["kv_cache_memory_bytes"] = int(self.kv_cache_gib_per_gpu * GIB)
         elif self.gpu_type == "cpu":  # a whole size is VLLM_CPU_KVCACHE_SPACE in the runtime env instead
-            size = cpu_kv_cache_setting(self.kv_cache_gib_per_gpu)[1]
+            size = cpu_kv_cache_bytes(self.kv_cache_gib_per_gpu)
             if size is not None:
                 out["kv_cache_memory_bytes"] = size
         return out
@@ -301,8 +301,8 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         chosen = forced_dp(spec, shape, options, reasons)
     elif shape.is_cpu:
         chosen = evaluate(spec, shape, options, 1, 1)
-        space = cpu_kv_cache_setting(chosen.tightest.kv_bytes / GIB)[0]
-        how = "VLLM_CPU_KVCACHE_SPACE" if space else "kv_cache_memory_bytes: VLLM_CPU_KVCACHE_SPACE takes whole GiB"
+        whole = cpu_kv_cache_bytes(chosen.tightest.kv_bytes / GIB) is None
+        how = "VLLM_CPU_KVCACHE_SPACE" if whole else "kv_cache_memory_bytes: VLLM_CPU_KVCACHE_SPACE takes whole GiB"
         reasons.append(
             f"CPU cluster: one replica per node (Ray Serve LLM keeps a CPU replica on one node); "
             f"KV cache {chosen.tightest.kv_bytes / GIB:.2f} GiB ({how}) = {chosen.kv_tokens:,} tokens"

@@ -25,7 +25,7 @@ from typing import Any
 
 from orchestrator.errors import ServeConfigError
 from orchestrator.manifest.model import Manifest
-from orchestrator.plan.capacity import cpu_kv_cache_setting
+from orchestrator.plan.capacity import cpu_kv_cache_bytes
 from orchestrator.resources import read_text
 from orchestrator.serve import node_hooks
 from orchestrator.serve.app_shape import DP_IMPORT_PATH, OPENAI_IMPORT_PATH, llm_config_of
@@ -204,10 +204,11 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
         nic = interfaces.pop()
         env["NCCL_SOCKET_IFNAME"] = nic
         env["GLOO_SOCKET_IFNAME"] = nic
+    gib = cpu_kv_gib(plan, defaults)
+    fraction = manifest.accelerator == "cpu" and cpu_kv_cache_bytes(gib) is not None
     if manifest.accelerator == "cpu":
-        space = cpu_kv_space(plan, defaults)[0]
-        if space:  # a fraction of a GiB is the engine's kv_cache_memory_bytes instead (render_app)
-            env[CPU_KV_VAR] = space
+        if not fraction:  # a fraction of a GiB is the engine's kv_cache_memory_bytes instead (render_app)
+            env[CPU_KV_VAR] = str(int(gib))
         # vLLM's CPU backend pins its compute threads to cores it picks on its own ("auto"),
         # unaware of other engines on the node. A side-by-side rollout runs two engines on a
         # node (the candidate beside the serving copy): both were pinned to the same core and
@@ -223,15 +224,14 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
             # and served 2,100-3,150 tok/s (bare vLLM: 2,400-3,700).
             env["OMP_NUM_THREADS"] = str(max(1, int(node_cores) - 1))
     env.update({str(k): str(v) for k, v in manifest.env.items()})
-    if manifest.accelerator == "cpu" and cpu_kv_space(plan, defaults)[1] is not None:
-        _refuse_a_whole_gib_beside(manifest, plan.kv_cache_gib or defaults.cpu_kv_cache_gib)
+    if fraction:
+        _refuse_a_whole_gib_beside(manifest, gib)
     return env
 
 
-def cpu_kv_space(plan: ServingPlan, defaults: ServeDefaults) -> tuple[str, int | None]:
-    """A CPU engine's KV cache as (VLLM_CPU_KVCACHE_SPACE, kv_cache_memory_bytes): the plan's
-    size, else orch's default (``plan.capacity.cpu_kv_cache_setting``)."""
-    return cpu_kv_cache_setting(plan.kv_cache_gib if plan.kv_cache_gib else defaults.cpu_kv_cache_gib)
+def cpu_kv_gib(plan: ServingPlan, defaults: ServeDefaults) -> float:
+    """A CPU engine's KV cache in GiB: the plan's size, else orch's default."""
+    return plan.kv_cache_gib or defaults.cpu_kv_cache_gib
 
 
 def _refuse_a_whole_gib_beside(manifest: Manifest, gib: float) -> None:
@@ -239,7 +239,7 @@ def _refuse_a_whole_gib_beside(manifest: Manifest, gib: float) -> None:
     platform replaces with VLLM_CPU_KVCACHE_SPACE whenever that is set (vllm/platforms/cpu.py);
     a runtime env cannot unset a variable the nodes' Ray processes carry, and an empty value stops
     the engine (vllm/envs.py reads it with int()). So a manifest that sets it is refused."""
-    where = [("env", manifest.env)] + [(f"nodes[{getattr(n, 'name', i)}].env", getattr(n, "env", None) or {}) for i, n in enumerate(manifest.nodes)]
+    where = [("env", manifest.env)] + [(f"nodes[{n.name}].env", n.env) for n in manifest.nodes]
     for field_name, env in where:
         if CPU_KV_VAR in env:
             raise ServeConfigError(
@@ -326,8 +326,8 @@ def render_app(
     engine_extra: dict[str, Any] = {}
     if plan.kv_cache_dtype and plan.kv_cache_dtype != "auto":
         engine_extra["kv_cache_dtype"] = plan.kv_cache_dtype
-    if accelerator == "cpu" and cpu_kv_space(plan, defaults)[1] is not None:
-        engine_extra["kv_cache_memory_bytes"] = cpu_kv_space(plan, defaults)[1]
+    if accelerator == "cpu" and (kv_bytes := cpu_kv_cache_bytes(cpu_kv_gib(plan, defaults))) is not None:
+        engine_extra["kv_cache_memory_bytes"] = kv_bytes
     engine_extra.update(dict(extra_engine_kwargs or {}))
     for key in engine_extra:
         check_engine_arg_key(key)
