@@ -25,7 +25,19 @@ extra time of orch's public route against bare vLLM (docs/rollout.md, "Where the
 goes"). orch's builder builds the same LLMServer ingress deployment with Serve LLM's own
 functions and attaches no router: HAProxy sends each request straight to a replica's port. A
 request router the manifest chooses (``serve.request_router``) needs LLMRouter: the application
-then keeps Serve LLM's builder. Pure: the file's text, its place and the rendered values."""
+then keeps Serve LLM's builder.
+
+Serve runs the builder in a task of its own at every apply. Serve LLM's builder imports vLLM
+there (10.3 s alone, 277 vLLM modules, against 1.7 s for Ray Serve: docs/testing.md, "Session
+17") only to compute the deployment's options. For what orch renders (explicit placement bundles,
+CPU or GPU, no request router) those options follow from the config itself: the builder computes
+them as ``LLMServer.get_deployment_options`` and ``build_llm_deployment`` do, names the replica's
+class by its import path (``INGRESS_CLASS``, made on first use in the replica, where vLLM is
+imported anyway) and passes the config as a dict, which the replica validates into an
+``LLMConfig``. That holds on the Ray release it was compared with (``CHECKED_RAY``, the one
+setup.cfg pins; tests/unit/test_serve_node_hooks.py builds both ways and compares every option);
+any other release or config builds through Serve LLM's functions as before. Pure: the file's
+text, its place and the rendered values."""
 
 from __future__ import annotations
 
@@ -37,6 +49,10 @@ from orchestrator.serve.app_shape import llm_configs
 MODULE = "orch_serve_hooks"
 CALLBACK_CLASS = f"{MODULE}.SkipNodeInit"
 BUILDER_IMPORT_PATH = f"{MODULE}:build_openai_app"
+# The class the light build names as the replica's (loaded by import path in the replica).
+INGRESS_CLASS = f"{MODULE}.LLMServerIngress"
+# The Ray release the light build was checked against: the one orch pins (setup.cfg).
+CHECKED_RAY = "2.60.0"
 # Model sources Serve LLM's per-node task downloads from (download_utils.is_remote_path).
 REMOTE_SOURCES = ("s3://", "gs://", "abfss://", "azure://", "pyarrow-")
 # The line the callback logs in the replica's log (tests and `orch logs` readers look for it).
@@ -62,19 +78,110 @@ class SkipNodeInit(CallbackBase):
         )
 
 
+# The Ray release whose Serve LLM the light build below was compared with, field by field
+# (tests/unit/test_serve_node_hooks.py builds both). Any other release, or any field orch does
+# not render, builds through Serve LLM's own functions.
+CHECKED_RAY = "{CHECKED_RAY}"
+INGRESS_CLASS = "{INGRESS_CLASS}"
+_LIGHT_KEYS = {{"model_loading_config", "accelerator_config", "accelerator_type", "engine_kwargs", "callback_config",
+               "placement_group_config", "deployment_config"}}
+
+
 def build_openai_app(builder_config: dict):
     """Ray Serve LLM's build_openai_app under direct streaming, without the LLMRouter hop: the
     LLMServer deployment (vLLM's own app) is the ingress and HAProxy balances over its replicas.
-    The same Serve LLM functions build it (ray/llm/_internal/serve/core/ingress/builder.py)."""
+
+    Serve runs this in a build task at every apply. Serve LLM's builder imports vLLM there (10 s
+    measured) only to compute the deployment's options; for what orch renders, the same options
+    follow from the config alone (``_light_options``), and the replica class is named by its
+    import path, so the task imports Ray Serve only and the replica imports vLLM as it would."""
+    config = _light_config(builder_config)
+    return _build_light(config) if config is not None else _build_with_serve_llm(builder_config)
+
+
+def _light_config(builder_config: dict):
+    """The one llm_config, when it is what orch renders (explicit bundles, CPU or GPU, no request
+    router) on the checked Ray; else None."""
+    import ray
+
+    configs = builder_config.get("llm_configs")
+    if ray.__version__ != CHECKED_RAY or set(builder_config) != {{"llm_configs"}} or not isinstance(configs, list):
+        return None
+    if len(configs) != 1 or not isinstance(configs[0], dict) or not set(configs[0]) <= _LIGHT_KEYS:
+        return None
+    config = configs[0]
+    group, deployment = config.get("placement_group_config"), config.get("deployment_config") or {{}}
+    if not isinstance(group, dict) or set(group) != {{"strategy", "bundles"}} or not group["bundles"]:
+        return None
+    if (config.get("accelerator_config") or {{}}).get("kind", "cpu") not in ("cpu", "gpu"):
+        return None
+    return None if not isinstance(deployment, dict) or "request_router_config" in deployment else config
+
+
+def _direct_streaming_or_refuse() -> None:
+    from ray.llm._internal.serve import constants
+
+    if not constants.RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING:
+        raise ValueError("orch_serve_hooks:build_openai_app needs RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1 in the "
+                         "application's runtime_env (orch renders it); use ray.serve.llm:build_openai_app without it")
+
+
+def _light_options(llm_config: dict, runtime_env: dict) -> dict:
+    """LLMServer.get_deployment_options and build_llm_deployment's name and defaults
+    (ray/llm/_internal/serve/core/server/llm_server.py and server/builder.py, Ray {CHECKED_RAY}),
+    for a CPU or GPU config with explicit placement bundles, as orch renders it."""
+    import copy
+
+    from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_config_defaults
+    from ray.llm._internal.serve import constants
+
+    options = copy.deepcopy(llm_config.get("deployment_config") or {{}})
+    actor_options = options.get("ray_actor_options", {{}})
+    replica = {{"CPU": actor_options.get("num_cpus", 1), "GPU": actor_options.get("num_gpus", 0),
+               **actor_options.get("resources", {{}})}}
+    if "memory" in actor_options:
+        replica["memory"] = actor_options["memory"]
+    group = llm_config["placement_group_config"]
+    bundles = [dict(b) for b in group["bundles"]]
+    if llm_config.get("accelerator_type"):
+        for bundle in bundles:
+            bundle.setdefault("accelerator_type:" + llm_config["accelerator_type"], 0.001)
+    # the replica actor sits in the first bundle, beside the first engine worker
+    first = bundles[0]
+    bundles[0] = {{k: first.get(k, 0) + replica.get(k, 0) for k in set(first) | set(replica)}}
+    options["placement_group_bundles"] = bundles
+    options["placement_group_strategy"] = group["strategy"]
+    default_env = dict(runtime_env)
+    if constants.ENABLE_WORKER_PROCESS_SETUP_HOOK:
+        default_env["worker_process_setup_hook"] = "ray.llm._internal.serve._worker_process_setup_hook"
+    actor_options["runtime_env"] = {{**default_env, **actor_options.get("runtime_env", {{}})}}
+    options["ray_actor_options"] = actor_options
+    model_id = llm_config["model_loading_config"]["model_id"]
+    options["name"] = "LLMServer:" + options.get("name", model_id.replace("/", "--").replace(".", "_"))
+    defaults = {{"max_ongoing_requests": constants.DEFAULT_MAX_ONGOING_REQUESTS,
+                "health_check_period_s": constants.DEFAULT_HEALTH_CHECK_PERIOD_S,
+                "health_check_timeout_s": constants.DEFAULT_HEALTH_CHECK_TIMEOUT_S,
+                "autoscaling_config": {{"target_ongoing_requests": constants.DEFAULT_MAX_TARGET_ONGOING_REQUESTS}}}}
+    return maybe_apply_llm_deployment_config_defaults(defaults, options)
+
+
+def _build_light(llm_config: dict):
+    import ray
+    from ray import serve
+
+    _direct_streaming_or_refuse()
+    options = _light_options(llm_config, ray.get_runtime_context().runtime_env)
+    return serve.deployment(**options)(INGRESS_CLASS).bind(llm_config=llm_config)
+
+
+def _build_with_serve_llm(builder_config: dict):
     from ray import serve
     from ray.llm._internal.serve.core.ingress import builder
     from ray.llm._internal.serve.core.server.builder import build_llm_deployment
     from ray.llm._internal.serve.core.server.llm_server import LLMServer
 
     args = builder.LLMServingArgs.model_validate(builder_config)
-    if not builder.RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING:
-        raise ValueError("orch_serve_hooks:build_openai_app needs RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1 in the "
-                         "application's runtime_env (orch renders it); use ray.serve.llm:build_openai_app without it")
+    _direct_streaming_or_refuse()
     if len(args.llm_configs) != 1:
         raise ValueError(f"orch_serve_hooks:build_openai_app serves exactly one model, got {{len(args.llm_configs)}}")
     builder._validate_direct_streaming_ingress_config(args.ingress_deployment_config, args.ingress_cls_config)
@@ -84,6 +191,31 @@ def build_openai_app(builder_config: dict):
     # balances itself ("A custom `request_router_config.request_router_class` is not supported
     # on the ingress deployment when HAProxy is enabled", ray/serve/_private/application_state.py).
     return build_llm_deployment(llm_config, deployment_cls=serve.ingress()(llm_config.server_cls or LLMServer))
+
+
+def _ingress_class():
+    """Serve LLM's LLMServer as the ingress, constructed from the config's dict (the light build
+    passes the dict: building an LLMConfig needs torch and transformers)."""
+    from ray import serve
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+    from ray.llm._internal.serve.core.server.llm_server import LLMServer
+
+    class LLMServerFromDict(LLMServer):
+        async def __init__(self, llm_config, **kwargs):
+            if isinstance(llm_config, dict):
+                llm_config = LLMConfig.model_validate(llm_config)
+            await super().__init__(llm_config, **kwargs)
+
+    LLMServerFromDict.__name__ = LLMServerFromDict.__qualname__ = "LLMServer"
+    return serve.ingress()(LLMServerFromDict)
+
+
+def __getattr__(name: str):
+    # Made on first use, in the replica: the build task imports this module without vLLM.
+    if name == INGRESS_CLASS.rsplit(".", 1)[1]:
+        globals()[name] = cls = _ingress_class()
+        return cls
+    raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
 '''
 
 

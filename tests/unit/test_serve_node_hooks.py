@@ -8,6 +8,7 @@ would start the per-node model task."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import sys
 
@@ -83,12 +84,14 @@ def _built(import_path, monkeypatch):
     ``call_user_app_builder_with_args_if_necessary``, then ``build_app``), under direct streaming."""
     import ray
     from ray._common.utils import import_attr
+    from ray.llm._internal.serve import constants
     from ray.llm._internal.serve.core.ingress import builder
     from ray.serve._private import build_app as build_module
     from ray.serve._private.api import call_user_app_builder_with_args_if_necessary
 
     # orch's nodes run Serve with HAProxy and Serve LLM with direct streaming (cluster.ray_nodes)
     monkeypatch.setattr(builder, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", True)
+    monkeypatch.setattr(constants, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", True)
     monkeypatch.setattr(build_module, "RAY_SERVE_ENABLE_HA_PROXY", True)
     monkeypatch.setattr(ray, "get_runtime_context", lambda: _NoCluster())
     args = {"llm_configs": [{"model_loading_config": {"model_id": "tiny", "model_source": "/models/tiny"},
@@ -109,12 +112,170 @@ def test_orchs_builder_makes_the_llm_server_the_ingress_without_serve_llms_route
 
 
 def test_orchs_builder_refuses_to_run_without_direct_streaming(on_the_node_path, monkeypatch):
+    from ray.llm._internal.serve import constants
     from ray.llm._internal.serve.core.ingress import builder
 
     module = __import__(node_hooks.MODULE)
     monkeypatch.setattr(builder, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", False)
-    with pytest.raises(ValueError, match="needs RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1"):
-        module.build_openai_app({"llm_configs": [{"model_loading_config": {"model_id": "tiny"}}]})
+    monkeypatch.setattr(constants, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", False)
+    for config in (_rendered("cpu-tp1")["args"]["llm_configs"][0], {"model_loading_config": {"model_id": "tiny"}}):  # light, full
+        with pytest.raises(ValueError, match="needs RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1"):
+            module.build_openai_app({"llm_configs": [config]})
+
+
+def _rendered(case: str) -> dict:
+    """An application as orch renders it (serve/config.py), one per shape the builder meets."""
+    from pathlib import Path
+
+    from orchestrator.cluster.ray_nodes import node_resource
+    from orchestrator.manifest.load import load_manifest_file
+    from orchestrator.serve.config import AppTarget, ServeDefaults, ServingPlan, render_app
+
+    templates = Path(__file__).resolve().parents[2] / "cluster-templates"
+    target = AppTarget("orch-r2", "/_orch/r2", "org/Model-3.1.x", "/models/tiny")
+    if case == "gpu-pp2-pinned":
+        plan = ServingPlan(tp=8, pp=2, max_model_len=8192, max_num_seqs=1024)
+        return render_app(load_manifest_file(templates / "2x8-h100-405b.yaml"), plan, target, node_resource=node_resource,
+                          accelerator_type="H100", stage_nodes=["gpu-a", "gpu-b"]).app  # fmt: skip
+    if case == "gpu-tp4-autoscaling":
+        plan = ServingPlan(tp=4, pp=1, max_model_len=4096, replicas=2)
+        return render_app(load_manifest_file(templates / "2x8-h100-405b.yaml"), plan, target, node_resource=node_resource,
+                          accelerator_type="H100", defaults=ServeDefaults(autoscaling_max_replicas=4)).app  # fmt: skip
+    if case == "cpu-autoscaling-serve-llms-target":  # Serve LLM's default target fills the one orch leaves out
+        app = render_app(load_manifest_file(templates / "local.yaml"), ServingPlan(tp=1, pp=1, max_model_len=1024), target,
+                         node_resource=node_resource, defaults=ServeDefaults(autoscaling_max_replicas=2)).app  # fmt: skip
+        del app["args"]["llm_configs"][0]["deployment_config"]["autoscaling_config"]["target_ongoing_requests"]
+        return app
+    plan = ServingPlan(tp=2 if case == "cpu-tp2" else 1, pp=1, max_model_len=1024, replicas=3 if case == "cpu-tp2" else 1)
+    return render_app(load_manifest_file(templates / "local.yaml"), plan, target, node_resource=node_resource).app
+
+
+class _TaskContext:
+    """``ray.get_runtime_context()`` in Serve's build task: the application's runtime env (the
+    task runs with it). A fresh dict each call: Serve LLM's builder writes into the one it gets."""
+
+    def __init__(self, runtime_env: dict):
+        self._env = runtime_env
+
+    @property
+    def runtime_env(self) -> dict:
+        return copy.deepcopy(self._env)
+
+
+def _build(module, path: str, app: dict, monkeypatch):
+    import ray
+    from ray.llm._internal.serve import constants
+    from ray.llm._internal.serve.core.ingress import builder
+    from ray.serve._private import build_app as build_module
+
+    monkeypatch.setattr(builder, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", True)
+    monkeypatch.setattr(constants, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", True)
+    monkeypatch.setattr(build_module, "RAY_SERVE_ENABLE_HA_PROXY", True)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: _TaskContext(app["runtime_env"]))
+    args = copy.deepcopy(app["args"])
+    built = getattr(module, path)(args) if path.startswith("_") else module.build_openai_app(args)
+    return build_module.build_app(built, name=app["name"], default_runtime_env={})
+
+
+@pytest.mark.parametrize("case", ["cpu-tp1", "cpu-tp2", "gpu-pp2-pinned", "gpu-tp4-autoscaling", "cpu-autoscaling-serve-llms-target"])
+def test_the_light_build_gives_the_deployment_serve_llms_build_gives(on_the_node_path, monkeypatch, case):
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+
+    module = __import__(node_hooks.MODULE)
+    app = _rendered(case)
+    light = _build(module, "build_openai_app", app, monkeypatch)
+    full = _build(module, "_build_with_serve_llm", app, monkeypatch)
+    assert [d.name for d in light.deployments] == [d.name for d in full.deployments] == ["LLMServer:org--Model-3_1_x"]
+    assert light.ingress_deployment_name == full.ingress_deployment_name and light.ingress_request_router_deployment is None
+    ours, theirs = light.deployments[0], full.deployments[0]
+    assert ours.func_or_class == node_hooks.INGRESS_CLASS  # named, not imported: no vLLM in the build task
+    assert ours._deployment_config.to_proto_bytes() == theirs._deployment_config.to_proto_bytes()
+    assert ours._deployment_config.user_configured_option_names == theirs._deployment_config.user_configured_option_names
+    for field in ("ray_actor_options", "placement_group_bundles", "placement_group_strategy", "max_replicas_per_node",
+                  "placement_group_bundle_label_selector", "init_args"):  # fmt: skip
+        assert getattr(ours._replica_config, field) == getattr(theirs._replica_config, field), field
+    # the replica gets the config's dict and builds the same LLMConfig from it (its engine config,
+    # cached by Serve LLM's build, is computed again there from the same fields)
+    (passed,) = theirs._replica_config.init_kwargs.values()
+    assert LLMConfig.model_validate(ours._replica_config.init_kwargs["llm_config"]).model_dump() == passed.model_dump()
+
+
+def test_a_config_orch_does_not_render_or_another_ray_builds_through_serve_llm(on_the_node_path, monkeypatch):
+    import ray
+
+    module = __import__(node_hooks.MODULE)
+    assert isinstance(_build(module, "build_openai_app", _rendered("cpu-tp1"), monkeypatch).deployments[0].func_or_class, str)
+
+    def changed(change) -> dict:
+        args = _rendered("cpu-tp1")["args"]
+        change(args["llm_configs"][0])
+        return args
+
+    for args in (
+        changed(lambda c: c.update(runtime_env={"env_vars": {"X": "1"}})),  # a field the light build does not read
+        changed(lambda c: c.update(accelerator_config={"kind": "tpu", "topology": "4x4"})),  # Serve LLM defers its group
+        changed(lambda c: c.pop("placement_group_config")),  # Serve LLM computes the bundles
+        changed(lambda c: c["placement_group_config"].update(bundle_per_worker={"CPU": 1})),
+        changed(lambda c: c["deployment_config"].update(request_router_config={"request_router_class": "x.Y"})),
+        {**_rendered("cpu-tp1")["args"], "ingress_deployment_config": {}},
+    ):
+        assert module._light_config(args) is None, args
+    monkeypatch.setattr(ray, "__version__", "2.61.0")
+    assert not isinstance(_build(module, "build_openai_app", _rendered("cpu-tp1"), monkeypatch).deployments[0].func_or_class, str)
+
+
+def test_the_checked_ray_is_the_one_orch_pins():
+    import configparser
+    from pathlib import Path
+
+    import ray
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parents[2] / "setup.cfg")
+    extras = cfg["options.extras_require"]
+    pins = {ln.strip().split("==")[1] for extra in ("cpu", "gpu") for ln in extras[extra].splitlines() if ln.strip().startswith("ray[")}
+    assert pins == {node_hooks.CHECKED_RAY} and ray.__version__ == node_hooks.CHECKED_RAY
+
+
+# Serve's ingress wrapper has an async __del__ (its replica awaits it at shutdown); a test's object
+# is simply collected.
+@pytest.mark.filterwarnings("ignore:coroutine .*__del__' was never awaited")
+def test_the_replica_loads_the_named_class_and_builds_the_llm_config_from_the_dict(on_the_node_path, monkeypatch):
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+    from ray.llm._internal.serve.core.server.llm_server import LLMServer
+    from ray.serve._private.http_util import ASGIAppReplicaWrapper
+    from ray.serve._private.replica import _load_deployment_def_from_import_path
+
+    got = []
+
+    async def engine_start_stand_in(self, llm_config, **kwargs):  # LLMServer's constructor starts vLLM
+        got.append(llm_config)
+
+    monkeypatch.setattr(LLMServer, "__init__", engine_start_stand_in)
+    cls = _load_deployment_def_from_import_path(node_hooks.INGRESS_CLASS)  # as the replica does
+    assert issubclass(cls, ASGIAppReplicaWrapper) and issubclass(cls, LLMServer) and cls.__name__ == "LLMServer"
+    config = _rendered("cpu-tp1")["args"]["llm_configs"][0]
+    replica = cls.__new__(cls)  # constructed as Serve's replica does: __new__, then the async __init__
+    asyncio.run(replica.__init__(llm_config=config))
+    assert [type(c) for c in got] == [LLMConfig] and got[0].model_dump() == LLMConfig.model_validate(config).model_dump()
+
+
+def test_the_light_build_task_imports_neither_vllm_nor_torch(on_the_node_path):
+    import subprocess
+
+    code = (
+        "import sys, ray\n"
+        "from ray.serve._private import build_app\n"
+        "import orch_serve_hooks as m\n"
+        "ray.get_runtime_context = lambda: type('C', (), {'runtime_env': {}})()\n"
+        f"built = m.build_openai_app({_rendered('cpu-tp1')['args']!r})\n"
+        "build_app.build_app(built, name='a', default_runtime_env={})\n"
+        "print(sorted({n.split('.')[0] for n in sys.modules} & {'vllm', 'torch', 'transformers'}))\n"
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": str(on_the_node_path), "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
 @pytest.mark.parametrize(("app", "needs"), [
