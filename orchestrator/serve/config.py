@@ -204,10 +204,11 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
         nic = interfaces.pop()
         env["NCCL_SOCKET_IFNAME"] = nic
         env["GLOO_SOCKET_IFNAME"] = nic
+    cpu = manifest.accelerator == "cpu"
     gib = cpu_kv_gib(plan, defaults)
-    fraction = manifest.accelerator == "cpu" and cpu_kv_cache_bytes(gib) is not None
-    if manifest.accelerator == "cpu":
-        if not fraction:  # a fraction of a GiB is the engine's kv_cache_memory_bytes instead (render_app)
+    whole_gib = cpu_kv_cache_bytes(gib) is None  # else the engine's kv_cache_memory_bytes (render_app)
+    if cpu:
+        if whole_gib:
             env[CPU_KV_VAR] = str(int(gib))
         # vLLM's CPU backend pins its compute threads to cores it picks on its own ("auto"),
         # unaware of other engines on the node. A side-by-side rollout runs two engines on a
@@ -224,7 +225,7 @@ def serving_env(manifest: Manifest, plan: ServingPlan, defaults: ServeDefaults, 
             # and served 2,100-3,150 tok/s (bare vLLM: 2,400-3,700).
             env["OMP_NUM_THREADS"] = str(max(1, int(node_cores) - 1))
     env.update({str(k): str(v) for k, v in manifest.env.items()})
-    if fraction:
+    if cpu and not whole_gib:
         _refuse_a_whole_gib_beside(manifest, gib)
     return env
 

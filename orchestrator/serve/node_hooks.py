@@ -134,6 +134,7 @@ def _light_options(llm_config: dict, runtime_env: dict) -> dict:
 
     from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_config_defaults
     from ray.llm._internal.serve import constants
+    from ray.llm._internal.serve.core.configs.accelerators import format_ray_accelerator_resource
 
     options = copy.deepcopy(llm_config.get("deployment_config") or {{}})
     actor_options = options.get("ray_actor_options", {{}})
@@ -145,7 +146,7 @@ def _light_options(llm_config: dict, runtime_env: dict) -> dict:
     bundles = [dict(b) for b in group["bundles"]]
     if llm_config.get("accelerator_type"):
         for bundle in bundles:
-            bundle.setdefault("accelerator_type:" + llm_config["accelerator_type"], 0.001)
+            bundle.setdefault(format_ray_accelerator_resource(llm_config["accelerator_type"]), 0.001)
     # the replica actor sits in the first bundle, beside the first engine worker
     first = bundles[0]
     bundles[0] = {{k: first.get(k, 0) + replica.get(k, 0) for k in set(first) | set(replica)}}

@@ -71,16 +71,26 @@ def test_the_folder_is_where_the_rendered_pythonpath_points_once_expanded(on_the
     assert node_hooks.hooks_path("c1", home) == str(on_the_node_path / f"{node_hooks.MODULE}.py")
 
 
-class _NoCluster:
-    """``ray.get_runtime_context()`` outside a Ray worker: LLMServer.get_deployment_options reads
-    the runtime env from it, and the real call would start a local Ray on this machine."""
+class _TaskContext:
+    """``ray.get_runtime_context()`` in Serve's build task: the application's runtime env (the
+    task runs with it; outside a Ray worker the real call would start a local Ray on this
+    machine). A fresh dict each call: Serve LLM's builder writes into the one it gets."""
 
-    runtime_env: dict = {}
+    def __init__(self, runtime_env: dict):
+        self._env = runtime_env
+
+    @property
+    def runtime_env(self) -> dict:
+        return copy.deepcopy(self._env)
 
 
-def _built(import_path, monkeypatch):
-    """Builds the application the way Serve's build task does (``build_serve_application`` in
-    ray/serve/_private/application_state.py: ``import_attr``, then
+TINY_ARGS = {"llm_configs": [{"model_loading_config": {"model_id": "tiny", "model_source": "/models/tiny"},
+                              "accelerator_config": {"kind": "cpu"}, "engine_kwargs": {"tensor_parallel_size": 1}}]}  # fmt: skip
+
+
+def _built(import_path, monkeypatch, app: dict | None = None):
+    """Builds ``app`` (default: a hand-written tiny one) the way Serve's build task does
+    (``build_serve_application`` in ray/serve/_private/application_state.py: ``import_attr``, then
     ``call_user_app_builder_with_args_if_necessary``, then ``build_app``), under direct streaming."""
     import ray
     from ray._common.utils import import_attr
@@ -89,15 +99,18 @@ def _built(import_path, monkeypatch):
     from ray.serve._private import build_app as build_module
     from ray.serve._private.api import call_user_app_builder_with_args_if_necessary
 
+    app = app or {"name": "orch-r1", "runtime_env": {}, "args": TINY_ARGS}
     # orch's nodes run Serve with HAProxy and Serve LLM with direct streaming (cluster.ray_nodes)
     monkeypatch.setattr(builder, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", True)
     monkeypatch.setattr(constants, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", True)
     monkeypatch.setattr(build_module, "RAY_SERVE_ENABLE_HA_PROXY", True)
-    monkeypatch.setattr(ray, "get_runtime_context", lambda: _NoCluster())
-    args = {"llm_configs": [{"model_loading_config": {"model_id": "tiny", "model_source": "/models/tiny"},
-                             "accelerator_config": {"kind": "cpu"}, "engine_kwargs": {"tensor_parallel_size": 1}}]}  # fmt: skip
-    app = call_user_app_builder_with_args_if_necessary(import_attr(import_path), args)
-    return build_module.build_app(app, name="orch-r1", default_runtime_env={})
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: _TaskContext(app["runtime_env"]))
+    built = call_user_app_builder_with_args_if_necessary(import_attr(import_path), copy.deepcopy(app["args"]))
+    return build_module.build_app(built, name=app["name"], default_runtime_env={})
+
+
+# orch's module builds through Serve LLM's functions here when the light build does not apply.
+THROUGH_SERVE_LLM = f"{node_hooks.MODULE}:_build_with_serve_llm"
 
 
 def test_orchs_builder_makes_the_llm_server_the_ingress_without_serve_llms_router(on_the_node_path, monkeypatch):
@@ -150,41 +163,13 @@ def _rendered(case: str) -> dict:
     return render_app(load_manifest_file(templates / "local.yaml"), plan, target, node_resource=node_resource).app
 
 
-class _TaskContext:
-    """``ray.get_runtime_context()`` in Serve's build task: the application's runtime env (the
-    task runs with it). A fresh dict each call: Serve LLM's builder writes into the one it gets."""
-
-    def __init__(self, runtime_env: dict):
-        self._env = runtime_env
-
-    @property
-    def runtime_env(self) -> dict:
-        return copy.deepcopy(self._env)
-
-
-def _build(module, path: str, app: dict, monkeypatch):
-    import ray
-    from ray.llm._internal.serve import constants
-    from ray.llm._internal.serve.core.ingress import builder
-    from ray.serve._private import build_app as build_module
-
-    monkeypatch.setattr(builder, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", True)
-    monkeypatch.setattr(constants, "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", True)
-    monkeypatch.setattr(build_module, "RAY_SERVE_ENABLE_HA_PROXY", True)
-    monkeypatch.setattr(ray, "get_runtime_context", lambda: _TaskContext(app["runtime_env"]))
-    args = copy.deepcopy(app["args"])
-    built = getattr(module, path)(args) if path.startswith("_") else module.build_openai_app(args)
-    return build_module.build_app(built, name=app["name"], default_runtime_env={})
-
-
 @pytest.mark.parametrize("case", ["cpu-tp1", "cpu-tp2", "gpu-pp2-pinned", "gpu-tp4-autoscaling", "cpu-autoscaling-serve-llms-target"])
 def test_the_light_build_gives_the_deployment_serve_llms_build_gives(on_the_node_path, monkeypatch, case):
     from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
 
-    module = __import__(node_hooks.MODULE)
     app = _rendered(case)
-    light = _build(module, "build_openai_app", app, monkeypatch)
-    full = _build(module, "_build_with_serve_llm", app, monkeypatch)
+    light = _built(node_hooks.BUILDER_IMPORT_PATH, monkeypatch, app)
+    full = _built(THROUGH_SERVE_LLM, monkeypatch, app)
     assert [d.name for d in light.deployments] == [d.name for d in full.deployments] == ["LLMServer:org--Model-3_1_x"]
     assert light.ingress_deployment_name == full.ingress_deployment_name and light.ingress_request_router_deployment is None
     ours, theirs = light.deployments[0], full.deployments[0]
@@ -204,7 +189,7 @@ def test_a_config_orch_does_not_render_or_another_ray_builds_through_serve_llm(o
     import ray
 
     module = __import__(node_hooks.MODULE)
-    assert isinstance(_build(module, "build_openai_app", _rendered("cpu-tp1"), monkeypatch).deployments[0].func_or_class, str)
+    assert isinstance(_built(node_hooks.BUILDER_IMPORT_PATH, monkeypatch, _rendered("cpu-tp1")).deployments[0].func_or_class, str)
 
     def changed(change) -> dict:
         args = _rendered("cpu-tp1")["args"]
@@ -221,7 +206,7 @@ def test_a_config_orch_does_not_render_or_another_ray_builds_through_serve_llm(o
     ):
         assert module._light_config(args) is None, args
     monkeypatch.setattr(ray, "__version__", "2.61.0")
-    assert not isinstance(_build(module, "build_openai_app", _rendered("cpu-tp1"), monkeypatch).deployments[0].func_or_class, str)
+    assert not isinstance(_built(node_hooks.BUILDER_IMPORT_PATH, monkeypatch, _rendered("cpu-tp1")).deployments[0].func_or_class, str)
 
 
 def test_the_checked_ray_is_the_one_orch_pins():
