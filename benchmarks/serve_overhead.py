@@ -41,6 +41,8 @@ Variants (the environment of `ray start`, i.e. the Serve controller/proxies/repl
   omp       orch's, but OMP_NUM_THREADS = all the node's cores (orch's former setting)
   llmrouter orch's, but Serve LLM's build_openai_app: HAProxy asks LLMRouter for a replica before
             every POST (orch's default before its own builder, serve/node_hooks.py)
+  hapthreads  orch's, HAProxy with one thread per core (RAY_SERVE_HAPROXY_NBTHREAD; Ray's default 4)
+  hapnometrics  orch's, without HAProxy's per-request metrics log (RAY_SERVE_HAPROXY_METRICS_ENABLED=0)
 The API key needs direct streaming (vLLM's own app): for defaults/haproxy it is left out.
 
 Everything started is stopped at the end (process groups, then any process carrying this run's
@@ -86,6 +88,8 @@ VARIANT_ENV: dict[str, dict | None] = {
                      "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0"},
     "omp": None,
     "llmrouter": None,
+    "hapthreads": {"RAY_SERVE_HAPROXY_NBTHREAD": str(os.cpu_count() or 1)},
+    "hapnometrics": {"RAY_SERVE_HAPROXY_METRICS_ENABLED": "0"},
 }
 NOT_ORCH_BASED = ("defaults", "haproxy")  # variants that replace orch's env instead of adding to it
 MARK = "ORCH_SERVE_OVERHEAD_RUN"
