@@ -1,4 +1,4 @@
-"""MoE on the test bed: the tiny MoE served DP=2 + EP against TP=2, same load, one run (needs root).
+"""MoE on the test bed: the tiny MoE served TP=2, DP=2 and DP=2 + EP, same load, one run (needs root).
 
     .venv/bin/python benchmarks/moe_testbed.py [--requests 32] [--concurrency 8] [--output-tokens 32]
     .venv/bin/python benchmarks/moe_layouts.py --part testbed     # the same, inside moe_layouts' JSON
@@ -11,17 +11,19 @@ Qwen3-MoE-shaped model of ``orchestrator.plan.tinymodel.build_tiny_moe`` (8 expe
   1. `orch rollout --tp 2 --no-expert-parallel`: one replica, its two tensor-parallel workers on
      the two hosts (vLLM's Ray executor, Gloo over eth0), every expert split over both;
   2. the load below against it (orch's load generator, streamed completions);
-  3. `orch rollout --dp 2 --expert-parallel --allow-downtime` (a switch between the two builders
-     is never side by side): Ray Serve LLM's build_dp_openai_app, one rank per host, 4 of the 8
-     experts on each;
-  4. the same load against it, when it serves.
+  3. `orch rollout --dp 2 --no-expert-parallel --allow-downtime` (a switch between the two
+     builders is never side by side): Ray Serve LLM's build_dp_openai_app, one rank per host, the
+     experts split over both (vLLM's AllGather + ReduceScatter MoE path), and the same load;
+  4. `orch rollout --dp 2 --expert-parallel --allow-downtime`: 4 of the 8 experts on each rank,
+     and the same load when it serves.
 
 Prints one JSON object: per layout the rollout's outcome and seconds and, when it served, output
-tok/s and TTFT p50/p95. On vLLM 0.32's CPU backend step 3 fails: every DP rank's engine dies in
-its profiling run (``NotImplementedError`` in ``all_gatherv``, docs/moe.md), so the DP layout's
-entry carries the rollout's error instead of figures; it is measured on a GPU cluster with the
-same script. Nothing to meet on CPU: both "GPUs" are the same two shared cores. Torn down at the
-end.
+tok/s and TTFT p50/p95, and each DP layout's tok/s over TP=2's. On vLLM 0.32's CPU backend a DP
+group serves only with the test bed's collective stand-in (tests/testbed/vllm_gpu_standin, which
+the bed's hosts carry), and the EP layout not at all: its first request segfaults in the CPU MoE
+kernel (docs/moe.md), so its entry carries the rollout's error instead of figures; it is measured
+on a GPU cluster with the same script. Nothing to meet on CPU: both "GPUs" are the same two
+shared cores. Torn down at the end.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: 
 
 LAYOUTS = (
     ("tp2", {"tp": 2, "dp": 1, "expert_parallel": False}),
+    ("dp2", {"dp": 2, "expert_parallel": False}),
     ("dp2_ep", {"dp": 2, "expert_parallel": True}),
 )
 
@@ -83,9 +86,11 @@ def testbed_part(requests: int = 32, concurrency: int = 8, output_tokens: int = 
                 measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
                 out[label] = {"served": True, "rollout_s": round(ready_s, 1), "action": result.action,
                               **measure(served.endpoint, served.api_key, concurrency, requests, output_tokens)}  # fmt: skip
-        a, b = out.get("tp2", {}), out.get("dp2_ep", {})
-        both = a.get("served") and b.get("served") and a.get("output_tok_s")
-        out["dp2_ep_over_tp2_tok_s"] = round(b["output_tok_s"] / a["output_tok_s"], 3) if both else None
+        a = out.get("tp2", {})
+        for label in ("dp2", "dp2_ep"):
+            b = out.get(label, {})
+            both = a.get("served") and b.get("served") and a.get("output_tok_s")
+            out[f"{label}_over_tp2_tok_s"] = round(b["output_tok_s"] / a["output_tok_s"], 3) if both else None
     finally:
         if keep_logs is not None and bed is not None:
             for h in bed.hosts:
