@@ -15,6 +15,10 @@ up`` and every rollout, before the apply) and puts that folder first on the appl
 PYTHONPATH. A remote model source (``s3://``, ``gs://``, ...) keeps Serve LLM's task: there it
 downloads.
 
+The callback also turns off Serve LLM's telemetry push in the replica (``LLMServer._start_engine``
+waits on a detached Ray actor with no timeout; one left half-made by a stopped replica hangs every
+later engine start of the cluster; see ``SkipNodeInit``).
+
 The same module carries orch's builder (``BUILDER_IMPORT_PATH``). Under direct streaming, Ray
 2.60's ``build_openai_app`` makes the LLMServer replica the ingress and attaches Serve LLM's
 ``LLMRouter`` as the application's ingress request router (``core/ingress/builder.py``,
@@ -57,18 +61,31 @@ CHECKED_RAY = "2.60.0"
 REMOTE_SOURCES = ("s3://", "gs://", "abfss://", "azure://", "pyarrow-")
 # The line the callback logs in the replica's log (tests and `orch logs` readers look for it).
 SKIPPED_LINE = "orch: Serve LLM's per-node model task skipped"
+# Where LLMServer._start_engine finds the telemetry push it calls after the engine started (Ray
+# 2.60, ray/llm/_internal/serve/core/server/llm_server.py); the callback replaces it there.
+LLM_SERVER_MODULE = "ray.llm._internal.serve.core.server.llm_server"
+TELEMETRY_PUSH = "push_telemetry_report_for_all_models"
 
 SOURCE = f'''"""Written by orch (orchestrator/serve/node_hooks.py) on every node of its cluster; `orch down`
 removes it. Ray Serve LLM loads this class by name (callback_config) in each engine replica."""
 
 import logging
+import sys
 
 from ray.llm._internal.common.callbacks.base import CallbackBase
 
 
 class SkipNodeInit(CallbackBase):
     """Skips Serve LLM's per-node model task: orch renders no cloud mirror, so the task would
-    only return the model id, after a fresh worker imported torch on every node."""
+    only return the model id, after a fresh worker imported torch on every node.
+
+    And turns off Serve LLM's telemetry push in this replica. After its engine starts, every
+    LLMServer waits, with no timeout, for a detached actor of Ray's (``llm_serve_telemetry``, made
+    by the first replica that asks). A replica stopped while it was making that actor (a
+    rollout interrupted at that moment) leaves it DEPENDENCIES_UNREADY for good, and every later
+    engine replica of the cluster then hangs at start (measured on orch's test bed). The push
+    only records usage tags, which a cluster started with --disable-usage-stats (orch's) never
+    reports."""
 
     async def on_before_node_init(self) -> None:
         self.ctx.run_init_node = False
@@ -76,6 +93,13 @@ class SkipNodeInit(CallbackBase):
             "{SKIPPED_LINE} (the model is %s: no cloud mirror to download from)",
             self.llm_config.model_loading_config.model_source or self.llm_config.model_loading_config.model_id,
         )
+        server = sys.modules.get("{LLM_SERVER_MODULE}")
+        if server is not None and hasattr(server, "{TELEMETRY_PUSH}"):
+            setattr(server, "{TELEMETRY_PUSH}", _no_telemetry_push)
+
+
+def _no_telemetry_push(*args, **kwargs) -> None:
+    return None
 
 
 # The Ray release whose Serve LLM the light build below was compared with, field by field

@@ -55,6 +55,37 @@ def test_serve_llm_loads_the_callback_by_its_rendered_name_and_it_skips_the_node
     assert any(m.startswith(f"{node_hooks.SKIPPED_LINE} (the model is /models/tiny") for m in seen), seen
 
 
+def test_the_callback_turns_off_serve_llms_telemetry_push_that_can_hang_a_replica(on_the_node_path, monkeypatch):
+    # LLMServer._start_engine pushes a telemetry report after the engine started; the push blocks
+    # on Ray's detached telemetry actor (ray.get, no timeout), which a replica stopped while making
+    # it leaves DEPENDENCIES_UNREADY for good: every later engine replica then hangs at start
+    # (seen on the test bed, docs/moe.md). The real _start_engine runs here with a stub engine.
+    from ray.llm._internal.common.utils.import_utils import load_class
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+    from ray.llm._internal.serve.core.server import llm_server
+    from ray.llm._internal.serve.observability.usage_telemetry import usage
+
+    pushed: list = []
+    monkeypatch.setattr(usage, "_push_model_telemetry", lambda model, *a, **k: pushed.append(model))
+    # the callback replaces this module attribute; monkeypatch puts Ray's own back after the test
+    monkeypatch.setattr(llm_server, node_hooks.TELEMETRY_PUSH, getattr(llm_server, node_hooks.TELEMETRY_PUSH))
+    assert llm_server.__name__ == node_hooks.LLM_SERVER_MODULE
+    config = LLMConfig(model_loading_config={"model_id": "tiny", "model_source": "/models/tiny"},
+                       callback_config={"callback_class": node_hooks.CALLBACK_CLASS})  # fmt: skip
+
+    class Engine:
+        async def start(self):
+            return None
+
+    server = type("Server", (), {"engine": Engine(), "_llm_config": config})()
+    asyncio.run(llm_server.LLMServer._start_engine(server))
+    assert pushed == [config]  # without orch's callback: Serve LLM pushes once per engine start
+    callback = load_class(node_hooks.CALLBACK_CLASS)(raise_error_on_callback=True, llm_config=config, ctx_kwargs={"runtime_env": {}})
+    asyncio.run(callback.run_callback("on_before_node_init"))
+    asyncio.run(llm_server.LLMServer._start_engine(server))
+    assert pushed == [config]  # after it: no push, so nothing waits on the telemetry actor
+
+
 def test_the_folder_is_where_the_rendered_pythonpath_points_once_expanded(on_the_node_path, monkeypatch):
     # Ray expands ${HOME} and ${PYTHONPATH} from the node's environment as each worker starts
     # (update_envs in ray/_private/utils.py, called by RuntimeEnvContext.exec_worker)
