@@ -60,6 +60,9 @@ REPO = Path(__file__).resolve().parents[2]
 RANKS_DEADLINE_S = 300.0
 RESTART_DEADLINE_S = 300.0
 ROLLOUT_TIMEOUT_S = 900
+# Rollout B is waited for inside the test's setup: its own deadline ends it (rolled back, the lock
+# released) well inside pytest's 900 s per test; it took 91-122 s on a quiet machine.
+SERVED_ROLLOUT_TIMEOUT_S = 600
 GANG_PG_PREFIX = "SERVE_GANG::"  # ray/serve/_private/common.py GANG_PG_NAME_PREFIX
 # Serve's controller stopping a gang's other members (ray/serve/_private/deployment_state.py): a
 # member that failed during start-up, or one that died or failed its health check while running.
@@ -84,10 +87,10 @@ class DpRollout:
     log: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls, cluster: RayTestbedCluster, model: Path, api_key: str, *layout: str) -> DpRollout:
+    def start(cls, cluster: RayTestbedCluster, model: Path, api_key: str, *layout: str, timeout_s: int = ROLLOUT_TIMEOUT_S) -> DpRollout:
         argv = [sys.executable, "-m", "orchestrator", "--state-dir", str(cluster.state_dir), "rollout", str(cluster.manifest_path),
                 "--model", str(model), "--served-name", "tiny", "--dp", "2", *layout, "--replicas", "1", "--max-model-len", "1024",
-                "--enforce-eager", "--kv-cache-gib", str(TEST_KV_CACHE_GIB), "--timeout", str(ROLLOUT_TIMEOUT_S)]  # fmt: skip
+                "--enforce-eager", "--kv-cache-gib", str(TEST_KV_CACHE_GIB), "--timeout", str(timeout_s)]  # fmt: skip
         proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "ORCH_API_KEY": api_key},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         return cls(cluster, api_key, proc)
@@ -147,10 +150,10 @@ def dp_ep(moe_bed):
 def dp_served(moe_bed):
     """B: `orch rollout --dp 2 --no-expert-parallel`, run to its end (after A's application is gone)."""
     cluster, model, key = moe_bed
-    run = DpRollout.start(cluster, model, key, "--no-expert-parallel")
+    run = DpRollout.start(cluster, model, key, "--no-expert-parallel", timeout_s=SERVED_ROLLOUT_TIMEOUT_S)
     try:
-        out, err = run.proc.communicate(timeout=ROLLOUT_TIMEOUT_S + 120)
-    except subprocess.TimeoutExpired:
+        out, err = run.proc.communicate(timeout=SERVED_ROLLOUT_TIMEOUT_S + 60)
+    except BaseException:  # pytest-timeout's too: the rollout must not outlive the test holding the cluster's lock
         run.stop()
         raise
     run.log.append(f"rollout done in {time.monotonic() - run.started:.0f} s")
