@@ -25,6 +25,13 @@ def on_the_node_path(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(folder))
     yield folder
     sys.modules.pop(node_hooks.MODULE, None)
+    # The callback replaces Serve LLM's telemetry push in its module (as in a replica's process):
+    # put Ray's own back for the tests that run after in this process.
+    server = sys.modules.get(node_hooks.LLM_SERVER_MODULE)
+    if server is not None:
+        from ray.llm._internal.serve.observability.usage_telemetry import usage
+
+        setattr(server, node_hooks.TELEMETRY_PUSH, getattr(usage, node_hooks.TELEMETRY_PUSH))
 
 
 def test_serve_llm_loads_the_callback_by_its_rendered_name_and_it_skips_the_node_task(on_the_node_path):
@@ -67,8 +74,8 @@ def test_the_callback_turns_off_serve_llms_telemetry_push_that_can_hang_a_replic
 
     pushed: list = []
     monkeypatch.setattr(usage, "_push_model_telemetry", lambda model, *a, **k: pushed.append(model))
-    # the callback replaces this module attribute; monkeypatch puts Ray's own back after the test
-    monkeypatch.setattr(llm_server, node_hooks.TELEMETRY_PUSH, getattr(llm_server, node_hooks.TELEMETRY_PUSH))
+    # Ray's own push (from its module), whatever an earlier test's callback left in llm_server
+    monkeypatch.setattr(llm_server, node_hooks.TELEMETRY_PUSH, getattr(usage, node_hooks.TELEMETRY_PUSH))
     assert llm_server.__name__ == node_hooks.LLM_SERVER_MODULE
     config = LLMConfig(model_loading_config={"model_id": "tiny", "model_source": "/models/tiny"},
                        callback_config={"callback_class": node_hooks.CALLBACK_CLASS})  # fmt: skip
