@@ -107,10 +107,14 @@ class DpRollout:
             self.proc.communicate()
 
 
+def dp_replicas(report: dict) -> list[dict]:
+    """Every DPServer replica of the report, its rank known or not."""
+    return [r for d in report["serving"]["deployments"] if d["name"].startswith("DPServer:") for r in d["replicas"]]
+
+
 def dp_ranks(report: dict) -> list[dict]:
     """The DPServer replicas of the report whose rank is known, by group and rank."""
-    reps = [r for d in report["serving"]["deployments"] if d["name"].startswith("DPServer:") for r in d["replicas"] if r["dp"]]
-    return sorted(reps, key=lambda r: (r["dp"]["group"], r["dp"]["rank"]))
+    return sorted((r for r in dp_replicas(report) if r["dp"]), key=lambda r: (r["dp"]["group"], r["dp"]["rank"]))
 
 
 def group_problems(report: dict) -> list[dict]:
@@ -294,7 +298,7 @@ def test_killing_one_rank_restarts_the_whole_group_and_requests_resume(dp_served
         problems = group_problems(report)
         if problems:
             seen_unhealthy.append(problems[0]["message"])
-        ids = {r["replica_id"] for d in report["serving"]["deployments"] for r in d["replicas"] if d["name"].startswith("DPServer:")}
+        ids = {r["replica_id"] for r in dp_replicas(report)}
         fresh = [r for r in ranks if r["dp"]["group"] != old_group and r["state"] == "RUNNING"]
         return report if not (ids & old_ids) and len(fresh) == 2 and not problems else None
 
