@@ -332,6 +332,12 @@ def render_app(
     engine_extra.update(dict(extra_engine_kwargs or {}))
     for key in engine_extra:
         check_engine_arg_key(key)
+    hooks = node_hooks.uses_hooks(target.model_source)
+    if accelerator == "cpu" and hooks:
+        # vLLM's CPU attention uses AMX tiles that its worker never asks Linux for: orch's module
+        # asks, in each worker, when vLLM resolves it (node_hooks.AmxTileData). A class the
+        # manifest names itself is kept (vLLM takes one).
+        engine_extra.setdefault("worker_extension_cls", node_hooks.AMX_CLASS)
     requests = serve_in_flight(plan, defaults)
     autoscaling = None
     low = defaults.autoscaling_min_replicas or plan.replicas
@@ -344,7 +350,6 @@ def render_app(
         }
     request_router = router_class(defaults.request_router)
     env_vars = serving_env(manifest, plan, defaults, node_cores)
-    hooks = node_hooks.uses_hooks(target.model_source)
     if hooks:  # the callback that skips Serve LLM's per-node model task imports from orch's folder
         env_vars["PYTHONPATH"] = node_hooks.pythonpath(manifest.name, env_vars.get("PYTHONPATH"))
     import_path = app_import_path(plan.data_parallel, hooks, request_router)

@@ -61,6 +61,12 @@ CHECKED_RAY = "2.60.0"
 REMOTE_SOURCES = ("s3://", "gs://", "abfss://", "azure://", "pyarrow-")
 # The line the callback logs in the replica's log (tests and `orch logs` readers look for it).
 SKIPPED_LINE = "orch: Serve LLM's per-node model task skipped"
+# The vLLM worker extension orch names for a CPU engine (``worker_extension_cls``): resolving it in
+# the engine's worker process asks Linux for the AMX tile registers (see ``AmxTileData`` below).
+AMX_CLASS = f"{MODULE}.AmxTileData"
+# The lines the worker logs when it resolves the class (tests and `orch logs` readers look for them).
+AMX_GRANTED_LINE = "orch: AMX tile data enabled for this vLLM worker"
+AMX_REFUSED_LINE = "orch: the kernel refused AMX tile data to this vLLM worker"
 # Where LLMServer._start_engine finds the telemetry push it calls after the engine started (Ray
 # 2.60, ray/llm/_internal/serve/core/server/llm_server.py); the callback replaces it there.
 LLM_SERVER_MODULE = "ray.llm._internal.serve.core.server.llm_server"
@@ -107,6 +113,7 @@ def _no_telemetry_push(*args, **kwargs) -> None:
 # not render, builds through Serve LLM's own functions.
 CHECKED_RAY = "{CHECKED_RAY}"
 INGRESS_CLASS = "{INGRESS_CLASS}"
+AMX_CLASS = "{AMX_CLASS}"
 _LIGHT_KEYS = {{"model_loading_config", "accelerator_config", "accelerator_type", "engine_kwargs", "callback_config",
                "placement_group_config", "deployment_config"}}
 
@@ -235,10 +242,52 @@ def _ingress_class():
     return serve.ingress()(LLMServerFromDict)
 
 
+def _amx_tile_data():
+    """vLLM's worker extension for a CPU engine, resolved by name in the engine's worker process
+    (``worker_extension_cls``; ``WorkerWrapperBase.init_worker`` in ``vllm/v1/worker/worker_base.py``)
+    before the model loads. It adds no method: resolving it is the point.
+
+    On a CPU with AMX (Intel Sapphire Rapids and later) vLLM's CPU attention picks its AMX kernels
+    from the CPU's flags alone (``_get_attn_isa`` in ``vllm/v1/attention/backends/cpu_attn.py``:
+    ``torch.cpu._is_amx_tile_supported()``), but Linux kills, with SIGILL, a process that uses the
+    tile registers without first asking for them (``arch_prctl(ARCH_REQ_XCOMP_PERM)``; the
+    permission is per process and a spawned process starts without it). vLLM 0.32 never asks: the
+    worker gets the permission only when oneDNN happens to ask first, inside a linear layer of more
+    than 4 tokens (``tinygemm_kernel`` through ``at::native::cpublas::brgemm``). An engine whose
+    first forward pass is a prompt of up to 4 tokens (a user's "hi") dies at it: ``Worker proc
+    VllmWorker-0 died unexpectedly (exit code: -4)``, and every later request gets a 500 from the
+    dead engine. Measured with bare vLLM on such a CPU; docs/rollout.md, "AMX"."""
+    import logging
+
+    log = logging.getLogger("vllm")
+    try:
+        import torch
+
+        supported = bool(torch.cpu._is_amx_tile_supported())
+        granted = supported and bool(torch.cpu._init_amx())
+    except (ImportError, AttributeError, RuntimeError) as exc:
+        supported, granted = False, False
+        log.warning("orch: could not check the CPU for AMX tiles (%s)", exc)
+    if granted:
+        log.info("{AMX_GRANTED_LINE}")
+    elif supported:
+        log.warning("{AMX_REFUSED_LINE}: vLLM's CPU attention will fail at its first AMX kernel "
+                    "(a Linux kernel before 5.16, or a hypervisor without AMX state)")
+
+    class AmxTileData:
+        """orch's vLLM worker extension: the AMX tile registers were asked for when it was resolved."""
+
+    return AmxTileData
+
+
 def __getattr__(name: str):
     # Made on first use, in the replica: the build task imports this module without vLLM.
     if name == INGRESS_CLASS.rsplit(".", 1)[1]:
         globals()[name] = cls = _ingress_class()
+        return cls
+    # Made on first use, in each vLLM worker of a CPU engine (AmxTileData above).
+    if name == AMX_CLASS.rsplit(".", 1)[1]:
+        globals()[name] = cls = _amx_tile_data()
         return cls
     raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
 '''

@@ -65,6 +65,20 @@ def test_cpu_render_uses_cpu_accelerator_and_one_bundle_per_worker(local_manifes
     assert "OMP_NUM_THREADS" not in env  # nobody said how many cores the nodes have
 
 
+def test_cpu_engine_names_orchs_worker_extension_for_the_amx_tiles(local_manifest):
+    # vLLM resolves worker_extension_cls in each worker before the model loads
+    # (vllm/v1/worker/worker_base.py); orch's class asks Linux for the AMX tiles there.
+    app = _cpu_app(local_manifest).app
+    assert app["args"]["llm_configs"][0]["engine_kwargs"]["worker_extension_cls"] == "orch_serve_hooks.AmxTileData"
+    # a class the user names is kept (vLLM takes one)
+    sp = ServingPlan(tp=1, pp=1, max_model_len=1024)
+    own = render_app(local_manifest, sp, _target(), node_resource=node_resource, extra_engine_kwargs={"worker_extension_cls": "rl.Ext"})
+    assert own.app["args"]["llm_configs"][0]["engine_kwargs"]["worker_extension_cls"] == "rl.Ext"
+    # a bucket model source has no orch folder on its PYTHONPATH: nothing there to resolve
+    remote = render_app(local_manifest, sp, _target(source="s3://bucket/tiny"), node_resource=node_resource)
+    assert "worker_extension_cls" not in remote.app["args"]["llm_configs"][0]["engine_kwargs"]
+
+
 @pytest.mark.parametrize(("cores", "threads"), [(1, "1"), (2, "1"), (16, "15")])
 def test_cpu_engine_computes_on_all_cores_but_one(local_manifest, cores, threads):
     sp = ServingPlan(tp=1, pp=1, max_model_len=1024)
@@ -77,6 +91,7 @@ def test_gpu_render_leaves_cpu_threading_alone(manifest_405b):
     app = render_app(manifest_405b, ServingPlan.from_parallel_plan(plan), _target(), node_resource=node_resource, node_cores=64).app
     env = app["runtime_env"]["env_vars"]
     assert "OMP_NUM_THREADS" not in env and "VLLM_CPU_OMP_THREADS_BIND" not in env
+    assert "worker_extension_cls" not in app["args"]["llm_configs"][0]["engine_kwargs"]  # CUDA kernels: no AMX
 
 
 def test_405b_plan_pins_each_stage_to_its_node(manifest_405b):

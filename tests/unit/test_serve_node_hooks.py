@@ -311,3 +311,50 @@ def test_the_light_build_task_imports_neither_vllm_nor_torch(on_the_node_path):
 ])  # fmt: skip
 def test_an_application_needs_the_module_for_its_builder_or_its_callback(app, needs):
     assert node_hooks.app_needs_module(app) is needs
+
+
+def _worker_resolves(monkeypatch, caplog, supported: bool, granted: bool):
+    """vLLM's own resolution of worker_extension_cls (``resolve_obj_by_qualname``, as
+    ``WorkerWrapperBase.init_worker`` does) with the CPU's answers stubbed: the AMX flag, and
+    whether Linux grants the tiles. Returns the class and the calls to ``_init_amx``."""
+    import torch
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+
+    asked: list[int] = []
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: supported)
+    monkeypatch.setattr(torch.cpu, "_init_amx", lambda: asked.append(1) or granted)
+    with caplog.at_level(logging.INFO, logger="vllm"):
+        cls = resolve_obj_by_qualname(node_hooks.AMX_CLASS)
+    return cls, asked
+
+
+@pytest.mark.parametrize(("supported", "granted", "asks", "line"), [
+    (True, True, 1, node_hooks.AMX_GRANTED_LINE),
+    (True, False, 1, node_hooks.AMX_REFUSED_LINE),
+    (False, False, 0, None),
+])  # fmt: skip
+def test_the_worker_extension_asks_for_the_amx_tiles_when_vllm_resolves_it(on_the_node_path, monkeypatch, caplog, supported, granted, asks, line):
+    from vllm.v1.worker.cpu_worker import CPUWorker
+
+    cls, asked = _worker_resolves(monkeypatch, caplog, supported, granted)
+    assert len(asked) == asks
+    said = [r.getMessage() for r in caplog.records if r.name == "vllm" and r.getMessage().startswith("orch:")]
+    assert said == [] if line is None else (len(said) == 1 and said[0].startswith(line)), said
+    # vLLM refuses an extension that shares a name with the worker's; orch's adds none
+    assert [a for a in dir(cls) if not a.startswith("__") and hasattr(CPUWorker, a)] == []
+    assert [a for a in dir(cls) if not a.startswith("__")] == []
+    # resolved once per process: a second resolution asks nothing more
+    again, asked_again = _worker_resolves(monkeypatch, caplog, supported, granted)
+    assert again is cls and asked_again == []
+
+
+def test_importing_the_module_asks_for_nothing(on_the_node_path, monkeypatch):
+    # the build task and the replica import the module too: only the worker's resolution asks
+    import importlib
+
+    import torch
+
+    asked: list[int] = []
+    monkeypatch.setattr(torch.cpu, "_init_amx", lambda: asked.append(1) or True)
+    module = importlib.import_module(node_hooks.MODULE)
+    assert module.SkipNodeInit is not None and asked == []

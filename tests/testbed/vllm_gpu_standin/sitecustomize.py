@@ -24,6 +24,13 @@ exactly like the stand-in nvidia-smi.
    method of its own (a vLLM that implements them keeps its own). The MoE computation stays
    vLLM's: this moves tensors between ranks and nothing else.
 
+3. **The AMX tiles a CPU engine needs.** On an AMX CPU vLLM's CPU attention uses the tile
+   registers, which a process must ask Linux for first; vLLM's worker does not, and dies with
+   SIGILL at a first prompt of up to 4 tokens. orch asks in the worker of a CPU engine it renders
+   (``worker_extension_cls``, ``orchestrator/serve/node_hooks.py``); an engine rendered for GPUs
+   has no such class (CUDA kernels need no tiles), so here, where the CPU stands in for the GPU,
+   the process that imports vLLM's CPU platform asks for them itself, as orch's class would.
+
 How: an import hook (a ``sys.meta_path`` finder) that wraps the loader of each target module and
 patches it right after the module body ran. A ``vllm.general_plugins`` entry point is too late:
 Ray's worker actors call ``get_node_and_physical_gpu_ids`` before plugins load. Nothing is
@@ -41,6 +48,10 @@ CPU_COMMUNICATOR = "vllm.distributed.device_communicators.cpu_communicator"
 
 def _patch_platform(module):
     module.CpuPlatform.ray_device_key = DEVICE_KEY
+    import torch
+
+    if torch.cpu._is_amx_tile_supported():
+        torch.cpu._init_amx()
 
 
 def _patch_cpu_communicator(module):
