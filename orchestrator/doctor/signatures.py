@@ -80,6 +80,13 @@ _CODE_INFO: dict[str, tuple[str, str]] = {
         "the engine process crashed (see the first error above the evidence line); the replica "
         "must be restarted: `orch rollout` again or let Serve replace it",
     ),
+    "ILLEGAL_INSTRUCTION": (
+        "A process was killed by an illegal instruction (SIGILL)",
+        "on a CPU with AMX (`amx_tile` in /proc/cpuinfo) vLLM's CPU attention uses tile registers its worker "
+        "never asked Linux for: orch's CPU engines ask (worker_extension_cls orch_serve_hooks.AmxTileData, "
+        "docs/rollout.md) unless the manifest names its own worker_extension_cls; otherwise the installed "
+        "build (vLLM, torch) uses an instruction set this CPU lacks: install a build for the nodes' CPU",
+    ),
     "CGRAPH_TIMEOUT": (
         "Ray compiled-graph channel timed out (pipeline-parallel stage stalled)",
         "a pipeline stage did not answer in time: check the other stages' logs for the root "
@@ -364,6 +371,9 @@ SIGNATURES: tuple[Signature, ...] = (
         "vllm",
     ),
     _sig("ENGINE_DEAD", r"EngineCore encountered a fatal error", ("EngineCore encountered a fatal error",), "vllm"),
+    # --- a process killed by SIGILL: vLLM's worker (exit code -4), or a shell's report
+    _sig("ILLEGAL_INSTRUCTION", r"Worker proc \S+ died unexpectedly \(exit code: -4\)", ("exit code: -4",), "vllm"),
+    _sig("ILLEGAL_INSTRUCTION", r"Illegal instruction\s+\(core dumped\)", ("Illegal instruction",), "system"),
     # --- compiled graphs (pipeline parallel over the Ray executor)
     _sig(
         "CGRAPH_TIMEOUT",
