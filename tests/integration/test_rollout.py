@@ -157,7 +157,8 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     The change (max_num_seqs) leaves what later tests read (max_model_len,
     the application's name, the key) as it was. Issue 24: the rollout runs with --slo-gate under
     a generous slo:, so the candidate (which starts anyway) is also the gate's passing case: `orch
-    bench` of the live revision records its levels, the candidate carries the heaviest one."""
+    bench` of the live revision records its levels, the candidate carries the recorded one (the level
+    of most req/s that meets the objective)."""
     from orchestrator.cli import main
     from orchestrator.manifest.load import load_manifest_file
     from orchestrator.state import StateStore
@@ -170,8 +171,15 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     monkeypatch.setenv(served_tiny.manifest.serve.api_key_env, served_tiny.api_key)
     assert main(served_tiny.cluster.cli("bench", slo_path, "--concurrency", "1,2", "--requests", "4", "--prompt-tokens", "16",
                                         "--output-tokens", "8", "--warmup", "0", "--json")) == 0  # fmt: skip
-    recorded = json.loads(capsys.readouterr().out)["goodput"]
-    assert recorded["goodput"]["level"]["label"] == "concurrency=2" and recorded["goodput"]["crossed"] is False, recorded
+    result = json.loads(capsys.readouterr().out)
+    recorded = result["goodput"]
+    # Goodput is the level with the most req/s among those that meet the objective (both meet this
+    # generous one). Which of the two has more req/s over 4 requests of 8 tokens is the machine's:
+    # concurrency 1 won in a fresh-clone run on an AMX host. The gate below carries that level.
+    levels = result["levels"]
+    assert sorted(lv["label"] for lv in levels) == ["concurrency=1", "concurrency=2"] and all(lv["succeeded"] == 4 for lv in levels)
+    best = max(levels, key=lambda lv: lv["req_per_s"])
+    assert recorded["goodput"]["level"]["label"] == best["label"] and recorded["goodput"]["crossed"] is False, (recorded, levels)
     # `orch plan --cluster` sizes a target rate with that recorded goodput: 2.5 x one replica's
     # rate needs ceil(2.5) = 3 replicas, which the 3 CPU hosts hold (one engine each); 3.5 x
     # needs 4: it does not fit, exit 2 after the plan.
@@ -201,7 +209,7 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     assert client.ok > 20
     assert res.app_name == served_tiny.first.app_name  # the live application took the new config
     assert res.slo_gate["passed"] is True and res.slo_gate["plan"]["recorded_revision"] == recorded["revision"], res.slo_gate
-    assert res.slo_gate["plan"]["concurrency"] == 2 and res.slo_gate["measured"]["succeeded"] == 4, res.slo_gate
+    assert res.slo_gate["plan"]["concurrency"] == best["concurrency"] and res.slo_gate["measured"]["succeeded"] == 4, res.slo_gate
     state = StateStore(served_tiny.cluster.state_dir)
     assert recorded_load(state, served_tiny.manifest.name, res.revision)["source"] == "slo gate"
     revisions = {r.number: r.status for r in state.list_revisions(served_tiny.manifest.name)}
