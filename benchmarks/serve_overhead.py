@@ -240,7 +240,7 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--port", str(ports["gcs"]),
             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(ports["dash"]), "--ray-client-server-port", str(ports["client"]),
             "--dashboard-agent-listen-port", str(ports["agent"]), "--dashboard-agent-grpc-port", str(ports["agent_grpc"]),
-            "--num-cpus", "8", "--temp-dir", str(workdir / f"ray-{variant}"), "--disable-usage-stats",
+            "--num-cpus", "8", "--temp-dir", str(ray_dir_for(workdir, variant)), "--disable-usage-stats",
             "--resources", json.dumps({node_resource("bench"): 1000})]  # fmt: skip
     dash = f"http://127.0.0.1:{ports['dash']}"
     for attempt in range(3):
@@ -251,7 +251,7 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
         if wait_http(dash + "/api/version", 300, headers={"Authorization": f"Bearer {token}"}, proc=proc):
             break
         stop_all([proc], env["ORCH_SERVE_OVERHEAD_RAY"])
-        shutil.rmtree(workdir / f"ray-{variant}", ignore_errors=True)
+        shutil.rmtree(ray_dir_for(workdir, variant), ignore_errors=True)
     else:
         raise RuntimeError(f"ray start failed 3 times: see {workdir}/ray-{variant}-*.log")
     manifest = SimpleNamespace(name=f"serve-overhead-{variant}", accelerator="cpu", nodes=[SimpleNamespace(interface=None)],
@@ -301,6 +301,18 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
                 raise TimeoutError("Serve app not RUNNING after 900 s")
             time.sleep(3)
     return proc, f"http://127.0.0.1:{http_port}"
+
+
+def ray_dir_for(workdir: Path, variant: str) -> Path:
+    """Ray's temp dir for a variant: short (``r<index>``). Under a longer one (``ray-hapnometrics``,
+    44 bytes) Ray's dashboard socket paths passed the 107-byte AF_UNIX limit and `ray start` failed
+    with "Module MetricsHead failed to start" (docs/manifest.md, ray.temp_dir)."""
+    from orchestrator.manifest.sections import RAY_TEMP_DIR_MAX_BYTES
+
+    path = workdir / f"r{list(VARIANT_ENV).index(variant)}"
+    if len(str(path).encode()) > RAY_TEMP_DIR_MAX_BYTES:
+        raise RuntimeError(f"{path} is over {RAY_TEMP_DIR_MAX_BYTES} bytes: Ray's sockets under it would not fit")
+    return path
 
 
 def haproxy_dir_for(workdir: Path, variant: str) -> Path:

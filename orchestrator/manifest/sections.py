@@ -33,9 +33,13 @@ RAY_DASHBOARD_AGENT_PORT = 52365  # DEFAULT_DASHBOARD_AGENT_LISTEN_PORT, on ever
 RAY_WORKER_PORTS = range(10002, 20000)  # --min-worker-port 10002 --max-worker-port 19999
 RAY_MIN_OBJECT_STORE_BYTES = 75 * 1024 * 1024  # OBJECT_STORE_MINIMUM_MEMORY_BYTES
 RAY_MAX_OBJECT_STORE_BYTES = 2**63 - 1  # the raylet reads it as an int64 (src/ray/raylet/main.cc)
-# Ray puts unix sockets at TEMP/session_<26-char date>_<pid>/sockets/plasma_store and refuses
-# paths over 107 bytes (ray/_private/utils.py validate_socket_filepath): 107 - 64 = 43.
-RAY_TEMP_DIR_MAX_BYTES = 43
+# Ray puts unix sockets under TEMP/session_<26-char date>_<pid>/sockets/ (ray/_private/node.py) and
+# refuses paths over 107 bytes (ray/_private/utils.py validate_socket_filepath). The longest is a
+# dashboard module's, dash_<module> (ray/dashboard/subprocesses/utils.py get_socket_path):
+# dash_TaskEventsHead, 19 bytes. With a 7-digit pid (Linux's pid_max up to 4194304):
+# 107 - (1 + 42 + 9 + 19) = 36. A longer TEMP starts the raylet (plasma_store is shorter) and
+# then the dashboard fails ("Module MetricsHead failed to start"): measured, docs/manifest.md.
+RAY_TEMP_DIR_MAX_BYTES = 36
 MAX_MANIFEST_BYTES = 1024 * 1024
 RULES_CHECKED = "orch.manifest.rules_checked"  # validation context key set by the loader
 

@@ -210,8 +210,8 @@ def render_starter(settings: StarterSettings, nodes: Sequence[StarterNode], acce
         "ray:",
         "  # port: 6379                     # GCS port on the head; every worker must reach it",
         "  # dashboard_port: 8265           # bound to 127.0.0.1, reached through an SSH tunnel",
-        _line("  ", "temp_dir", settings.temp_dir, "Ray's sessions, logs and sockets (at most 43 bytes)") if settings.temp_dir
-        else "  # temp_dir: /tmp/ray            # Ray's sessions, logs and sockets (at most 43 bytes)",
+        _line("  ", "temp_dir", settings.temp_dir, "Ray's sessions, logs and sockets (at most 36 bytes)") if settings.temp_dir
+        else "  # temp_dir: /tmp/ray            # Ray's sessions, logs and sockets (at most 36 bytes)",
         "  # object_store_memory: 64GiB     # default: 30% of RAM, capped by /dev/shm",
         "  token_auth: true                 # RAY_AUTH_MODE=token: no anonymous access to the cluster",
         "",

@@ -75,3 +75,32 @@ def test_private_dir_refuses_a_symlink_or_someone_elses_folder(tmp_path):
     os.chown(planted, 65534, 65534)
     res = _run(m, str(planted))
     assert res.returncode != 0 and "is not a directory of uid 0" in res.stderr
+
+
+def test_the_longest_temp_dir_fits_every_socket_rays_dashboard_makes():
+    """Ray's own names (Ray 2.60): the session folder (``ray/_private/node.py``: session_<date with
+    microseconds>_<pid>, a pid of up to 7 digits under Linux's largest pid_max), the dashboard's
+    subprocess modules, found the way the dashboard finds them (``get_all_modules``), each with a
+    socket ``dash_<module>`` (``get_socket_path``), checked by Ray's own ``validate_socket_filepath``.
+    A temp_dir of the manifest's longest length fits every one; one byte more breaks one (the
+    limit is no looser than it must be). Too long, the dashboard dies at start with ``Module
+    MetricsHead failed to start`` (seen with a 44-byte folder)."""
+    import datetime
+
+    from ray._private.utils import validate_socket_filepath
+    from ray.dashboard.subprocesses.module import SubprocessModule
+    from ray.dashboard.subprocesses.utils import get_socket_path
+    from ray.dashboard.utils import get_all_modules
+
+    modules = [cls.__name__ for cls in get_all_modules(SubprocessModule)]
+    assert "MetricsHead" in modules and "TaskEventsHead" in modules, modules
+    session = f"session_{datetime.datetime(2026, 12, 4, 22, 45, 57, 975135).strftime('%Y-%m-%d_%H-%M-%S_%f')}_{4194304}"
+
+    def sockets(temp: str) -> None:
+        for name in modules:
+            get_socket_path(os.path.join(temp, session, "sockets"), name)  # raises OSError when too long
+        validate_socket_filepath(os.path.join(temp, session, "sockets", "plasma_store"))
+
+    sockets("/" + "t" * (RAY_TEMP_DIR_MAX_BYTES - 1))
+    with pytest.raises(OSError, match="AF_UNIX path length"):
+        sockets("/" + "t" * RAY_TEMP_DIR_MAX_BYTES)

@@ -991,8 +991,10 @@ def test_sizes_at_the_limits_are_accepted():
     assert load("name: x\nray: {object_store_memory: 8.0e+9}\n" + NODE % ("h", "")).ray.object_store_memory == 8_000_000_000
     smallest = 75 * 1024 * 1024  # Ray's OBJECT_STORE_MINIMUM_MEMORY_BYTES
     assert load(f"name: x\nray: {{object_store_memory: {smallest}}}\n" + NODE % ("h", "")).ray.object_store_memory == smallest
-    temp = "/tmp/" + "t" * 38  # 43 bytes: the longest temp dir Ray's socket paths allow
+    temp = "/tmp/" + "t" * 31  # 36 bytes: the longest temp dir Ray's dashboard sockets allow (test_haproxy_private.py)
     assert load(f"name: x\nray: {{temp_dir: {temp}}}\n" + NODE % ("h", "")).ray.temp_dir == temp
+    with pytest.raises(ManifestError, match="ray.temp_dir"):
+        load(f"name: x\nray: {{temp_dir: {temp}t}}\n" + NODE % ("h", ""))
 
 
 def test_summary_of_one_gpu_and_of_mixed_gpu_types():

@@ -29,7 +29,7 @@ HEALTHY = "INFO 11-29 09:43:20 [core.py:93] Initializing a V1 LLM engine (v0.32.
 
 @pytest.fixture
 def tmp_path():
-    """A short folder: Ray (and orch's manifest check) keep temp_dir under 43 bytes for sockets."""
+    """A short folder: Ray (and orch's manifest check) keep temp_dir at most 36 bytes for sockets."""
     path = Path(tempfile.mkdtemp(prefix="odoc-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
