@@ -79,7 +79,7 @@ class Signature:
     regex match (for example "the quoted value is a filesystem path"). ``retry_cannot_fix``: a
     replica that failed to start with this line fails the same way on every new attempt, so a
     rollout stops its candidate at once instead of waiting for Serve's retries (the codes and why:
-    ``doctor.signatures.RETRY_CANNOT_FIX``).
+    ``doctor.codes.RETRY_CANNOT_FIX``).
     """
 
     code: str

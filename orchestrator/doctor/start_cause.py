@@ -5,7 +5,7 @@ engine start). Some failures come back on every attempt: a socket interface that
 advertise a loopback address, a model folder missing on the node, a config that does not fit
 the GPU. ``start_cause`` reads the text Serve reported for the failed replica and the lines of
 its own log, in that order, and returns the first line that a signature marked
-``retry_cannot_fix`` matches (``doctor.signatures.RETRY_CANNOT_FIX`` says which and why), as
+``retry_cannot_fix`` matches (``doctor.codes.RETRY_CANNOT_FIX`` says which and why), as
 the cause a rollout stops for; None when no line shows such a failure (then Serve's retries
 stand: the next attempt may start).
 """
@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from orchestrator.doctor.codes import RETRY_CANNOT_FIX
 from orchestrator.doctor.matching import LogLine, Signature, clean_evidence, match_line
-from orchestrator.doctor.signatures import RETRY_CANNOT_FIX, SIGNATURES
+from orchestrator.doctor.signatures import SIGNATURES
 
 
 @dataclass(frozen=True)

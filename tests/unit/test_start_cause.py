@@ -1,4 +1,4 @@
-"""Which start failures a retry cannot fix (doctor.signatures.RETRY_CANNOT_FIX), and the cause
+"""Which start failures a retry cannot fix (doctor.codes.RETRY_CANNOT_FIX), and the cause
 doctor.start_cause names, against real lines: Serve's deployment messages and the failed
 replicas' logs captured on the test bed (tests/data/serve/start-failures/, SOURCES.md there),
 the issue lines of tests/data/logs/<CODE>.log, and logs of healthy starts."""
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.doctor.codes import CODE_INFO, RETRY_CANNOT_FIX
 from orchestrator.doctor.matching import LogLine
-from orchestrator.doctor.signatures import _CODE_INFO, RETRY_CANNOT_FIX, SIGNATURES
+from orchestrator.doctor.signatures import SIGNATURES
 from orchestrator.doctor.start_cause import start_cause, start_keywords, text_lines
 from orchestrator.serve.client import parse_serve_status, startup_failures
 
@@ -38,7 +39,7 @@ def _log(path: Path, node: str = "host0") -> list[LogLine]:
 
 
 def test_every_code_a_retry_cannot_fix_is_a_signature_code_with_a_reason():
-    assert set(RETRY_CANNOT_FIX) <= set(_CODE_INFO)
+    assert set(RETRY_CANNOT_FIX) <= set(CODE_INFO)
     assert all(reason.strip() for reason in RETRY_CANNOT_FIX.values())
 
 
