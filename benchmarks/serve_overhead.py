@@ -74,6 +74,7 @@ sys.path.insert(0, str(REPO))
 
 from orchestrator.bench.latency import percentile  # noqa: E402
 from orchestrator.bench.loadgen import ClientPool, Prompt, RequestSpec, run_concurrency  # noqa: E402
+from orchestrator.manifest.sections import RAY_TEMP_DIR_MAX_BYTES  # noqa: E402
 
 # Extra environment of `ray start` per variant; None: orch's own (SERVE_ENV_DEFAULTS) alone.
 VARIANT_ENV: dict[str, dict | None] = {
@@ -307,8 +308,6 @@ def ray_dir_for(workdir: Path, variant: str) -> Path:
     """Ray's temp dir for a variant: short (``r<index>``). Under a longer one (``ray-hapnometrics``,
     44 bytes) Ray's dashboard socket paths passed the 107-byte AF_UNIX limit and `ray start` failed
     with "Module MetricsHead failed to start" (docs/manifest.md, ray.temp_dir)."""
-    from orchestrator.manifest.sections import RAY_TEMP_DIR_MAX_BYTES
-
     path = workdir / f"r{list(VARIANT_ENV).index(variant)}"
     if len(str(path).encode()) > RAY_TEMP_DIR_MAX_BYTES:
         raise RuntimeError(f"{path} is over {RAY_TEMP_DIR_MAX_BYTES} bytes: Ray's sockets under it would not fit")

@@ -280,16 +280,17 @@ def _amx_tile_data():
     return AmxTileData
 
 
+# The classes made on first use, once per process: the ingress in the replica (the build task
+# imports this module without vLLM), AmxTileData in each vLLM worker of a CPU engine.
+_MADE_ON_FIRST_USE = {{INGRESS_CLASS.rsplit(".", 1)[1]: _ingress_class, AMX_CLASS.rsplit(".", 1)[1]: _amx_tile_data}}
+
+
 def __getattr__(name: str):
-    # Made on first use, in the replica: the build task imports this module without vLLM.
-    if name == INGRESS_CLASS.rsplit(".", 1)[1]:
-        globals()[name] = cls = _ingress_class()
-        return cls
-    # Made on first use, in each vLLM worker of a CPU engine (AmxTileData above).
-    if name == AMX_CLASS.rsplit(".", 1)[1]:
-        globals()[name] = cls = _amx_tile_data()
-        return cls
-    raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
+    make = _MADE_ON_FIRST_USE.get(name)
+    if make is None:
+        raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
+    globals()[name] = cls = make()
+    return cls
 '''
 
 
