@@ -11,13 +11,15 @@ Starts, on this machine, a bare ``python -m vllm.entrypoints.openai.api_server``
 Ray cluster per Serve variant running the same tiny model through ``ray.serve.llm`` with the
 config orch renders (``serve.config.render_app``, CPU layout, vLLM's api_key on). Both servers
 are up at once and measured in alternating rounds, so both see the same cores (the idle one does
-not compete) and the same machine noise. One round runs every concurrency level (16, 64, 128 by
-default) against each endpoint, bare first in even rounds and Serve first in odd ones. Each
-measurement sends ``max(64, 2 x level)`` streamed completions of 64 output tokens (ignore_eos,
-short prompts) with orch's own load generator (``orchestrator.bench.loadgen``), ``level`` in
-flight. Prints one JSON object: per variant and level, per endpoint the output tok/s, TTFT p50
-and p95 and the time to the response headers of every round, their medians, the ratios
-serve/bare and whether the issue's targets hold (>= 0.9x tok/s, <= 1.2x TTFT p50 and p95).
+not compete) and the same machine noise. Each measurement first waits until the engine
+processes of both servers are quiet (``settle``: vLLM's workers spin for 1 s after their last
+request). One round runs every concurrency level (16, 64, 128 by default) against each
+endpoint, bare first in even rounds and Serve first in odd ones. Each measurement sends
+``max(64, 2 x level)`` streamed completions of 64 output tokens (ignore_eos, short prompts) with
+orch's own load generator (``orchestrator.bench.loadgen``), ``level`` in flight. Prints one JSON
+object: per variant and level, per endpoint the output tok/s, TTFT p50 and p95 and the time to
+the response headers of every round, their medians, the ratios serve/bare and whether the
+issue's targets hold (>= 0.9x tok/s, <= 1.2x TTFT p50 and p95).
 
 Where the time goes:
   --replica  also measures the Serve replica's own HTTP port (vLLM's app inside the LLMServer
@@ -43,6 +45,10 @@ Variants (the environment of `ray start`, i.e. the Serve controller/proxies/repl
             every POST (orch's default before its own builder, serve/node_hooks.py)
   hapthreads  orch's, HAProxy with one thread per core (RAY_SERVE_HAPROXY_NBTHREAD; Ray's default 4)
   hapnometrics  orch's, without HAProxy's per-request metrics log (RAY_SERVE_HAPROXY_METRICS_ENABLED=0)
+  hapnice0  orch's, with HAProxy's processes moved to nice 0 before every measurement (Ray starts
+            them at its workers' 15; root only)
+  bind      orch's, but vLLM's own OpenMP binding for the engine (VLLM_CPU_OMP_THREADS_BIND left unset)
+  noaccesslog  orch's, with Serve's per-request access log off in the replica (logging_config)
 The API key needs direct streaming (vLLM's own app): for defaults/haproxy it is left out.
 
 Everything started is stopped at the end (process groups, then any process carrying this run's
@@ -91,6 +97,9 @@ VARIANT_ENV: dict[str, dict | None] = {
     "llmrouter": None,
     "hapthreads": {"RAY_SERVE_HAPROXY_NBTHREAD": str(os.cpu_count() or 1)},
     "hapnometrics": {"RAY_SERVE_HAPROXY_METRICS_ENABLED": "0"},
+    "bind": None,
+    "hapnice0": None,
+    "noaccesslog": None,
 }
 NOT_ORCH_BASED = ("defaults", "haproxy")  # variants that replace orch's env instead of adding to it
 MARK = "ORCH_SERVE_OVERHEAD_RUN"
@@ -276,6 +285,10 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
         app["deployments"] = [{"name": ROUTER_DEPLOYMENT, "max_surge_percent": defaults.max_surge_percent,
                                "graceful_shutdown_wait_loop_s": defaults.router_drain_s,
                                "graceful_shutdown_timeout_s": defaults.graceful_shutdown_timeout_s}]  # fmt: skip
+    if variant == "bind":  # vLLM's own thread binding (auto: the engine worker pinned to cores but one)
+        app["runtime_env"]["env_vars"].pop("VLLM_CPU_OMP_THREADS_BIND")
+    if variant == "noaccesslog":  # no access-log line per request in the replica
+        app["logging_config"] = {"enable_access_log": False}
     if variant == "omp":
         app["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
     if variant in NOT_ORCH_BASED:
@@ -462,6 +475,30 @@ def ratios(serve: dict, bare: dict) -> dict:
     return r
 
 
+# vLLM's mp executor keeps its engine processes spinning on their shared-memory queue for
+# ``busy_loop_s`` (1 s) after the last read (SpinCondition, vllm/distributed/device_communicators/
+# shm_broadcast.py). Measured straight after the other server, that spin ran on into the
+# measurement: 0.4-0.9 CPU-s of the idle bare worker (nice 0) inside Serve's 1.5-3 s measurements,
+# where it outweighs Ray's nice-15 engine, against 0.3-0.6 CPU-s of the idle Serve worker (nice 15)
+# inside bare's. Each measurement starts once every engine process is quiet.
+QUIET_WINDOW_S, QUIET_ENGINE_CPU_S, SETTLE_MAX_S = 0.25, 0.01, 5.0
+
+
+def settle(bare_pgid: int, marker: str) -> float:
+    """Waits until the engine processes of both servers use under QUIET_ENGINE_CPU_S in a window of
+    QUIET_WINDOW_S (at most SETTLE_MAX_S); returns the seconds waited."""
+    start = time.monotonic()
+    before = processes(bare_pgid, marker)
+    while time.monotonic() - start < SETTLE_MAX_S:
+        time.sleep(QUIET_WINDOW_S)
+        after = processes(bare_pgid, marker)
+        busy = sum(cpu for role, cpu in cpu_by_role(before, after).items() if "engine" in role)
+        if busy < QUIET_ENGINE_CPU_S:
+            break
+        before = after
+    return round(time.monotonic() - start, 2)
+
+
 def run_variant(variant: str, endpoints: dict[str, tuple[str, str | None]], args, bare_pgid: int, marker: str,
                 router: tuple[str, int] | None = None) -> dict:  # fmt: skip
     """Alternating rounds over every level and endpoint; medians and ratios per level."""
@@ -474,6 +511,11 @@ def run_variant(variant: str, endpoints: dict[str, tuple[str, str | None]], args
             order = list(endpoints) if i % 2 == 0 else list(reversed(endpoints))
             for name in order:
                 url, key = endpoints[name]
+                if variant == "hapnice0":
+                    for pid, (role, _, _) in processes(bare_pgid, marker).items():
+                        if role == "HAProxy":
+                            os.setpriority(os.PRIO_PROCESS, int(pid), 0)
+                settled = settle(bare_pgid, marker)
                 before = processes(bare_pgid, marker) if args.cpu else None
                 probe = RouterProbe(router) if router and name == "serve" else None
                 if probe:
@@ -483,6 +525,7 @@ def run_variant(variant: str, endpoints: dict[str, tuple[str, str | None]], args
                     result["router"] = probe.result()
                 if before is not None:
                     result["cpu_s"] = cpu_by_role(before, processes(bare_pgid, marker))
+                result["settle_s"] = settled
                 result["load_avg_1m"] = round(os.getloadavg()[0], 2)
                 rounds[c][name].append(result)
     out: dict = {"nice": nice_by_role(processes(bare_pgid, marker)), "levels": {}}
