@@ -193,6 +193,7 @@ FIELD_BOUNDS: dict[str, tuple[int, int]] = {
 }
 MAX_CONFIG_BYTES = 4 * 2**20  # a config.json is a few KiB; refuse anything past 4 MiB unread
 MAX_PARAMS = 100 * 10**12  # 100T parameters: past any model orch could place on a GPU cluster
+TOWER_HINT = "check hidden_size, intermediate_size and the depth in vision_config / audio_config"
 
 
 def _int(cfg: Mapping[str, Any], key: str, source: str, default: int | None = None) -> int:
@@ -283,7 +284,15 @@ def spec_from_config(
         raise ModelSpecError(f"{source}: num_experts_per_tok must be between 1 and the {num_experts} experts", hint=HINT)
     max_pos = _int(cfg, "max_position_embeddings", source, default=0) or _int(cfg, "max_sequence_length", source, default=4096)
     quantization = _quantization(cfg, source, quant_file, quant_source)
-    towers = towers_from_config(config, hidden)
+    try:
+        towers = towers_from_config(config, hidden)
+    except (ArithmeticError, ValueError) as exc:  # e.g. a ratio of 0 or a float past float's range
+        raise ModelSpecError(f"{source}: the vision/audio sections cannot be sized ({exc})", hint=TOWER_HINT) from None
+    if towers.total > MAX_PARAMS:
+        raise ModelSpecError(
+            f"{source}: vision_config/audio_config describe more than the {MAX_PARAMS // 10**12}T parameters orch accepts",
+            hint=TOWER_HINT,
+        )
     # Each field is in range, but together they can still describe an impossible model.
     rough = layers * (4 * hidden * heads * head_dim + 3 * hidden * (intermediate + (num_experts + 1) * moe_inter)) + 2 * vocab * hidden
     if rough > MAX_PARAMS:

@@ -47,6 +47,13 @@ from typing import Any
 
 from orchestrator.errors import ModelSpecError
 
+try:  # Python 3.11+
+    from re import _constants as _sre_constants  # type: ignore[attr-defined]
+    from re import _parser as _sre_parse  # type: ignore[attr-defined]
+except ImportError:  # Python 3.10
+    import sre_constants as _sre_constants
+    import sre_parse as _sre_parse
+
 # The methods orch reads; anything else is refused by name (never sized as bf16).
 KNOWN_METHODS = ("fp8", "fbgemm_fp8", "compressed-tensors", "awq", "gptq", "modelopt", "mxfp4", "bitsandbytes")
 UNKNOWN_HINT = (
@@ -193,6 +200,61 @@ def _names(value: Any, field_name: str, source: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+# vLLM matches compressed-tensors' ``re:`` names with Python's ``re.match`` against every module
+# name (``compressed_tensors/utils.py``), and so does orch. Backtracking makes a pattern with a
+# repetition inside a repetition (``(.*)*X``) exponential in the name's length, and many
+# repetitions side by side polynomial (six ``.*`` take 0.6 s for one 55-character name). Such a
+# pattern is refused before anything is matched: real ignore lists use one to three.
+MAX_UNBOUNDED_REPEATS = 5
+
+
+def _repeats(parsed: Any) -> tuple[int, int]:
+    """(unbounded repetitions, their deepest nesting) in a pattern parsed by ``re``'s own parser."""
+    count = depth = 0
+    for op, av in parsed:
+        name = str(op)
+        children: list[Any] = []
+        unbounded = 0
+        if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            children, unbounded = [av[2]], int(av[1] == _sre_constants.MAXREPEAT)
+        elif name in ("SUBPATTERN", "ASSERT", "ASSERT_NOT"):
+            children = [av[-1]]
+        elif name == "ATOMIC_GROUP":
+            children = [av]
+        elif name == "BRANCH":
+            children = list(av[1])
+        elif name == "GROUPREF_EXISTS":
+            children = [c for c in av[1:] if c is not None]
+        inner = 0
+        for child in children:
+            c, d = _repeats(child)
+            count, inner = count + c, max(inner, d)
+        count, depth = count + unbounded, max(depth, inner + unbounded)
+    return count, depth
+
+
+def _check_regex(pattern: str, field_name: str, source: str) -> None:
+    """A ``re:`` name must compile and must not be one that takes exponential time to match."""
+    hint = "fix the pattern in the checkpoint's quantization config (vLLM matches it with Python's re.match)"
+    try:
+        parsed = _sre_parse.parse(pattern)
+    except re.error as exc:
+        raise ModelSpecError(f"{source}: quantization '{field_name}' holds 're:{pattern}', which is not a valid regular expression ({exc})", hint=hint) from None
+    count, depth = _repeats(parsed)
+    if depth > 1 or count > MAX_UNBOUNDED_REPEATS:
+        why = "a repetition inside a repetition" if depth > 1 else f"{count} unbounded repetitions (at most {MAX_UNBOUNDED_REPEATS})"
+        raise ModelSpecError(f"{source}: quantization '{field_name}' holds 're:{pattern}' with {why}: matching it against module names can take minutes", hint=hint)
+
+
+def _patterns(value: Any, field_name: str, source: str) -> tuple[str, ...]:
+    """Module names or ``re:`` regexes (compressed-tensors' ``targets`` and ``ignore``)."""
+    names = _names(value, field_name, source)
+    for name in names:
+        if name.startswith("re:"):
+            _check_regex(name[3:], field_name, source)
+    return names
+
+
 def _group_size(value: int) -> int:
     return 0 if value <= 0 else value  # -1: one group over the whole input (per channel)
 
@@ -277,7 +339,7 @@ def _compressed_tensors(quant: Mapping[str, Any], source: str) -> Quantization:
         if not isinstance(weights, Mapping):
             continue
         storage, dtype, scheme = _ct_storage(weights, f"{source} (config_groups.{name})")
-        targets = _names(group.get("targets", ["Linear"]), f"config_groups.{name}.targets", source) or ("Linear",)
+        targets = _patterns(group.get("targets", ["Linear"]), f"config_groups.{name}.targets", source) or ("Linear",)
         rules.append((targets, storage))
         dtypes.append(dtype)
         activations = group.get("input_activations")
@@ -285,7 +347,7 @@ def _compressed_tensors(quant: Mapping[str, Any], source: str) -> Quantization:
         schemes.append(f"W{storage.weight_bits}{act}: {scheme}")
     if not rules:
         raise ModelSpecError(f"{source}: no compressed-tensors config group quantizes weights", hint="check the checkpoint's config.json")
-    ignore = _names(quant.get("ignore"), "ignore", source)
+    ignore = _patterns(quant.get("ignore"), "ignore", source)
     dtype = min(dtypes, key=lambda d: {"int4": 0, "fp8": 1, "int8": 1}.get(d, 2))
     return Quantization("compressed-tensors", "; ".join(schemes), source, dtype, tuple(rules), ignore, match="regex")
 

@@ -57,3 +57,27 @@ def test_a_plan_counts_the_tower_in_its_parameters_and_weights():
     plan = plan_model(spec, make_shape(gpu_type_name="H100-80GB", gpus_per_node=8, nodes=1), PlanOptions(max_model_len=8192))
     assert plan.params == count_params(spec).total and spec.towers == "gemma3"
     assert plan.weights_gib_per_gpu == pytest.approx(2 * (27_009_346_304 + 423_060_336) / plan.tp / GIB, rel=0.002)
+
+
+def _with_vision(model: str, **fields):
+    config = json.loads((ROOT / model / "config.json").read_text())
+    config["vision_config"] = {**config["vision_config"], **fields}
+    return config
+
+
+@pytest.mark.parametrize(
+    ("model", "fields", "says"),
+    [
+        # a tower past any GPU cluster: the plan's float arithmetic would overflow on it
+        ("gemma3", {"hidden_size": 10**160}, "vision_config/audio_config describe more than the 100T parameters orch accepts"),
+        # a pixel-shuffle ratio whose square is 0.0 in floating point
+        ("llama4_scout_17b_16e", {"pixel_shuffle_ratio": 1e-200}, "the vision/audio sections cannot be sized (float division by zero)"),
+    ],
+)
+def test_a_tower_that_cannot_be_sized_is_an_error_naming_its_section(model, fields, says):
+    from orchestrator.errors import ModelSpecError
+
+    with pytest.raises(ModelSpecError) as err:
+        spec_from_config(_with_vision(model, **fields), f"{model}/config.json", name=model)
+    assert str(err.value) == f"{model}/config.json: {says}" and err.value.exit_code == 2
+    assert "vision_config" in (err.value.hint or "")

@@ -175,6 +175,40 @@ def test_compressed_tensors_ignore_takes_exact_names_and_re_regexes(ignore, modu
     assert (quant.storage_for((module,)) is None) is skipped
 
 
+@pytest.mark.parametrize(
+    ("field", "pattern", "says"),
+    [
+        ("ignore", "re:[unclosed", "not a valid regular expression (unterminated character set at position 0)"),
+        ("ignore", "re:(.*)*X$", "a repetition inside a repetition"),
+        ("ignore", "re:(a|b+)+c", "a repetition inside a repetition"),
+        ("targets", "re:(.*.*)*X$", "a repetition inside a repetition"),
+        ("ignore", "re:" + ".*" * 6 + "X", "6 unbounded repetitions (at most 5)"),
+    ],
+)
+def test_a_re_pattern_that_cannot_compile_or_would_backtrack_for_minutes_is_refused(field, pattern, says):
+    # Python's re takes 0.3 s for "(.*)*X$" on a 20-character name and doubles with each character
+    # more; vLLM matches the same patterns with re.match (compressed_tensors/utils.py).
+    ct = _ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True})
+    if field == "targets":
+        ct["config_groups"]["group_0"]["targets"] = [pattern]
+    else:
+        ct["ignore"] = ["lm_head", pattern]
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization(ct, "q")
+    name = "config_groups.group_0.targets" if field == "targets" else "ignore"
+    assert f"quantization '{name}' holds '{pattern}'" in str(err.value) and says in str(err.value)
+    assert err.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["re:.*mlp.gate$", "re:.*self_attn.*", r"re:model\.layers\.\d+\.mlp\.experts\.\d+\..*", r"re:(?:.*\.)?lm_head$", "re:.*a.*b.*c.*d.*e"],
+)
+def test_the_re_patterns_real_ignore_lists_use_are_accepted(pattern):
+    ct = _ct({"num_bits": 8, "type": "float", "strategy": "channel"})
+    assert pattern in parse_quantization(dict(ct, ignore=[pattern]), "q").ignore
+
+
 def test_awq_modules_to_not_convert_are_substrings_as_vllm_matches_them():
     quant = parse_quantization(dict(AWQ_G128, modules_to_not_convert=["visual", "self_attn"]), "q")
     assert quant.storage_for(("model.layers.3.self_attn.o_proj",)) is None
