@@ -16,7 +16,7 @@ import difflib
 import json
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -183,6 +183,14 @@ FIELD_BOUNDS: dict[str, tuple[int, int]] = {
     "n_routed_experts": (0, 4096),
     "num_experts": (0, 4096),
     "num_experts_per_tok": (0, 4096),
+    "num_experts_per_token": (0, 4096),
+    "moe_k": (0, 4096),
+    "moe_num_experts": (0, 4096),
+    "num_shared_experts": (0, 64),
+    "moe_num_shared_experts": (0, 64),
+    "shared_expert_intermediate_size": (0, 1_048_576),
+    "moe_layer_start_index": (0, 1024),
+    "moe_layer_interval": (0, 1024),
     "n_shared_experts": (0, 64),
     "first_k_dense_replace": (0, 1024),
     "kv_lora_rank": (0, 65_536),
@@ -260,8 +268,9 @@ def spec_from_config(
     if layers == 0 or hidden == 0 or heads == 0:
         raise ModelSpecError(f"{source}: num_hidden_layers, hidden_size and num_attention_heads must be > 0", hint=HINT)
     num_experts = _int(cfg, "num_local_experts", source, default=0) or _int(cfg, "n_routed_experts", source, default=0)
-    num_experts = num_experts or _int(cfg, "num_experts", source, default=0)
+    num_experts = num_experts or _int(cfg, "num_experts", source, default=0) or _int(cfg, "moe_num_experts", source, default=0)
     moe_inter = _int(cfg, "moe_intermediate_size", source, default=0)
+    first_dense = _first_dense_layers(cfg, source, layers, num_experts)
     if num_experts and not moe_inter:
         moe_inter = _int(cfg, "intermediate_size", source)
     # A MoE model with no dense layers may omit intermediate_size; dense models need it.
@@ -280,13 +289,13 @@ def spec_from_config(
         )
     if kv_heads > heads or heads % kv_heads:
         raise ModelSpecError(f"{source}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}", hint=HINT)
-    if num_experts and not 0 < _int(cfg, "num_experts_per_tok", source, default=1) <= num_experts:
+    if num_experts and not 0 < _first_int(cfg, EXPERTS_PER_TOKEN_KEYS, source, default=1) <= num_experts:
         raise ModelSpecError(f"{source}: num_experts_per_tok must be between 1 and the {num_experts} experts", hint=HINT)
     max_pos = _int(cfg, "max_position_embeddings", source, default=0) or _int(cfg, "max_sequence_length", source, default=4096)
     quantization = _quantization(cfg, source, quant_file, quant_source)
     try:
         towers = towers_from_config(config, hidden)
-    except (ArithmeticError, ValueError) as exc:  # e.g. a ratio of 0 or a float past float's range
+    except (ArithmeticError, TypeError, ValueError) as exc:  # a ratio of 0, a float past its range, a number where a list belongs
         raise ModelSpecError(f"{source}: the vision/audio sections cannot be sized ({exc})", hint=TOWER_HINT) from None
     if towers.total > MAX_PARAMS:
         raise ModelSpecError(
@@ -313,10 +322,10 @@ def spec_from_config(
         dtype=quantization.dtype if quantization is not None else _torch_dtype(cfg, source),
         max_position=max_pos,
         num_experts=num_experts,
-        experts_per_token=_int(cfg, "num_experts_per_tok", source, default=0) if num_experts else 0,
-        shared_experts=_int(cfg, "n_shared_experts", source, default=0) if num_experts else 0,
+        experts_per_token=_first_int(cfg, EXPERTS_PER_TOKEN_KEYS, source) if num_experts else 0,
+        shared_experts=_shared_experts(cfg, source, moe_inter) if num_experts else 0,
         moe_intermediate=moe_inter if num_experts else 0,
-        first_k_dense=_int(cfg, "first_k_dense_replace", source, default=0) if num_experts else 0,
+        first_k_dense=first_dense,
         kv_lora_rank=kv_lora,
         q_lora_rank=_int(cfg, "q_lora_rank", source, default=0) if kv_lora else 0,
         qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", source, default=0) if kv_lora else 0,
@@ -328,6 +337,62 @@ def spec_from_config(
         tower_params=towers.total,
         towers=towers.kind,
     )
+
+
+# The MoE fields of each family, as vLLM's model files read them: Mixtral/Qwen-MoE
+# (num_local_experts / num_experts, num_experts_per_tok), DeepSeek (n_routed_experts,
+# n_shared_experts, first_k_dense_replace), ERNIE 4.5 (ernie45_moe.py: moe_num_experts, moe_k,
+# moe_num_shared_experts of moe_intermediate_size each, MoE from moe_layer_start_index on every
+# moe_layer_interval-th layer up to moe_layer_end_index), Kimi-Linear (num_experts_per_token,
+# num_shared_experts), Qwen2-MoE / Qwen3-Next (qwen2_moe.py, qwen3_next.py: one shared expert of
+# shared_expert_intermediate_size, counted here in experts of moe_intermediate_size, rounded up).
+EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_k")
+SHARED_EXPERT_KEYS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
+# Expert counts of families orch does not read (Megatron's num_moe_experts, ...): a config with
+# one of them set and none of the counts above would be sized as a dense model, far under its size.
+UNREAD_EXPERT_COUNTS = ("num_moe_experts", "n_experts", "expert_num", "num_routed_experts")
+
+
+def _first_int(cfg: Mapping[str, Any], keys: Sequence[str], source: str, default: int = 0) -> int:
+    """The first of ``keys`` the config sets (range-checked like every field), else ``default``."""
+    for key in keys:
+        if cfg.get(key) is not None:
+            return _int(cfg, key, source)
+    return default
+
+
+def _shared_experts(cfg: Mapping[str, Any], source: str, moe_inter: int) -> int:
+    shared = _first_int(cfg, SHARED_EXPERT_KEYS, source)
+    width = _int(cfg, "shared_expert_intermediate_size", source, default=0)
+    if not shared and width and moe_inter:
+        return -(-width // moe_inter)
+    return shared
+
+
+def _first_dense_layers(cfg: Mapping[str, Any], source: str, layers: int, num_experts: int) -> int:
+    """The dense layers before the first MoE layer; an interleaving orch cannot count is refused."""
+    if not num_experts:
+        for key in UNREAD_EXPERT_COUNTS:
+            value = cfg.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                raise ModelSpecError(
+                    f"{source}: '{key}' describes experts, but orch finds no expert count it reads "
+                    "(num_local_experts, n_routed_experts, num_experts, moe_num_experts): it would size the model as dense",
+                    hint="use a config.json of a family orch reads (Mixtral, Qwen-MoE, DeepSeek, ERNIE 4.5, gpt-oss, Llama 4)",
+                )
+        return 0
+    if cfg.get("moe_num_experts") is not None:
+        start = _int(cfg, "moe_layer_start_index", source, default=0)
+        interval = _int(cfg, "moe_layer_interval", source, default=1)
+        end = cfg.get("moe_layer_end_index")
+        if interval != 1 or (end is not None and end != -1 and end != layers - 1):
+            raise ModelSpecError(
+                f"{source}: MoE layers every {interval} layer(s) up to layer {end}: orch counts MoE layers only as "
+                "one run from moe_layer_start_index to the last layer",
+                hint="plan it with --dtype/--max-model-len on a config whose MoE layers run to the end, or size it by hand",
+            )
+        return start
+    return _int(cfg, "first_k_dense_replace", source, default=0)
 
 
 def _architecture(cfg: Mapping[str, Any]) -> str:

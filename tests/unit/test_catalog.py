@@ -440,10 +440,17 @@ def test_quantization_configs_orch_cannot_size_are_errors_never_a_silent_16_bit_
     assert err.value.exit_code == 2 and err.value.hint
 
 
+ERNIE_45_21B = json.loads((Path(__file__).resolve().parents[1] / "data" / "planner" / "configs" / "ERNIE-4.5-21B-A3B" / "config.json").read_text())
+
+
 def _base_reading(field: str) -> dict:
     # a real config in which spec_from_config reads `field`
     if field == "num_experts":  # read only when neither Mixtral's nor DeepSeek's expert count is there
         return dict(LLAMA31_8B)
+    if field.startswith("moe_") and field != "moe_intermediate_size":  # ERNIE 4.5's names
+        return dict(ERNIE_45_21B)
+    if field in ("num_experts_per_token", "num_shared_experts", "shared_expert_intermediate_size"):  # aliases, read when DeepSeek's are absent
+        return {k: v for k, v in DEEPSEEK_V3.items() if k not in ("num_experts_per_tok", "n_shared_experts")}
     if field == "max_sequence_length":  # read only without max_position_embeddings
         return {k: v for k, v in LLAMA31_8B.items() if k != "max_position_embeddings"}
     return dict(DEEPSEEK_V3)
@@ -499,3 +506,35 @@ def test_the_moe_catalog_entries_are_their_config_json():
     assert f"{count_params(CATALOG['mixtral-8x22b']).total / 1e9:.0f}" == "141"
     assert f"{count_params(CATALOG['qwen3-235b-a22b']).total / 1e9:.0f}" == "235"
     assert f"{count_params(CATALOG['kimi-k2']).total / 1e12:.2f}" == "1.03"
+
+
+def test_ernie_45_moe_is_read_with_its_own_expert_fields():
+    """ERNIE 4.5 names its experts as vllm/model_executor/models/ernie45_moe.py reads them:
+    moe_num_experts routed, moe_k active, moe_num_shared_experts of moe_intermediate_size, MoE from
+    moe_layer_start_index on. Read as dense (before), the 21B model was 3.35B parameters and a
+    plan put it on one 24 GB GPU."""
+    spec = spec_from_config(ERNIE_45_21B, "c")
+    assert (spec.num_experts, spec.experts_per_token, spec.shared_experts, spec.moe_intermediate, spec.first_k_dense) == (64, 6, 2, 1536, 1)
+    assert 21.0e9 <= count_params(spec).total <= 22.5e9  # the published name: 21B total, 3B active
+
+
+def test_an_ernie_interleaving_orch_cannot_count_is_refused():
+    with pytest.raises(ModelSpecError) as err:
+        spec_from_config(dict(ERNIE_45_21B, moe_layer_interval=2), "m/config.json")
+    assert "MoE layers every 2 layer(s)" in str(err.value) and err.value.exit_code == 2
+
+
+def test_qwen2_moe_shared_expert_width_counts_as_shared_experts_of_the_expert_width():
+    # qwen2_moe.py / qwen3_next.py: one shared expert of shared_expert_intermediate_size
+    qwen2_moe = {k: v for k, v in DEEPSEEK_V3.items() if k not in ("n_shared_experts",)}
+    spec = spec_from_config(dict(qwen2_moe, shared_expert_intermediate_size=4 * qwen2_moe["moe_intermediate_size"]), "c")
+    assert spec.shared_experts == 4
+    spec = spec_from_config(dict(qwen2_moe, shared_expert_intermediate_size=qwen2_moe["moe_intermediate_size"] + 1), "c")
+    assert spec.shared_experts == 2  # rounded up
+
+
+@pytest.mark.parametrize("key", ["num_moe_experts", "n_experts"])
+def test_an_expert_count_orch_does_not_read_is_refused_instead_of_a_dense_plan(key):
+    with pytest.raises(ModelSpecError) as err:
+        spec_from_config(dict(LLAMA31_8B, **{key: 64}), "m/config.json")
+    assert f"'{key}' describes experts" in str(err.value) and err.value.exit_code == 2

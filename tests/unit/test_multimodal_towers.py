@@ -72,6 +72,8 @@ def _with_vision(model: str, **fields):
         ("gemma3", {"hidden_size": 10**160}, "vision_config/audio_config describe more than the 100T parameters orch accepts"),
         # a pixel-shuffle ratio whose square is 0.0 in floating point
         ("llama4_scout_17b_16e", {"pixel_shuffle_ratio": 1e-200}, "the vision/audio sections cannot be sized (float division by zero)"),
+        # a number where Qwen3-VL lists its deepstack layers
+        ("Qwen3-VL-8B-Instruct", {"deepstack_visual_indexes": 3}, "the vision/audio sections cannot be sized (object of type 'int' has no len())"),
     ],
 )
 def test_a_tower_that_cannot_be_sized_is_an_error_naming_its_section(model, fields, says):
