@@ -291,7 +291,7 @@ def spec_from_config(
         raise ModelSpecError(f"{source}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}", hint=HINT)
     if num_experts and not 0 < _first_int(cfg, EXPERTS_PER_TOKEN_KEYS, source, default=1) <= num_experts:
         raise ModelSpecError(f"{source}: num_experts_per_tok must be between 1 and the {num_experts} experts", hint=HINT)
-    max_pos = _int(cfg, "max_position_embeddings", source, default=0) or _int(cfg, "max_sequence_length", source, default=4096)
+    max_pos = _max_position(cfg, source)
     quantization = _quantization(cfg, source, quant_file, quant_source)
     try:
         towers = towers_from_config(config, hidden)
@@ -351,6 +351,31 @@ SHARED_EXPERT_KEYS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_
 # Expert counts of families orch does not read (Megatron's num_moe_experts, ...): a config with
 # one of them set and none of the counts above would be sized as a dense model, far under its size.
 UNREAD_EXPERT_COUNTS = ("num_moe_experts", "n_experts", "expert_num", "num_routed_experts")
+
+
+# The model's longest sequence as vLLM 0.32 derives it (derive_max_model_len_and_key,
+# vllm/transformers_utils/model_arch_config_convertor.py): the smallest of these keys, except that
+# model_max_length wins when set (Command-R; Kimi-Linear has only that one); 2048 without any
+# (_get_and_verify_max_len, vllm/config/model.py). A 0 counts as unset, and so does a sentinel past
+# 2**31 (tokenizers write 1e30 there).
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")  # fmt: skip
+DEFAULT_MAX_LEN = 2048
+
+
+def _max_position(cfg: Mapping[str, Any], source: str) -> int:
+    found: dict[str, int] = {}
+    for key in MAX_LEN_KEYS:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            _int(cfg, key, source)  # raises the field's error
+        if 0 < value <= 2**31:
+            found[key] = value
+    if "model_max_length" in found:
+        return found["model_max_length"]
+    return min(found.values(), default=DEFAULT_MAX_LEN)
 
 
 def _first_int(cfg: Mapping[str, Any], keys: Sequence[str], source: str, default: int = 0) -> int:

@@ -320,8 +320,15 @@ def test_name_tie_and_context_length_fields():
     assert spec_from_config({**qwen06, "_name_or_path": "Qwen/Qwen3-0.6B"}, "q").name == "Qwen/Qwen3-0.6B"
     assert spec_from_config({**qwen06, "_name_or_path": "Qwen/Qwen3-0.6B"}, "q", name="mine").name == "mine"
     no_max = {k: v for k, v in LLAMA31_8B.items() if k != "max_position_embeddings"}
-    assert spec_from_config(no_max, "c").max_position == 4096
-    assert spec_from_config({**no_max, "max_sequence_length": 2048}, "c").max_position == 2048  # MPT's name
+    # vLLM 0.32 (model_arch_config_convertor.py derive_max_model_len_and_key, config/model.py
+    # _get_and_verify_max_len): 2048 without any length key, else the smallest, model_max_length winning
+    assert spec_from_config(no_max, "c").max_position == 2048
+    assert spec_from_config({**no_max, "max_sequence_length": 8192}, "c").max_position == 8192
+    assert spec_from_config({**no_max, "max_sequence_length": 8192, "seq_length": 4096}, "c").max_position == 4096
+    assert spec_from_config({**LLAMA31_8B, "model_max_length": 1_048_576}, "c").max_position == 1_048_576  # Kimi-Linear's only key
+    assert spec_from_config({**LLAMA31_8B, "model_max_length": 10**30}, "c").max_position == 131072  # a tokenizer's sentinel
+    with pytest.raises(ModelSpecError, match="'seq_length' must be a non-negative integer"):
+        spec_from_config({**LLAMA31_8B, "seq_length": "long"}, "c")
 
 
 def test_moe_without_dense_layers_may_omit_intermediate_size():
