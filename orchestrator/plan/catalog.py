@@ -227,7 +227,9 @@ def _int(cfg: Mapping[str, Any], key: str, source: str, default: int | None = No
 
 
 def _torch_dtype(cfg: Mapping[str, Any], source: str) -> str:
-    raw = cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))
+    # A null dtype is no dtype: vLLM then reads the safetensors' own (get_torch_dtype,
+    # vllm/transformers_utils/model_arch_config_convertor.py), which orch takes as 16-bit like a missing one.
+    raw = next((cfg[k] for k in ("torch_dtype", "dtype") if cfg.get(k) is not None), "bfloat16")
     dtype = _TORCH_DTYPES.get(str(raw).replace("torch.", "").lower())
     if dtype is None:
         raise ModelSpecError(f"{source}: unknown torch_dtype {raw!r}", hint="expected bfloat16, float16 or float32")

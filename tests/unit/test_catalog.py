@@ -545,3 +545,10 @@ def test_an_expert_count_orch_does_not_read_is_refused_instead_of_a_dense_plan(k
     with pytest.raises(ModelSpecError) as err:
         spec_from_config(dict(LLAMA31_8B, **{key: 64}), "m/config.json")
     assert f"'{key}' describes experts" in str(err.value) and err.value.exit_code == 2
+
+
+@pytest.mark.parametrize("key", ["torch_dtype", "dtype"])
+def test_a_null_dtype_is_read_as_no_dtype(key):
+    # transformers writes "dtype": null for a config built without one; vLLM then takes the weights' own
+    assert spec_from_config({**{k: v for k, v in LLAMA31_8B.items() if k != "torch_dtype"}, key: None}, "c").dtype == "bf16"
+    assert spec_from_config({**LLAMA31_8B, "dtype": None}, "c").dtype == spec_from_config(LLAMA31_8B, "c").dtype
