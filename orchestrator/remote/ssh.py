@@ -361,7 +361,10 @@ class SshRunner:
         worker = threading.Thread(target=write, daemon=True, name=f"sftp-{self.node}")
         worker.start()
         worker.join(timeout)
-        if worker.is_alive():
+        exc = outcome[0] if outcome else None
+        # The channel's own timeout (the same seconds) can end the write just before the join
+        # does: its socket.timeout is the same stall, not a failed write.
+        if worker.is_alive() or isinstance(exc, TimeoutError):
             for chan in channels:
                 chan.close()
             raise CommandTimeoutError(
@@ -369,7 +372,6 @@ class SshRunner:
                 hint="the node's sftp-server is stalled or the link is very slow; check `Subsystem sftp` in its sshd_config",
                 node=self.node,
             )
-        exc = outcome[0] if outcome else None
         if isinstance(exc, (OSError, paramiko.SSHException, EOFError)):
             raise CommandFailedError(
                 f"{self.node}: could not write {path} on {self.where}: {exc}",

@@ -212,3 +212,39 @@ def test_an_unreadable_line_is_named_by_file_and_line(tmp_path, bad, what):
         policy(path).missing_host_key(None, "10.0.0.3", key)
     assert info.value.message.startswith(f"{path}:3: cannot read this known_hosts line: {what}")
     assert info.value.exit_code == 2 and "line 3" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(("raised", "expected"), [("timeout", "CommandTimeoutError"), ("eof", "CommandFailedError")])
+def test_put_file_reports_the_channels_own_timeout_as_a_timeout(monkeypatch, raised, expected):
+    """The SFTP channel's timeout (paramiko's Channel.recv raises a bare socket.timeout) has the
+    same seconds as the caller's wait and can end the write first on a fast machine: fresh14
+    (2026-12-05) got "could not write ...: " (a CommandFailedError with an empty reason) for a
+    stalled sftp-server. A real failure of the write stays a CommandFailedError."""
+    from orchestrator import errors
+    from orchestrator.remote import ssh
+    from orchestrator.remote.runner import CommandResult
+
+    class Channel:
+        def settimeout(self, seconds):
+            pass
+
+        def invoke_subsystem(self, name):
+            pass
+
+        def close(self):
+            pass
+
+    class Transport:
+        def open_session(self, timeout=None):
+            return Channel()
+
+    def stalled_sftp(chan):
+        raise TimeoutError() if raised == "timeout" else EOFError("server closed the channel")  # socket.timeout is TimeoutError
+
+    r = _runner()
+    monkeypatch.setattr(r, "_run", lambda argv, timeout, env_file: CommandResult(tuple(argv), 0, "", "", 0.0))
+    monkeypatch.setattr(r, "_transport", lambda: Transport())
+    monkeypatch.setattr(ssh.paramiko, "SFTPClient", stalled_sftp)
+    with pytest.raises(getattr(errors, expected)) as err:
+        r.put_file("/etc/orch/token", b"t", 0o600, timeout=5)
+    assert err.value.node == "gpu3" and "/etc/orch/token" in str(err.value)
