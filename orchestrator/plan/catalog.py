@@ -369,7 +369,9 @@ def _max_position(cfg: Mapping[str, Any], source: str) -> int:
     found: dict[str, int] = {}
     for key in MAX_LEN_KEYS:
         value = cfg.get(key)
-        if value is None:
+        if isinstance(value, float) and value.is_integer():  # 1e30 written as a float
+            value = int(value)
+        if value is None or isinstance(value, float):
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             _int(cfg, key, source)  # raises the field's error
@@ -416,7 +418,7 @@ def _first_dense_layers(cfg: Mapping[str, Any], source: str, layers: int, num_ex
             raise ModelSpecError(
                 f"{source}: MoE layers every {interval} layer(s) up to layer {end}: orch counts MoE layers only as "
                 "one run from moe_layer_start_index to the last layer",
-                hint="plan it with --dtype/--max-model-len on a config whose MoE layers run to the end, or size it by hand",
+                hint="orch does not size this layout of MoE layers yet; vLLM's ernie45_moe.py defines which layers are MoE",
             )
         return start
     return _int(cfg, "first_k_dense_replace", source, default=0)

@@ -327,6 +327,8 @@ def test_name_tie_and_context_length_fields():
     assert spec_from_config({**no_max, "max_sequence_length": 8192, "seq_length": 4096}, "c").max_position == 4096
     assert spec_from_config({**LLAMA31_8B, "model_max_length": 1_048_576}, "c").max_position == 1_048_576  # Kimi-Linear's only key
     assert spec_from_config({**LLAMA31_8B, "model_max_length": 10**30}, "c").max_position == 131072  # a tokenizer's sentinel
+    assert spec_from_config({**LLAMA31_8B, "model_max_length": 1e30}, "c").max_position == 131072  # the same as a float
+    assert spec_from_config({**no_max, "seq_length": 8192.0}, "c").max_position == 8192
     with pytest.raises(ModelSpecError, match="'seq_length' must be a non-negative integer"):
         spec_from_config({**LLAMA31_8B, "seq_length": "long"}, "c")
 
