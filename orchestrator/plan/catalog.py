@@ -16,12 +16,22 @@ import difflib
 import json
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ModelSpecError
+from orchestrator.plan.config_fields import (
+    EXPERTS_PER_TOKEN_KEYS,
+    HINT,
+    expert_count,
+    first_dense_layers,
+    first_int,
+    max_position,
+    read_int,
+    shared_experts,
+)
 from orchestrator.plan.hf_cache import cached_snapshot, is_repo_id, not_cached_error
 from orchestrator.plan.quantization import Quantization, parse_quantization
 from orchestrator.plan.tinymodel import TINY_CONFIG
@@ -35,7 +45,6 @@ _TORCH_DTYPES = {
 }  # fmt: skip
 
 QUANT_CONFIG_FILE = "hf_quant_config.json"  # ModelOpt (<= 0.29) writes its quantization here
-HINT = "use a catalog name (see `orch plan --help`), a Hugging Face repo id (org/name) or a local model folder / config.json"
 
 
 @dataclass(frozen=True)
@@ -164,66 +173,9 @@ def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config
 
 
-# Bounds on every number orch reads from a config.json: wide enough for any published model
-# (Llama 3.1 405B: 126 layers, hidden 16384, vocab 128256; DeepSeek-V3: 256 experts), narrow
-# enough that a hostile or corrupt config fails fast instead of hanging the planner (it loops
-# over layers) or printing a plan for a model no GPU can hold.
-FIELD_BOUNDS: dict[str, tuple[int, int]] = {
-    "num_hidden_layers": (1, 1024),
-    "hidden_size": (1, 131_072),
-    "num_attention_heads": (1, 4096),
-    "num_key_value_heads": (0, 4096),
-    "head_dim": (0, 4096),
-    "intermediate_size": (0, 1_048_576),
-    "moe_intermediate_size": (0, 1_048_576),
-    "vocab_size": (1, 4_194_304),
-    "max_position_embeddings": (0, 16_777_216),
-    "max_sequence_length": (0, 16_777_216),
-    "num_local_experts": (0, 4096),
-    "n_routed_experts": (0, 4096),
-    "num_experts": (0, 4096),
-    "num_experts_per_tok": (0, 4096),
-    "num_experts_per_token": (0, 4096),
-    "moe_k": (0, 4096),
-    "moe_num_experts": (0, 4096),
-    "num_shared_experts": (0, 64),
-    "moe_num_shared_experts": (0, 64),
-    "shared_expert_intermediate_size": (0, 1_048_576),
-    "moe_layer_start_index": (0, 1024),
-    "moe_layer_interval": (0, 1024),
-    "n_shared_experts": (0, 64),
-    "first_k_dense_replace": (0, 1024),
-    "kv_lora_rank": (0, 65_536),
-    "q_lora_rank": (0, 65_536),
-    "qk_rope_head_dim": (0, 4096),
-    "qk_nope_head_dim": (0, 4096),
-    "v_head_dim": (0, 4096),
-}
 MAX_CONFIG_BYTES = 4 * 2**20  # a config.json is a few KiB; refuse anything past 4 MiB unread
 MAX_PARAMS = 100 * 10**12  # 100T parameters: past any model orch could place on a GPU cluster
 TOWER_HINT = "check hidden_size, intermediate_size and the depth in vision_config / audio_config"
-
-
-def _int(cfg: Mapping[str, Any], key: str, source: str, default: int | None = None) -> int:
-    value = cfg.get(key)
-    if value is None:
-        if default is not None:
-            return default
-        raise ModelSpecError(
-            f"{source}: config is missing '{key}', which orch needs to size the model",
-            hint="orch reads Hugging Face decoder configs (Llama, Qwen, Mistral/Mixtral, DeepSeek); "
-            f"add '{key}' to the config or use a catalog name",
-        )
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
-        raise ModelSpecError(f"{source}: '{key}' must be a non-negative integer, got {shown}", hint=HINT)
-    low, high = FIELD_BOUNDS.get(key, (0, 2**31))
-    if not low <= value <= high:
-        raise ModelSpecError(
-            f"{source}: '{key}' is {value:,}, outside the range orch accepts ({low:,} to {high:,})",
-            hint="check the config.json: no published model is that size",
-        )
-    return value
 
 
 def _torch_dtype(cfg: Mapping[str, Any], source: str) -> str:
@@ -263,26 +215,25 @@ def spec_from_config(
     if not isinstance(config, Mapping):
         raise ModelSpecError(f"{source}: config.json must hold a JSON object", hint=HINT)
     cfg = _text_config(config)
-    layers = _int(cfg, "num_hidden_layers", source)
-    hidden = _int(cfg, "hidden_size", source)
-    heads = _int(cfg, "num_attention_heads", source)
-    vocab = _int(cfg, "vocab_size", source)
+    layers = read_int(cfg, "num_hidden_layers", source)
+    hidden = read_int(cfg, "hidden_size", source)
+    heads = read_int(cfg, "num_attention_heads", source)
+    vocab = read_int(cfg, "vocab_size", source)
     if layers == 0 or hidden == 0 or heads == 0:
         raise ModelSpecError(f"{source}: num_hidden_layers, hidden_size and num_attention_heads must be > 0", hint=HINT)
-    num_experts = _int(cfg, "num_local_experts", source, default=0) or _int(cfg, "n_routed_experts", source, default=0)
-    num_experts = num_experts or _int(cfg, "num_experts", source, default=0) or _int(cfg, "moe_num_experts", source, default=0)
-    moe_inter = _int(cfg, "moe_intermediate_size", source, default=0)
-    first_dense = _first_dense_layers(cfg, source, layers, num_experts)
+    num_experts = expert_count(cfg, source)
+    moe_inter = read_int(cfg, "moe_intermediate_size", source, default=0)
+    first_dense = first_dense_layers(cfg, source, layers) if num_experts else 0
     if num_experts and not moe_inter:
-        moe_inter = _int(cfg, "intermediate_size", source)
+        moe_inter = read_int(cfg, "intermediate_size", source)
     # A MoE model with no dense layers may omit intermediate_size; dense models need it.
-    intermediate = _int(cfg, "intermediate_size", source, default=0 if num_experts else None)
-    kv_lora = _int(cfg, "kv_lora_rank", source, default=0)
-    kv_heads = _int(cfg, "num_key_value_heads", source, default=heads) or heads
-    head_dim = _int(cfg, "head_dim", source, default=0) or hidden // heads
+    intermediate = read_int(cfg, "intermediate_size", source, default=0 if num_experts else None)
+    kv_lora = read_int(cfg, "kv_lora_rank", source, default=0)
+    kv_heads = read_int(cfg, "num_key_value_heads", source, default=heads) or heads
+    head_dim = read_int(cfg, "head_dim", source, default=0) or hidden // heads
     if kv_lora:
-        nope = _int(cfg, "qk_nope_head_dim", source)
-        rope = _int(cfg, "qk_rope_head_dim", source)
+        nope = read_int(cfg, "qk_nope_head_dim", source)
+        rope = read_int(cfg, "qk_rope_head_dim", source)
         head_dim = nope + rope
     if head_dim == 0:
         raise ModelSpecError(
@@ -291,9 +242,9 @@ def spec_from_config(
         )
     if kv_heads > heads or heads % kv_heads:
         raise ModelSpecError(f"{source}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}", hint=HINT)
-    if num_experts and not 0 < _first_int(cfg, EXPERTS_PER_TOKEN_KEYS, source, default=1) <= num_experts:
+    if num_experts and not 0 < first_int(cfg, EXPERTS_PER_TOKEN_KEYS, source, default=1) <= num_experts:
         raise ModelSpecError(f"{source}: num_experts_per_tok must be between 1 and the {num_experts} experts", hint=HINT)
-    max_pos = _max_position(cfg, source)
+    max_pos = max_position(cfg, source)
     quantization = _quantization(cfg, source, quant_file, quant_source)
     try:
         towers = towers_from_config(config, hidden)
@@ -324,104 +275,21 @@ def spec_from_config(
         dtype=quantization.dtype if quantization is not None else _torch_dtype(cfg, source),
         max_position=max_pos,
         num_experts=num_experts,
-        experts_per_token=_first_int(cfg, EXPERTS_PER_TOKEN_KEYS, source) if num_experts else 0,
-        shared_experts=_shared_experts(cfg, source, moe_inter) if num_experts else 0,
+        experts_per_token=first_int(cfg, EXPERTS_PER_TOKEN_KEYS, source) if num_experts else 0,
+        shared_experts=shared_experts(cfg, source, moe_inter) if num_experts else 0,
         moe_intermediate=moe_inter if num_experts else 0,
         first_k_dense=first_dense,
         kv_lora_rank=kv_lora,
-        q_lora_rank=_int(cfg, "q_lora_rank", source, default=0) if kv_lora else 0,
-        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", source, default=0) if kv_lora else 0,
-        qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", source, default=0) if kv_lora else 0,
-        v_head_dim=_int(cfg, "v_head_dim", source, default=0) if kv_lora else 0,
+        q_lora_rank=read_int(cfg, "q_lora_rank", source, default=0) if kv_lora else 0,
+        qk_rope_head_dim=read_int(cfg, "qk_rope_head_dim", source, default=0) if kv_lora else 0,
+        qk_nope_head_dim=read_int(cfg, "qk_nope_head_dim", source, default=0) if kv_lora else 0,
+        v_head_dim=read_int(cfg, "v_head_dim", source, default=0) if kv_lora else 0,
         source=source,
         architecture=_architecture(cfg),
         quantization=quantization,
         tower_params=towers.total,
         towers=towers.kind,
     )
-
-
-# The MoE fields of each family, as vLLM's model files read them: Mixtral/Qwen-MoE
-# (num_local_experts / num_experts, num_experts_per_tok), DeepSeek (n_routed_experts,
-# n_shared_experts, first_k_dense_replace), ERNIE 4.5 (ernie45_moe.py: moe_num_experts, moe_k,
-# moe_num_shared_experts of moe_intermediate_size each, MoE from moe_layer_start_index on every
-# moe_layer_interval-th layer up to moe_layer_end_index), Kimi-Linear (num_experts_per_token,
-# num_shared_experts), Qwen2-MoE / Qwen3-Next (qwen2_moe.py, qwen3_next.py: one shared expert of
-# shared_expert_intermediate_size, counted here in experts of moe_intermediate_size, rounded up).
-EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_k")
-SHARED_EXPERT_KEYS = ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
-# Expert counts of families orch does not read (Megatron's num_moe_experts, ...): a config with
-# one of them set and none of the counts above would be sized as a dense model, far under its size.
-UNREAD_EXPERT_COUNTS = ("num_moe_experts", "n_experts", "expert_num", "num_routed_experts")
-
-
-# The model's longest sequence as vLLM 0.32 derives it (derive_max_model_len_and_key,
-# vllm/transformers_utils/model_arch_config_convertor.py): the smallest of these keys, except that
-# model_max_length wins when set (Command-R; Kimi-Linear has only that one); 2048 without any
-# (_get_and_verify_max_len, vllm/config/model.py). A 0 counts as unset, and so does a sentinel past
-# 2**31 (tokenizers write 1e30 there).
-MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")  # fmt: skip
-DEFAULT_MAX_LEN = 2048
-
-
-def _max_position(cfg: Mapping[str, Any], source: str) -> int:
-    found: dict[str, int] = {}
-    for key in MAX_LEN_KEYS:
-        value = cfg.get(key)
-        if isinstance(value, float) and value.is_integer():  # 1e30 written as a float
-            value = int(value)
-        if value is None or isinstance(value, float):
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            _int(cfg, key, source)  # raises the field's error
-        if 0 < value <= 2**31:
-            found[key] = value
-    if "model_max_length" in found:
-        return found["model_max_length"]
-    return min(found.values(), default=DEFAULT_MAX_LEN)
-
-
-def _first_int(cfg: Mapping[str, Any], keys: Sequence[str], source: str, default: int = 0) -> int:
-    """The first of ``keys`` the config sets (range-checked like every field), else ``default``."""
-    for key in keys:
-        if cfg.get(key) is not None:
-            return _int(cfg, key, source)
-    return default
-
-
-def _shared_experts(cfg: Mapping[str, Any], source: str, moe_inter: int) -> int:
-    shared = _first_int(cfg, SHARED_EXPERT_KEYS, source)
-    width = _int(cfg, "shared_expert_intermediate_size", source, default=0)
-    if not shared and width and moe_inter:
-        return -(-width // moe_inter)
-    return shared
-
-
-def _first_dense_layers(cfg: Mapping[str, Any], source: str, layers: int, num_experts: int) -> int:
-    """The dense layers before the first MoE layer; an interleaving orch cannot count is refused."""
-    if not num_experts:
-        for key in UNREAD_EXPERT_COUNTS:
-            value = cfg.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                raise ModelSpecError(
-                    f"{source}: '{key}' describes experts, but orch finds no expert count it reads "
-                    "(num_local_experts, n_routed_experts, num_experts, moe_num_experts): it would size the model as dense",
-                    hint="use a config.json of a family orch reads (Mixtral, Qwen-MoE, DeepSeek, ERNIE 4.5, gpt-oss, Llama 4)",
-                )
-        return 0
-    if cfg.get("moe_num_experts") is not None:
-        start = _int(cfg, "moe_layer_start_index", source, default=0)
-        interval = _int(cfg, "moe_layer_interval", source, default=1)
-        end = cfg.get("moe_layer_end_index")
-        if interval != 1 or (end is not None and end != -1 and end != layers - 1):
-            raise ModelSpecError(
-                f"{source}: MoE layers every {interval} layer(s) up to layer {end}: orch counts MoE layers only as "
-                "one run from moe_layer_start_index to the last layer",
-                hint="orch does not size this layout of MoE layers yet; vLLM's ernie45_moe.py defines which layers are MoE",
-            )
-        return start
-    return _int(cfg, "first_k_dense_replace", source, default=0)
 
 
 def _architecture(cfg: Mapping[str, Any]) -> str:

@@ -12,7 +12,6 @@ import pytest
 from orchestrator.errors import ModelSpecError
 from orchestrator.plan.catalog import (
     CATALOG,
-    FIELD_BOUNDS,
     HINT,
     MAX_CONFIG_BYTES,
     ModelSpec,
@@ -22,6 +21,7 @@ from orchestrator.plan.catalog import (
     resolve_model,
     spec_from_config,
 )
+from orchestrator.plan.config_fields import FIELD_BOUNDS
 from orchestrator.plan.memory import count_params
 from orchestrator.plan.tinymodel import TINY_CONFIG
 from tests.unit.test_memory import QWEN3_235B_FP8
