@@ -70,7 +70,7 @@ def test_request_without_the_api_key_gets_401(served_tiny):
 # bed (tiny engine, whole machine's CPU over 30 s, of 2 cores): idle 0.23; a request every 2 s
 # 0.80; every 1 s 1.25; every 0.25 s 1.40 (the VLLM::Worker at 100%); every 0.05 s 1.65. A TP=2
 # revision (the GPU-path module's) has two workers that spin. Every 5 s instead of every 2 s: the
-# wrong-interface rollout failed after 110 s instead of 166 s (docs/testing.md, session 14).
+# wrong-interface rollout failed after 110 s instead of 166 s (measured on the 2-core test machine).
 STEADY_PAUSE_S = 5.0
 # The progress line of the side-by-side switch (orchestrator/workflows/rollout.py): "orch-r1 on /
 # takes revision 3's config: its new replica starts beside the old one, ...".
