@@ -3,8 +3,8 @@
 For each module of the scope (pyproject.toml, ``[tool.mutmut] only_mutate``), one after another:
 ``mutmut run "<module>.*"`` with at most ``--children`` workers, then one JSON line with the counts
 (killed, survived, timeout, no_tests, equivalent, accepted) and the score: caught mutants over the
-non-equivalent ones. Survivors are explained in docs/testing.md's survivor table (one row per mutant
-or per brace group, ``x_f__mutmut_{1,4}``), marked ``equivalent`` (no test can tell it apart) or
+non-equivalent ones. Survivors are explained in scripts/mutation_survivors.md's table (one row per
+mutant or per brace group, ``x_f__mutmut_{1,4}``), marked ``equivalent`` (no test can tell it apart) or
 ``accepted`` (counts against the score). Then the issue's four planted mutants (bugs mutmut cannot
 generate, e.g. in a class body) are applied to a copy of the tree, and the unit test named for each
 must fail. The last line is the overall JSON; exit 1 when a module is under the target, a survivor
@@ -69,7 +69,7 @@ def status_of(exit_code: int | None) -> str:
 
 
 def survivor_notes(doc: Path) -> dict[str, tuple[str, str]]:
-    """``mutant name -> (equivalent|accepted, why)`` from the table rows of docs/testing.md."""
+    """``mutant name -> (equivalent|accepted, why)`` from the rows of scripts/mutation_survivors.md."""
     notes: dict[str, tuple[str, str]] = {}
     row = re.compile(r"^\|\s*`([\w.ǁ]+?)(?:\{([\d,\s]+)\})?`\s*\|\s*(equivalent|accepted)\s*\|\s*(.+?)\s*\|\s*$")
     for line in doc.read_text().splitlines():
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = [p for p in paths if module_of(p) in wanted]
         if not paths:
             ap.error(f"not in the scope: {', '.join(sorted(wanted))}")
-    notes = survivor_notes(REPO / "docs" / "testing.md")
+    notes = survivor_notes(REPO / "scripts" / "mutation_survivors.md")
     (REPO / "mutants").mkdir(exist_ok=True)
     log = REPO / "mutants" / "mutation.log"
     started = time.monotonic()

@@ -32,8 +32,8 @@ request router the manifest chooses (``serve.request_router``) needs LLMRouter: 
 then keeps Serve LLM's builder.
 
 Serve runs the builder in a task of its own at every apply. Serve LLM's builder imports vLLM
-there (10.3 s alone, 277 vLLM modules, against 1.7 s for Ray Serve: docs/testing.md, "Session
-17") only to compute the deployment's options. For what orch renders (explicit placement bundles,
+there (10.3 s alone, 277 vLLM modules, against 1.7 s for Ray Serve: docs/testing.md, "Where the
+suite's time goes") only to compute the deployment's options. For what orch renders (explicit placement bundles,
 CPU or GPU, no request router) those options follow from the config itself: the builder computes
 them as ``LLMServer.get_deployment_options`` and ``build_llm_deployment`` do, names the replica's
 class by its import path (``INGRESS_CLASS``, made on first use in the replica, where vLLM is
