@@ -25,8 +25,8 @@ The same module carries orch's builder (``BUILDER_IMPORT_PATH``). Under direct s
 ``_build_openai_ingress_request_router``): HAProxy asks that Python replica for a replica before
 every POST. With Serve LLM's default router (``RoundRobinRouter``) that hop decides nothing that
 HAProxy's own ``balance leastconn`` over the replicas' ports would not, and it was the whole
-extra time of orch's public route against bare vLLM (docs/rollout.md, "Where the extra time
-goes"). orch's builder builds the same LLMServer ingress deployment with Serve LLM's own
+extra time of orch's public route against bare vLLM (docs/rollout.md, "Serving overhead and
+orch's Serve settings"). orch's builder builds the same LLMServer ingress deployment with Serve LLM's own
 functions and attaches no router: HAProxy sends each request straight to a replica's port. A
 request router the manifest chooses (``serve.request_router``) needs LLMRouter: the application
 then keeps Serve LLM's builder.
