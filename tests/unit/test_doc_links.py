@@ -1,7 +1,8 @@
 """The docs' links resolve: every relative link of README.md, docs/*.md and benchmarks' and
 scripts' markdown names a file of the repository, and a `#anchor` names a heading of its target
 (GitHub's slugs); every place that cites a doc section by its title (`docs/rollout.md, "Request
-routing"` in code, `[planner.md](planner.md), "Calibration"` in the docs) names a heading of that doc."""
+routing"` in code, `[planner.md](planner.md), "Calibration"` in the docs) names a heading of that doc;
+every repository path the docs name in text (a test, a module, a benchmark) exists."""
 
 from __future__ import annotations
 
@@ -87,3 +88,19 @@ def test_the_checks_find_what_they_look_for():
     assert citations('see docs/rollout.md, "Request\n# routing") and') == [("rollout.md", "Request routing")]
     assert citations("[bench.md](bench.md), \"Goodput\"") == [("bench.md", "Goodput")]
     assert "docs/planner.md" in links(REPO / "README.md")
+
+
+# A repository path the docs name in text: `tests/unit/test_x.py`, orchestrator/serve/config.py.
+# Not one inside another project's path (vllm/benchmarks/..., ray/scripts/...).
+REPO_PATH = re.compile(r"(?<![\w/.-])((?:orchestrator|tests|benchmarks|scripts|cluster-templates|runbooks)/[\w./<>*-]*[\w>*])")
+
+
+def test_every_repository_path_the_docs_name_exists():
+    missing = []
+    for doc in DOCS:
+        for path in REPO_PATH.findall(doc.read_text()):
+            if "*" in path or "<" in path:
+                continue
+            if not (REPO / path).exists():
+                missing.append(f"{doc.relative_to(REPO)}: {path}")
+    assert missing == []
