@@ -16,8 +16,9 @@ from orchestrator.cli.params import FiniteFloat, engine_flags
 from orchestrator.errors import PlanError, UsageError
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.catalog import CATALOG, DTYPE_BYTES, ModelSpec, resolve_model
+from orchestrator.plan.catalog import CATALOG, DTYPE_BYTES, ModelSpec
 from orchestrator.plan.memory import KIB
+from orchestrator.plan.model_ref import resolve_ref, spec_for_ref
 from orchestrator.plan.planner import ParallelPlan, plan_model
 from orchestrator.plan.seed import seed_tables
 from orchestrator.plan.shape import (
@@ -77,8 +78,9 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
         raise UsageError("--tp/--pp do not apply to --gpu-type cpu (one replica per node)")
     if target_rps is not None and cluster is None:
         raise UsageError("--target-rps needs --cluster: the replicas are sized with the goodput recorded on that cluster")
-    fetched = fetch_repo_config(model)  # a Hugging Face repo id not in the local cache: its config files
-    spec = resolve_model(model)
+    ref = resolve_ref(model)
+    fetched = fetch_repo_config(ref)  # a Hugging Face repo id not in the local cache: its config files
+    spec = spec_for_ref(ref)
     state_dir = ctx.obj.get("state_dir") if isinstance(ctx.obj, dict) else None
     manifest = load_manifest_file(cluster) if cluster is not None else None
     base = None

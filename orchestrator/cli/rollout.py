@@ -150,6 +150,7 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
       orch rollout --model llama3-405b cluster.yaml --dry-run
       orch rollout --model /models/my-llama --served-name my-llama --max-model-len 8192
     """
+    from orchestrator.plan.model_ref import resolve_ref
     from orchestrator.serve.desired import RolloutRequest, desired_for_model
     from orchestrator.state import StateStore
     from orchestrator.workflows.hf_fetch import fetch_repo_config
@@ -173,7 +174,7 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s, slo_gate=slo_gate)
     api_key = os.environ.get(manifest.serve.api_key_env) or None
     if model_path is None:
-        fetch_repo_config(model)  # a Hugging Face repo id: its config into the local cache, for the planner
+        fetch_repo_config(resolve_ref(model))  # a Hugging Face repo id: its config into the local cache, for the planner
     if sync_model:
         _sync_first(manifest, state_dir, request, sync_from, dry_run, as_json)
     with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():

@@ -22,9 +22,8 @@ from orchestrator.errors import PlanError, ServeConfigError, StateError, UsageEr
 from orchestrator.manifest.model import Manifest
 from orchestrator.plan.calibration import model_fingerprint
 from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.catalog import resolve_model
 from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
-from orchestrator.plan.hf_cache import is_repo_id
+from orchestrator.plan.model_ref import HUB_REF, PATH_REF, ModelRef, resolve_ref, spec_for_ref
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
@@ -77,49 +76,43 @@ class RolloutRequest:
     max_ongoing_requests: int | None = None  # Serve's cap per replica; None: the manifest's, else the engine's batch
 
 
-def _looks_like_path(model: str) -> bool:
-    return "/" in model or model.startswith((".", "~"))
+def model_location(manifest: Manifest, model: str, served_name: str | None, model_path: str | None = None) -> tuple[str, str, ModelRef]:
+    """(served name, model path on the nodes, what the planner reads) for ``--model`` by the rule
+    of ``orchestrator.plan.model_ref``.
 
+    A local path is used as given (made absolute). A Hugging Face repo id is loaded by vLLM by id,
+    or from ``<model_store>/<name>`` when the manifest sets a model_store; the planner reads its
+    config from the local Hugging Face cache. A catalog name or a bare word is the folder
+    ``<model_store>/<name>``, sized from its config.json when that folder is readable here (else
+    from the catalog); the local demo's ``tiny`` without a model_store is built in orch's cache.
+    Anything else is a usage error naming what to pass."""
 
-def _is_hub_repo(model: str) -> bool:
-    """``org/name`` that is no local path here: a Hugging Face repo id (orchestrator.plan.hf_cache)."""
-    return not Path(model).expanduser().exists() and is_repo_id(model)
-
-
-def model_location(manifest: Manifest, model: str, served_name: str | None, model_path: str | None = None) -> tuple[str, str, str]:
-    """(served name, model path on the nodes, what the planner reads: local path or catalog name).
-
-    An existing path is used as given (made absolute). ``org/name`` that is no local path is a
-    Hugging Face repo id: vLLM loads it by id, or from ``<model_store>/<name>`` when the manifest
-    sets a model_store; the planner reads its config from the local Hugging Face cache. A name is
-    looked up in the manifest's model_store
-    (``<model_store>/<name>``); the local demo's ``tiny`` without a model_store is built in orch's
-    cache. Anything else is a usage error naming what to pass."""
-
+    ref = resolve_ref(model)
     if model_path is not None:
-        # The planner sizes the catalog entry (or the folder, when it is readable here); the
+        # The planner sizes the folder when it is readable here, else what --model names; the
         # nodes load from the given path.
         local = Path(model_path).expanduser()
-        spec = str(local) if (local / "config.json").exists() else model
-        return served_name or (model if not _looks_like_path(model) else local.name), model_path, spec
-    if _is_hub_repo(model):
+        planner = resolve_ref(str(local)) if (local / "config.json").exists() else ref
+        return served_name or ref.store_name or local.name, model_path, planner
+    if ref.kind == HUB_REF:
         # vLLM downloads the repo on the nodes; with a model_store, the nodes load the synced copy
         # <model_store>/<name> (what `orch model sync` makes of a folder named after the repo).
         if manifest.model_store is not None:
-            return served_name or model, str(Path(manifest.model_store).expanduser() / model.split("/")[1]), model
-        return served_name or model, model, model
-    if _looks_like_path(model):
-        path = Path(model).expanduser().resolve()
-        return served_name or path.name, str(path), str(path)
+            return served_name or model, str(Path(manifest.model_store).expanduser() / model.split("/")[1]), ref
+        return served_name or model, model, ref
+    if ref.kind == PATH_REF:
+        assert ref.path is not None
+        return served_name or ref.name, str(ref.path), ref
+    name = ref.store_name or model
     if manifest.model_store is not None:
-        path = Path(manifest.model_store).expanduser() / model
-        if model == SERVED_NAME and not path.exists() and manifest.accelerator == "cpu":
+        path = Path(manifest.model_store).expanduser() / name
+        if name == SERVED_NAME and not path.exists() and manifest.accelerator == "cpu":
             build_tiny_model(path)  # the demo model, where the manifest says models live
-        spec = str(path) if (path / "config.json").exists() else model
-        return served_name or model, str(path), spec
-    if model == SERVED_NAME:
+        planner = resolve_ref(str(path)) if (path / "config.json").exists() else ref
+        return served_name or name, str(path), planner
+    if name == SERVED_NAME:
         path = build_tiny_model()
-        return served_name or model, str(path), str(path)
+        return served_name or name, str(path), resolve_ref(str(path))
     raise PlanError(
         f"model {model!r} has no path: the manifest sets no model_store",
         hint=f"set model_store in {manifest.source_path or 'the manifest'} (models live in <model_store>/<name>) or pass --model /path/on/the/nodes",
@@ -169,8 +162,8 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     sizes Serve's autoscaling when the manifest asks for it (``serve.scaling``)."""
 
     defaults = replace(defaults, request_router=request.request_router or manifest.serve.request_router)
-    served, source, spec_ref = model_location(manifest, request.model, request.served_name, request.model_path)
-    spec = resolve_model(spec_ref)
+    served, source, planner_ref = model_location(manifest, request.model, request.served_name, request.model_path)
+    spec = spec_for_ref(planner_ref)
     planned = {arg: flag for flag, arg in PLANNED_ENGINE_ARGS}
     for key, _ in request.engine_args:
         if key in planned:

@@ -15,8 +15,9 @@ import pytest
 
 from orchestrator.errors import ModelSpecError, PlanError
 from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.catalog import CATALOG, resolve_model, spec_from_config
+from orchestrator.plan.catalog import CATALOG, spec_from_config
 from orchestrator.plan.memory import GIB, stage_weight_bytes
+from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.modules import quantized_layer, quantized_layer_bytes_per_gpu
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.quantization import parse_quantization

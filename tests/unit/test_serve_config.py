@@ -11,7 +11,7 @@ from orchestrator.cluster.ray_nodes import node_resource
 from orchestrator.errors import ServeConfigError
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.catalog import resolve_model
+from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.serve.config import AppTarget, ServingPlan, deploy_body, render_app
