@@ -150,10 +150,9 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
       orch rollout --model llama3-405b cluster.yaml --dry-run
       orch rollout --model /models/my-llama --served-name my-llama --max-model-len 8192
     """
-    from orchestrator.plan.model_ref import resolve_ref
-    from orchestrator.serve.desired import RolloutRequest, desired_for_model
+    from orchestrator.serve.desired import RolloutRequest
     from orchestrator.state import StateStore
-    from orchestrator.workflows.hf_fetch import fetch_repo_config
+    from orchestrator.workflows.desired import desired_for_model
     from orchestrator.workflows.plan import planning_shape, recorded_goodput, sampler_for, vllm_version_for
     from orchestrator.workflows.rollout import RolloutOptions, execute
 
@@ -173,15 +172,14 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
     )  # fmt: skip
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s, slo_gate=slo_gate)
     api_key = os.environ.get(manifest.serve.api_key_env) or None
-    if model_path is None:
-        fetch_repo_config(resolve_ref(model))  # a Hugging Face repo id: its config into the local cache, for the planner
     if sync_model:
         _sync_first(manifest, state_dir, request, sync_from, dry_run, as_json)
     with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():
         state = StateStore(state_dir)
         shape = planning_shape(manifest, state)
         progress(f"planning {model} on {shape.describe()}")
-        desired = desired_for_model(manifest, request, shape=shape, capacity_for=lambda spec, tp, pp: recorded_goodput(manifest, state, spec, tp, pp))
+        desired = desired_for_model(manifest, request, shape=shape, capacity_for=lambda spec, tp, pp: recorded_goodput(manifest, state, spec, tp, pp),
+                                    state=state)  # fmt: skip
         result = execute(manifest, desired, api_key, rollout_deps(manifest, state_dir, progress), options)
     _print_result(result, as_json, dry_run)
 
@@ -192,10 +190,14 @@ def _sync_first(manifest: Any, state_dir: Path, request: Any, source: str, dry_r
     from orchestrator.cli.sync_display import SyncProgress, print_plan, print_summary
     from orchestrator.cli.wiring import model_sync_deps
     from orchestrator.errors import ModelSyncError
-    from orchestrator.serve.desired import model_location
+    from orchestrator.plan.tinymodel import build_tiny_model
+    from orchestrator.serve.location import locate
     from orchestrator.workflows.model_sync import SyncOptions, check_rollout_target, sync_model
 
-    _, node_path, _ = model_location(manifest, request.model, request.served_name, request.model_path)
+    location = locate(manifest, request.model, request.served_name, request.model_path)
+    if location.build_demo is not None:  # the local demo's model, built where the manifest says models live
+        build_tiny_model(location.build_demo)
+    node_path = location.node_path
     check_rollout_target(manifest, node_path)
     deps = model_sync_deps(manifest, state_dir, False, SyncProgress(not as_json))
     result = sync_model(manifest, deps, SyncOptions(model=node_path, source=source, dry_run=dry_run))

@@ -71,11 +71,12 @@ def _repo_id_shape(text: str) -> bool:
     return bool(_REPO_ID.match(text)) and "--" not in text and ".." not in text and not text.endswith((".json", ".git"))
 
 
-def _exists(path: str) -> bool:
+def local_path_exists(path: str) -> bool:
+    """Whether ``path`` (``~`` expanded) exists on this machine: the default ``exists`` predicate."""
     return os.path.exists(os.path.expanduser(path))
 
 
-def resolve_ref(text: str, exists: Callable[[str], bool] = _exists) -> ModelRef:
+def resolve_ref(text: str, exists: Callable[[str], bool] = local_path_exists) -> ModelRef:
     """``--model TEXT`` -> what it names, by the precedence in the module docstring."""
     if not text.strip():
         raise ModelSpecError("--model is empty", hint=_HINT)
@@ -111,7 +112,7 @@ def spec_for_ref(ref: ModelRef, env: Mapping[str, str] = os.environ) -> ModelSpe
     if ref.kind == STORE_REF:
         guess = closest_name(ref.name)
         did_you_mean = f"; did you mean '{guess}'?" if guess else ""
-        here = f"; for the folder {ref.name} here write ./{ref.name}" if _exists(ref.name) else ""
+        here = f"; for the folder {ref.name} here write ./{ref.name}" if local_path_exists(ref.name) else ""
         raise ModelSpecError(
             f"unknown model '{ref.name}'{did_you_mean}{here} (catalog: {', '.join(CATALOG)})",
             hint="pass a catalog name, a folder name of the model_store of a cluster that has one, "

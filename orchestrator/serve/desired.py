@@ -1,18 +1,18 @@
-"""What a rollout deploys: the desired Serve application, from a model or a recorded revision. Pure.
+"""What a rollout deploys: the desired Serve application, from a plan or a recorded revision.
 
-``desired_for_model``: model name/path -> served name + path on the nodes -> planner ParallelPlan
--> rendered Serve app (stage pins from the free GPUs Ray reports). ``desired_for_revision``: a
+``desired_from_plan``: where the model is (``serve.location``) + the pipeline's ParallelPlan ->
+rendered Serve app (stage pins from the free GPUs Ray reports). ``desired_for_revision``: a
 recorded revision's stored config (orch rollback). Each returns a factory (Ray's node list, the
-nodes' cores -> ``Desired``) that the rollout workflow calls once it has read the cluster. Pure
-given their inputs, except that the local demo's tiny model is built on the spot (it writes
-files) and ``desired_for_revision`` reads the state store.
+nodes' cores -> ``Desired``) that the rollout workflow calls once it has read the cluster.
+``desired_from_plan`` is pure; the I/O before it (building the demo model, reading config.json
+files and the calibration record) is ``workflows.desired``; ``desired_for_revision`` reads the
+state store.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from orchestrator.bench.goodput import Goodput
@@ -22,14 +22,14 @@ from orchestrator.errors import PlanError, ServeConfigError, StateError, UsageEr
 from orchestrator.manifest.model import Manifest
 from orchestrator.plan.calibration import model_fingerprint
 from orchestrator.plan.capacity import PlanOptions
+from orchestrator.plan.catalog import ModelSpec
 from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
-from orchestrator.plan.model_ref import HUB_REF, PATH_REF, ModelRef, resolve_ref, spec_for_ref
-from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
-from orchestrator.plan.shape import shape_from_manifest
-from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
+from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, ParallelPlan
+from orchestrator.plan.shape import ClusterShape
 from orchestrator.serve.app_shape import llm_configs
 from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, ServingPlan, render_app, serve_in_flight
 from orchestrator.serve.in_flight import SOURCE_FLAG, SOURCE_MANIFEST
+from orchestrator.serve.location import ModelLocation
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
 from orchestrator.serve.scaling import autoscaling_for
 from orchestrator.state import StateStore
@@ -76,49 +76,6 @@ class RolloutRequest:
     max_ongoing_requests: int | None = None  # Serve's cap per replica; None: the manifest's, else the engine's batch
 
 
-def model_location(manifest: Manifest, model: str, served_name: str | None, model_path: str | None = None) -> tuple[str, str, ModelRef]:
-    """(served name, model path on the nodes, what the planner reads) for ``--model`` by the rule
-    of ``orchestrator.plan.model_ref``.
-
-    A local path is used as given (made absolute). A Hugging Face repo id is loaded by vLLM by id,
-    or from ``<model_store>/<name>`` when the manifest sets a model_store; the planner reads its
-    config from the local Hugging Face cache. A catalog name or a bare word is the folder
-    ``<model_store>/<name>``, sized from its config.json when that folder is readable here (else
-    from the catalog); the local demo's ``tiny`` without a model_store is built in orch's cache.
-    Anything else is a usage error naming what to pass."""
-
-    ref = resolve_ref(model)
-    if model_path is not None:
-        # The planner sizes the folder when it is readable here, else what --model names; the
-        # nodes load from the given path.
-        local = Path(model_path).expanduser()
-        planner = resolve_ref(str(local)) if (local / "config.json").exists() else ref
-        return served_name or ref.store_name or local.name, model_path, planner
-    if ref.kind == HUB_REF:
-        # vLLM downloads the repo on the nodes; with a model_store, the nodes load the synced copy
-        # <model_store>/<name> (what `orch model sync` makes of a folder named after the repo).
-        if manifest.model_store is not None:
-            return served_name or model, str(Path(manifest.model_store).expanduser() / model.split("/")[1]), ref
-        return served_name or model, model, ref
-    if ref.kind == PATH_REF:
-        assert ref.path is not None
-        return served_name or ref.name, str(ref.path), ref
-    name = ref.store_name or model
-    if manifest.model_store is not None:
-        path = Path(manifest.model_store).expanduser() / name
-        if name == SERVED_NAME and not path.exists() and manifest.accelerator == "cpu":
-            build_tiny_model(path)  # the demo model, where the manifest says models live
-        planner = resolve_ref(str(path)) if (path / "config.json").exists() else ref
-        return served_name or name, str(path), planner
-    if name == SERVED_NAME:
-        path = build_tiny_model()
-        return served_name or name, str(path), resolve_ref(str(path))
-    raise PlanError(
-        f"model {model!r} has no path: the manifest sets no model_store",
-        hint=f"set model_store in {manifest.source_path or 'the manifest'} (models live in <model_store>/<name>) or pass --model /path/on/the/nodes",
-    )
-
-
 def _free_gpus(manifest: Manifest, nodes: list, use_total: bool) -> dict[str, float]:
     current = current_by_name(nodes)
     out: dict[str, float] = {}
@@ -154,16 +111,9 @@ def accelerator_type_for(manifest: Manifest, nodes: list) -> tuple[str | None, s
 CapacityLookup = Callable[[Any, int, int], "tuple[Goodput | None, str | None]"]
 
 
-def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: ServeDefaults = ServeDefaults(), shape=None,
-                      capacity_for: CapacityLookup | None = None):  # fmt: skip
-    """A factory (Ray nodes -> Desired) for `orch rollout --model ...`. ``shape``: the cluster
-    shape to plan on (``workflows.plan.planning_shape``); default: the manifest's.
-    ``capacity_for``: where the recorded goodput of the planned model and layout comes from; it
-    sizes Serve's autoscaling when the manifest asks for it (``serve.scaling``)."""
-
-    defaults = replace(defaults, request_router=request.request_router or manifest.serve.request_router)
-    served, source, planner_ref = model_location(manifest, request.model, request.served_name, request.model_path)
-    spec = spec_for_ref(planner_ref)
+def plan_options(request: RolloutRequest) -> PlanOptions:
+    """The planner's options from `orch rollout`'s flags; an --engine-arg that sizes memory is
+    refused (the plan must know it: it has its own flag)."""
     planned = {arg: flag for flag, arg in PLANNED_ENGINE_ARGS}
     for key, _ in request.engine_args:
         if key in planned:
@@ -172,7 +122,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
                 f"--engine-arg {key} sizes the engine's memory, so the plan must know it",
                 hint=f"use --{flag} instead: the planner sizes with it and the rollout passes it to vLLM",
             )
-    options = PlanOptions(
+    return PlanOptions(
         tp=request.tp, pp=request.pp, dp=request.dp, expert_parallel=request.expert_parallel, max_model_len=request.max_model_len,
         kv_cache_gib=request.kv_cache_gib, dtype=request.dtype, kv_cache_dtype=request.kv_cache_dtype,
         gpu_memory_utilization=request.gpu_memory_utilization, max_num_seqs=request.max_num_seqs,
@@ -180,8 +130,17 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
         block_size=request.block_size, vllm_version=request.vllm_version or GPU_EXTRA_VLLM,
         flashinfer_sampler=request.flashinfer_sampler,
     )  # fmt: skip
-    shape = shape if shape is not None else shape_from_manifest(manifest)
-    plan = plan_model(spec, shape, options)
+
+
+def desired_from_plan(manifest: Manifest, request: RolloutRequest, location: ModelLocation, spec: ModelSpec, plan: ParallelPlan,
+                      shape: ClusterShape, defaults: ServeDefaults = ServeDefaults(), capacity_for: CapacityLookup | None = None):  # fmt: skip
+    """A factory (Ray nodes -> Desired) for `orch rollout --model ...`, given the plan the pipeline
+    made (``workflows.model_plan.size_model``: the same plan `orch plan` prints). ``capacity_for``:
+    where the recorded goodput of the planned model and layout comes from; it sizes Serve's
+    autoscaling when the manifest asks for it (``serve.scaling``)."""
+
+    defaults = replace(defaults, request_router=request.request_router or manifest.serve.request_router)
+    served, source = location.served_name, location.node_path
     if not plan.fits:
         raise PlanError(
             f"{spec.name} does not fit this cluster: " + "; ".join(plan.reasons[-2:]),

@@ -310,7 +310,8 @@ def test_405b_shaped_plan_places_8_bundles_on_each_of_2_nodes(ray_testbed_cluste
     from orchestrator.cluster.node_state import current_by_name
     from orchestrator.cluster.ray_nodes import node_token_path
     from orchestrator.remote.connect import open_runners
-    from orchestrator.serve.desired import RolloutRequest, desired_for_model
+    from orchestrator.serve.desired import RolloutRequest
+    from orchestrator.workflows.desired import desired_for_model
 
     c = ray_testbed_cluster
     manifest = c.manifest

@@ -10,7 +10,7 @@ import pytest
 from orchestrator.errors import UsageError
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.plan.model_ref import ModelRef
-from orchestrator.serve.desired import model_location
+from orchestrator.serve.location import locate
 from orchestrator.workflows.model_sync import SyncOptions, resolve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,27 +29,28 @@ def here(tmp_path, monkeypatch):
 
 def test_a_catalog_name_is_the_store_folder_for_rollout_and_sync_even_with_a_folder_here(gpu, here):
     (here / "llama3-8b").mkdir()
-    served, node_path, planner = model_location(gpu, "llama3-8b", None)
-    assert (served, node_path, planner) == ("llama3-8b", "/mnt/shared/models/llama3-8b", ModelRef("catalog", "llama3-8b", "llama3-8b"))
+    where = locate(gpu, "llama3-8b")
+    assert (where.served_name, where.node_path, where.planner_ref) == ("llama3-8b", "/mnt/shared/models/llama3-8b", ModelRef("catalog", "llama3-8b", "llama3-8b"))
     paths, src = resolve(gpu, SyncOptions(model="llama3-8b"))
     assert (paths.final, src) == ("/mnt/shared/models/llama3-8b", "/mnt/shared/models/llama3-8b")
 
 
 def test_a_bare_word_is_the_store_folder_for_both(gpu, here):
     (here / "my-llama").mkdir()  # a folder here does not make a bare word a path
-    assert model_location(gpu, "my-llama", None)[:2] == ("my-llama", "/mnt/shared/models/my-llama")
+    assert (locate(gpu, "my-llama").served_name, locate(gpu, "my-llama").node_path) == ("my-llama", "/mnt/shared/models/my-llama")
     assert resolve(gpu, SyncOptions(model="my-llama"))[1] == "/mnt/shared/models/my-llama"
 
 
 def test_a_folder_here_named_like_a_repo_id_is_that_folder_for_both(gpu, here):
     (here / "meta-llama" / "Llama-3.1-8B").mkdir(parents=True)
-    assert model_location(gpu, "meta-llama/Llama-3.1-8B", None)[:2] == ("Llama-3.1-8B", str(here / "meta-llama" / "Llama-3.1-8B"))
+    where = locate(gpu, "meta-llama/Llama-3.1-8B")
+    assert (where.served_name, where.node_path) == ("Llama-3.1-8B", str(here / "meta-llama" / "Llama-3.1-8B"))
     paths, src = resolve(gpu, SyncOptions(model="meta-llama/Llama-3.1-8B"))
     assert (paths.final, src) == ("/mnt/shared/models/Llama-3.1-8B", str(here / "meta-llama" / "Llama-3.1-8B"))
 
 
 def test_a_repo_id_is_loaded_by_the_nodes_but_sync_refuses_it(gpu, here):
-    assert model_location(gpu, "meta-llama/Llama-3.1-8B", None)[1] == "/mnt/shared/models/Llama-3.1-8B"
+    assert locate(gpu, "meta-llama/Llama-3.1-8B").node_path == "/mnt/shared/models/Llama-3.1-8B"
     with pytest.raises(UsageError, match="names a Hugging Face repo, not a folder") as err:
         resolve(gpu, SyncOptions(model="meta-llama/Llama-3.1-8B"))
     assert "./meta-llama/Llama-3.1-8B" in (err.value.hint or "")

@@ -243,7 +243,8 @@ def test_dtype_flags_follow_what_vllm_can_do_with_the_checkpoint():
 
 def _rendered_engine_kwargs(model: str, **request) -> dict:
     from orchestrator.manifest.load import load_manifest_file
-    from orchestrator.serve.desired import RolloutRequest, desired_for_model
+    from orchestrator.serve.desired import RolloutRequest
+    from orchestrator.workflows.desired import desired_for_model
 
     manifest = load_manifest_file(Path(__file__).resolve().parents[2] / "cluster-templates" / "2x8-h100-405b.yaml")
     desired = desired_for_model(manifest, RolloutRequest(model=model, **request))([], None)
