@@ -25,8 +25,8 @@ from orchestrator.cli.wiring import progress_display, resolve_manifest, rollout_
 def _engine_args(values: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
     """--engine-arg KEY=VALUE, checked before anything slow: the syntax, the names orch sets, and
     the names Ray Serve LLM accepts (read from the installed sources, without importing them)."""
-    from orchestrator.serve.engine_arg_names import check_engine_arg_names
     from orchestrator.serve.engine_args import parse_engine_arg
+    from orchestrator.serve.ray_io.engine_arg_names import check_engine_arg_names
 
     parsed = tuple(parse_engine_arg(item) for item in values)
     if parsed:
@@ -72,7 +72,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
         import yaml
 
         from orchestrator.serve.in_flight import InFlight
-        from orchestrator.serve.secrets import for_display
+        from orchestrator.workflows.secrets import for_display
 
         dp = int(result.plan.get("dp") or 1)
         layout = f"TP={result.plan.get('tp')} PP={result.plan.get('pp')}"
@@ -225,8 +225,8 @@ def rollback(ctx, cluster_yaml, to, dry_run, allow_downtime, timeout_s, as_json)
       orch rollback            # the revision that served before the current one
       orch rollback --to 3 cluster.yaml
     """
-    from orchestrator.serve.desired import desired_for_revision
     from orchestrator.state import StateStore
+    from orchestrator.workflows.desired import desired_for_revision
     from orchestrator.workflows.rollout import RolloutOptions, execute
 
     state_dir = ctx.obj["state_dir"]

@@ -1,24 +1,23 @@
 """What a rollout deploys: the desired Serve application, from a plan or a recorded revision.
 
 ``desired_from_plan``: where the model is (``serve.location``) + the pipeline's ParallelPlan ->
-rendered Serve app (stage pins from the free GPUs Ray reports). ``desired_for_revision``: a
+rendered Serve app (stage pins from the free GPUs Ray reports). ``desired_from_revision``: a
 recorded revision's stored config (orch rollback). Each returns a factory (Ray's node list, the
 nodes' cores -> ``Desired``) that the rollout workflow calls once it has read the cluster.
-``desired_from_plan`` is pure; the I/O before it (building the demo model, reading config.json
-files and the calibration record) is ``workflows.desired``; ``desired_for_revision`` reads the
-state store.
+Pure: the I/O before them (building the demo model, reading config.json files, the calibration
+record and the recorded revisions) is ``workflows.desired``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.bench.goodput import Goodput
 from orchestrator.cluster.node_state import current_by_name
 from orchestrator.cluster.ray_nodes import node_resource
-from orchestrator.errors import PlanError, ServeConfigError, StateError, UsageError
+from orchestrator.errors import PlanError, ServeConfigError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.plan.calibration import model_fingerprint
 from orchestrator.plan.capacity import PlanOptions
@@ -32,7 +31,6 @@ from orchestrator.serve.in_flight import SOURCE_FLAG, SOURCE_MANIFEST
 from orchestrator.serve.location import ModelLocation
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
 from orchestrator.serve.scaling import autoscaling_for
-from orchestrator.state import StateStore
 
 
 @dataclass(frozen=True)
@@ -211,31 +209,16 @@ def serve_defaults(manifest: Manifest | None, flag: int | None, defaults: ServeD
     return defaults
 
 
-def desired_for_revision(state: StateStore, cluster: str, to: int | None):
-    """A factory for `orch rollback [--to N]`: N's stored config (default: the revision that
-    served before the current one)."""
-
-    revisions = state.list_revisions(cluster)
-    current = state.current_revision(cluster)
-    if to is None:
-        earlier = [r for r in revisions if r.status in ("superseded", "rolled_back") and (current is None or r.number < current.number)]
-        if not earlier:
-            raise StateError(f"cluster {cluster!r} has no earlier revision to roll back to", hint="`orch status` lists the revisions")
-        target = earlier[-1]
-    else:
-        target = next((r for r in revisions if r.number == to), None)
-        if target is None:
-            raise StateError(f"cluster {cluster!r} has no revision {to}", hint="`orch status` lists the revisions")
-        if target.status in ("pending", "failed"):
-            raise StateError(f"revision {to} is {target.status}: only a revision that once served can come back")
-    meta = state.revision_meta(cluster, target.number) or {}
-    app = dict(target.config)
+def desired_from_revision(model: str, number: int, config: Mapping[str, Any], plan: Mapping[str, Any], meta: Mapping[str, Any]):
+    """A factory that deploys revision ``number``'s stored ``config`` again (orch rollback);
+    ``meta``: what its rollout recorded beside it (served name, model source)."""
+    app = dict(config)
     llm = (llm_configs(app) or [{}])[0]
-    served = meta.get("served_name") or llm.get("model_loading_config", {}).get("model_id") or target.model
+    served = meta.get("served_name") or llm.get("model_loading_config", {}).get("model_id") or model
     source = meta.get("model_source") or llm.get("model_loading_config", {}).get("model_source") or ""
 
     def build(nodes: list, cores: int | None = None) -> Desired:
-        return Desired(model=target.model, served_name=served, model_source=source, rendered=RenderedApp(app=app),
-                       plan=dict(target.plan), rollback_of=target.number)  # fmt: skip
+        return Desired(model=model, served_name=served, model_source=source, rendered=RenderedApp(app=app),
+                       plan=dict(plan), rollback_of=number)  # fmt: skip
 
     return build

@@ -18,7 +18,7 @@ from orchestrator.serve.config import AppTarget, ServingPlan, deploy_body, rende
 from orchestrator.serve.engine_args import check_engine_arg_key, parse_engine_arg
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint, mask_api_key
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
-from orchestrator.serve.validate import validate_app
+from orchestrator.serve.ray_io.validate import validate_app
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "cluster-templates"
 

@@ -22,7 +22,7 @@ from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.shape import make_shape
 from orchestrator.remote.local import LocalRunner
-from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus
+from orchestrator.serve.ray_io.client import AppStatus, DeploymentStatus, ReplicaStatus
 from orchestrator.state import StateStore
 from orchestrator.status.workers import ActorRecord
 from orchestrator.workflows.calibration import calibrate_rollout, load_calibrations, save_calibration, stored_for
