@@ -105,7 +105,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 
 @click.command("rollout")
 @click.argument("cluster_yaml", required=False, type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option("--model", required=True, help="Catalog name (found in the manifest's model_store) or a model folder path on the nodes.")
+@click.option("--model", required=True, help="Catalog name or folder name (both: <model_store>/<name> on the nodes), a Hugging Face repo id (org/name), or a model folder path on the nodes.")
 @click.option("--served-name", default=None, help="Model name clients use [default: the catalog name or folder name].")
 @click.option("--model-path", default=None, help="Folder of the weights on the nodes, when --model is a catalog name.")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Force the tensor-parallel size (checked by the planner).")
