@@ -53,8 +53,9 @@ from orchestrator.bench.session import BenchOptions, run_bench  # noqa: E402
 from orchestrator.bench.target import discover_metrics_urls  # noqa: E402
 from orchestrator.plan.tinymodel import build_tiny_model  # noqa: E402
 from orchestrator.remote.connect import open_runners  # noqa: E402
-from orchestrator.serve.desired import RolloutRequest, desired_for_model  # noqa: E402
+from orchestrator.serve.desired import RolloutRequest  # noqa: E402
 from orchestrator.serve.routing import PREFIX_CACHE_AFFINITY_ROUTER  # noqa: E402
+from orchestrator.workflows.desired import desired_for_model  # noqa: E402
 from orchestrator.workflows.rollout import RolloutOptions, execute  # noqa: E402
 from tests.fixtures.serving import ServedTiny  # noqa: E402
 from tests.testbed import TestbedFactory, check_capabilities  # noqa: E402

@@ -221,7 +221,6 @@ def serve_env_for(variant: str) -> dict[str, str]:
 def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: Path, key: str | None) -> tuple[subprocess.Popen, str]:
     from orchestrator.cluster.ray_nodes import node_resource
     from orchestrator.serve import node_hooks
-    from orchestrator.serve.client import ServeApiError, ServeClient
     from orchestrator.serve.config import (
         IMPORT_PATH,
         ROUTER_DEPLOYMENT,
@@ -231,6 +230,7 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
         deploy_body,
         render_app,
     )
+    from orchestrator.serve.ray_io.client import ServeApiError, ServeClient
 
     ports = {k: free_port() for k in ("gcs", "dash", "client", "metrics", "stats", "fb_http", "fb_grpc", "agent", "agent_grpc")}
     haproxy_dir = haproxy_dir_for(workdir, variant)

@@ -24,7 +24,7 @@ def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat
     from orchestrator.errors import UsageError
     from orchestrator.manifest.sections import Targets
     from orchestrator.remote.connect import open_runners
-    from orchestrator.serve.client import open_serve_client
+    from orchestrator.serve.ray_io.client import open_serve_client
     from orchestrator.state import StateStore
     from orchestrator.workflows.accept import ClusterAcceptanceEnv, deployed_max_model_len
     from orchestrator.workflows.load_record import configured_replicas, record_sweep

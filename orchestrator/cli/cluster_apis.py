@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from orchestrator.cluster.dashboard import open_dashboard
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
-from orchestrator.serve import readiness
-from orchestrator.serve.client import open_serve_client
+from orchestrator.serve.ray_io import readiness
+from orchestrator.serve.ray_io.client import open_serve_client
 from orchestrator.status.workers import ACTORS_PARAMS, ACTORS_PATH, parse_actors
 from orchestrator.workflows.rollout_steps import ClusterApis
 

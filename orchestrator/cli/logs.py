@@ -42,7 +42,7 @@ def logs(ctx: click.Context, cluster_yaml: Path | None, replica: str | None, ran
     from orchestrator.cli.wiring import known_hosts_path, resolve_manifest
     from orchestrator.errors import UnreachableError, UsageError
     from orchestrator.remote.connect import open_runners
-    from orchestrator.serve.client import open_serve_client
+    from orchestrator.serve.ray_io.client import open_serve_client
     from orchestrator.state import StateStore
     from orchestrator.workflows.logs import LogRequest, LogsDeps, find_logs, follow_files
 

@@ -22,7 +22,7 @@ def model() -> None:
 
 @model.command("sync")
 @click.argument("cluster_yaml", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--model", "model_ref", required=True, help="NAME (a folder of the manifest's model_store) or PATH to a model folder.")
+@click.option("--model", "model_ref", required=True, help="NAME (a folder of the manifest's model_store) or PATH to a model folder (./NAME for one here; a Hub repo id is refused: download it first).")
 @click.option("--from", "source", default="local", show_default=True, help="Where the model is: local (this machine) or a node name.")
 @click.option("--dry-run", is_flag=True, help="Say per node which files and bytes would be copied; copy nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")

@@ -16,9 +16,10 @@ from orchestrator.cli.params import FiniteFloat, engine_flags
 from orchestrator.errors import PlanError, UsageError
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.catalog import CATALOG, DTYPE_BYTES, ModelSpec, resolve_model
+from orchestrator.plan.catalog import CATALOG, DTYPE_BYTES, ModelSpec
 from orchestrator.plan.memory import KIB
-from orchestrator.plan.planner import ParallelPlan, plan_model
+from orchestrator.plan.model_ref import resolve_ref
+from orchestrator.plan.planner import ParallelPlan
 from orchestrator.plan.seed import seed_tables
 from orchestrator.plan.shape import (
     CPU,
@@ -32,9 +33,9 @@ from orchestrator.plan.shape import (
 from orchestrator.serve.config import ServingPlan, serve_in_flight
 from orchestrator.serve.desired import serve_defaults
 from orchestrator.serve.in_flight import InFlight
+from orchestrator.serve.location import stored_copy
 from orchestrator.state import StateStore
-from orchestrator.workflows.hf_fetch import fetch_repo_config
-from orchestrator.workflows.plan import calibrated, planning_shape, sampler_for, vllm_version_for
+from orchestrator.workflows.plan import planning_shape, sampler_for, size_model, vllm_version_for
 
 
 @click.command("plan")
@@ -77,8 +78,7 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
         raise UsageError("--tp/--pp do not apply to --gpu-type cpu (one replica per node)")
     if target_rps is not None and cluster is None:
         raise UsageError("--target-rps needs --cluster: the replicas are sized with the goodput recorded on that cluster")
-    fetched = fetch_repo_config(model)  # a Hugging Face repo id not in the local cache: its config files
-    spec = resolve_model(model)
+    ref = resolve_ref(model)
     state_dir = ctx.obj.get("state_dir") if isinstance(ctx.obj, dict) else None
     manifest = load_manifest_file(cluster) if cluster is not None else None
     base = None
@@ -105,10 +105,11 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
         flashinfer_sampler=flashinfer,
     )
     sampler_note = f"sampler: {'FlashInfer' if flashinfer else 'PyTorch/Triton'} ({sampler_source}); the rollout sets VLLM_USE_FLASHINFER_SAMPLER={int(flashinfer)}"
-    shape = replace(shape, notes=(*shape.notes, f"vLLM {version}: {version_source}", *([] if shape.is_cpu else [sampler_note]), *([fetched] if fetched else [])))
-    result = plan_model(spec, shape, options)
-    if manifest is not None and state_dir is not None and result.fits:
-        result = calibrated(spec, shape, options, result, manifest, StateStore(state_dir))
+    shape = replace(shape, notes=(*shape.notes, f"vLLM {version}: {version_source}", *([] if shape.is_cpu else [sampler_note])))
+    # the pipeline `orch rollout` uses too: the model_store's copy when readable here, the calibration record
+    state = StateStore(state_dir) if manifest is not None and state_dir is not None else None
+    sized = size_model(stored_copy(manifest, ref), shape, options, manifest, state)
+    spec, result = sized.spec, sized.plan
     seed = seed_tables(spec, result, shape.gpu_memory_bytes)
     target = _target(manifest, state_dir, spec, shape, result, target_rps) if manifest is not None and result.fits else None
     requests = serve_in_flight(ServingPlan.from_parallel_plan(result), serve_defaults(manifest, None))

@@ -25,8 +25,8 @@ from orchestrator.cli.wiring import progress_display, resolve_manifest, rollout_
 def _engine_args(values: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
     """--engine-arg KEY=VALUE, checked before anything slow: the syntax, the names orch sets, and
     the names Ray Serve LLM accepts (read from the installed sources, without importing them)."""
-    from orchestrator.serve.engine_arg_names import check_engine_arg_names
     from orchestrator.serve.engine_args import parse_engine_arg
+    from orchestrator.serve.ray_io.engine_arg_names import check_engine_arg_names
 
     parsed = tuple(parse_engine_arg(item) for item in values)
     if parsed:
@@ -72,7 +72,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
         import yaml
 
         from orchestrator.serve.in_flight import InFlight
-        from orchestrator.serve.secrets import for_display
+        from orchestrator.workflows.secrets import for_display
 
         dp = int(result.plan.get("dp") or 1)
         layout = f"TP={result.plan.get('tp')} PP={result.plan.get('pp')}"
@@ -105,7 +105,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 
 @click.command("rollout")
 @click.argument("cluster_yaml", required=False, type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option("--model", required=True, help="Catalog name (found in the manifest's model_store) or a model folder path on the nodes.")
+@click.option("--model", required=True, help="Catalog name or folder name (both: <model_store>/<name> on the nodes), a Hugging Face repo id (org/name), or a model folder path on the nodes.")
 @click.option("--served-name", default=None, help="Model name clients use [default: the catalog name or folder name].")
 @click.option("--model-path", default=None, help="Folder of the weights on the nodes, when --model is a catalog name.")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Force the tensor-parallel size (checked by the planner).")
@@ -150,9 +150,9 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
       orch rollout --model llama3-405b cluster.yaml --dry-run
       orch rollout --model /models/my-llama --served-name my-llama --max-model-len 8192
     """
-    from orchestrator.serve.desired import RolloutRequest, desired_for_model
+    from orchestrator.serve.desired import RolloutRequest
     from orchestrator.state import StateStore
-    from orchestrator.workflows.hf_fetch import fetch_repo_config
+    from orchestrator.workflows.desired import desired_for_model
     from orchestrator.workflows.plan import planning_shape, recorded_goodput, sampler_for, vllm_version_for
     from orchestrator.workflows.rollout import RolloutOptions, execute
 
@@ -172,15 +172,14 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
     )  # fmt: skip
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s, slo_gate=slo_gate)
     api_key = os.environ.get(manifest.serve.api_key_env) or None
-    if model_path is None:
-        fetch_repo_config(model)  # a Hugging Face repo id: its config into the local cache, for the planner
     if sync_model:
         _sync_first(manifest, state_dir, request, sync_from, dry_run, as_json)
     with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():
         state = StateStore(state_dir)
         shape = planning_shape(manifest, state)
         progress(f"planning {model} on {shape.describe()}")
-        desired = desired_for_model(manifest, request, shape=shape, capacity_for=lambda spec, tp, pp: recorded_goodput(manifest, state, spec, tp, pp))
+        desired = desired_for_model(manifest, request, shape=shape, capacity_for=lambda spec, tp, pp: recorded_goodput(manifest, state, spec, tp, pp),
+                                    state=state)  # fmt: skip
         result = execute(manifest, desired, api_key, rollout_deps(manifest, state_dir, progress), options)
     _print_result(result, as_json, dry_run)
 
@@ -191,10 +190,14 @@ def _sync_first(manifest: Any, state_dir: Path, request: Any, source: str, dry_r
     from orchestrator.cli.sync_display import SyncProgress, print_plan, print_summary
     from orchestrator.cli.wiring import model_sync_deps
     from orchestrator.errors import ModelSyncError
-    from orchestrator.serve.desired import model_location
+    from orchestrator.plan.tinymodel import build_tiny_model
+    from orchestrator.serve.location import locate
     from orchestrator.workflows.model_sync import SyncOptions, check_rollout_target, sync_model
 
-    _, node_path, _ = model_location(manifest, request.model, request.served_name, request.model_path)
+    location = locate(manifest, request.model, request.served_name, request.model_path)
+    if location.build_demo is not None:  # the local demo's model, built where the manifest says models live
+        build_tiny_model(location.build_demo)
+    node_path = location.node_path
     check_rollout_target(manifest, node_path)
     deps = model_sync_deps(manifest, state_dir, False, SyncProgress(not as_json))
     result = sync_model(manifest, deps, SyncOptions(model=node_path, source=source, dry_run=dry_run))
@@ -222,8 +225,8 @@ def rollback(ctx, cluster_yaml, to, dry_run, allow_downtime, timeout_s, as_json)
       orch rollback            # the revision that served before the current one
       orch rollback --to 3 cluster.yaml
     """
-    from orchestrator.serve.desired import desired_for_revision
     from orchestrator.state import StateStore
+    from orchestrator.workflows.desired import desired_for_revision
     from orchestrator.workflows.rollout import RolloutOptions, execute
 
     state_dir = ctx.obj["state_dir"]

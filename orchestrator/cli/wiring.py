@@ -88,7 +88,7 @@ def rollout_deps(manifest: Manifest, state_dir: Path, progress: Progress) -> Ser
     """The real dependencies of the rollout workflows (rollout, rollback)."""
     from orchestrator.cli.cluster_apis import open_cluster_apis
     from orchestrator.remote.connect import open_runners
-    from orchestrator.serve.validate import validate_app
+    from orchestrator.serve.ray_io.validate import validate_app
     from orchestrator.state import StateStore
     from orchestrator.workflows.rollout import ServingDeps
 

@@ -2,8 +2,8 @@
 
 Owns ``ModelSpec`` (the numbers the planner needs, nothing else), the catalog of short names
 (``llama3-8b`` ... ``deepseek-v3``, ``qwen3-235b-a22b``, ``mixtral-8x22b``, ``kimi-k2``, ``tiny``) and the parsing of a ``config.json`` dict into a spec.
-Pure: ``spec_from_config(dict, source)`` does no I/O; ``resolve_model(name_or_path)`` is the one
-edge function that reads a file (the config.json of a local model folder).
+Pure: ``spec_from_config(dict, source)`` does no I/O; ``spec_from_files`` reads a checkpoint's
+config.json (what ``--model`` names is decided in ``orchestrator.plan.model_ref``).
 
 Catalog entries copy the ``config.json`` of the published checkpoints (Llama 3.1, Qwen2.5,
 Mixtral-8x7B-v0.1 and 8x22B-v0.1, DeepSeek-V3, Qwen3-235B-A22B, Kimi-K2); ``tiny`` is
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -32,7 +31,6 @@ from orchestrator.plan.config_fields import (
     read_int,
     shared_experts,
 )
-from orchestrator.plan.hf_cache import cached_snapshot, is_repo_id, not_cached_error
 from orchestrator.plan.quantization import Quantization, parse_quantization
 from orchestrator.plan.tinymodel import TINY_CONFIG
 from orchestrator.plan.towers import towers_from_config
@@ -308,44 +306,12 @@ def _architecture(cfg: Mapping[str, Any]) -> str:
 CATALOG["tiny"] = spec_from_config({**TINY_CONFIG, "model_type": "llama"}, "orchestrator.plan.tinymodel.TINY_CONFIG", name="tiny")
 
 
-# ---- the edge: name or path -> ModelSpec ----
+# ---- the edge: a config.json file -> ModelSpec ----
 
 
 def closest_name(name: str) -> str | None:
     matches = difflib.get_close_matches(name.lower(), list(CATALOG), n=1, cutoff=0.5)
     return matches[0] if matches else None
-
-
-def resolve_model(name_or_path: str | Path) -> ModelSpec:
-    """A catalog name, a local Hugging Face model folder, a config.json path, or a Hugging Face
-    repo id (``org/name`` that is no local path) found in the local Hugging Face cache -> ModelSpec.
-
-    Reads the config.json and, beside it, ModelOpt's hf_quant_config.json. Raises ``ModelSpecError`` naming the catalog and the closest name for
-    an unknown name, or the missing field and the file for a config orch cannot size.
-    """
-    text = str(name_or_path)
-    if text in CATALOG:
-        return CATALOG[text]
-    if text.lower() in CATALOG:
-        return CATALOG[text.lower()]
-    path = Path(text).expanduser()
-    if not path.exists() and is_repo_id(text):
-        # a Hugging Face repo id: its config.json from the local cache (orchestrator.plan.hf_cache)
-        snapshot = cached_snapshot(text, os.environ)
-        if snapshot is None:
-            raise not_cached_error(text, os.environ)
-        return spec_from_files(snapshot / "config.json", text)
-    looks_like_path = path.exists() or "/" in text or text.endswith(".json")
-    if not looks_like_path:
-        guess = closest_name(text)
-        did_you_mean = f"; did you mean '{guess}'?" if guess else ""
-        raise ModelSpecError(
-            f"unknown model '{text}'{did_you_mean} (catalog: {', '.join(CATALOG)})",
-            hint="pass a catalog name, or the path of a local Hugging Face model folder or its config.json",
-        )
-    config_path = path / "config.json" if path.is_dir() else path
-    name = path.name if path.is_dir() else path.parent.name or str(config_path)
-    return spec_from_files(config_path, name)
 
 
 def spec_from_files(config_path: Path, name: str) -> ModelSpec:

@@ -1,8 +1,7 @@
 """Hugging Face repo ids as model references, and their files in the local Hugging Face cache.
 
-Owns the rule that makes ``--model org/name`` a repo id (an existing local path always wins;
-otherwise ``org/name`` in the Hub's repo-id shape is a repo id) and the lookup of a repo's
-``config.json`` in the cache layout ``huggingface_hub`` writes:
+Owns the lookup of a repo's ``config.json`` in the cache layout ``huggingface_hub`` writes (when
+``--model`` is a repo id is ``orchestrator.plan.model_ref``'s rule):
 ``<cache>/models--<org>--<name>/refs/main`` holds the commit, whose files are in
 ``<cache>/models--<org>--<name>/snapshots/<commit>/``. The cache is ``HF_HUB_CACHE``, else
 ``HF_HOME/hub``, else ``XDG_CACHE_HOME/huggingface/hub``, else ``~/.cache/huggingface/hub``
@@ -18,15 +17,7 @@ from pathlib import Path
 
 from orchestrator.errors import ModelSpecError
 
-# The Hub's repo-id shape (huggingface_hub.utils.validate_repo_id): [\w.-] names of at most 96
-# characters, not starting with . or -, no "--" or "..".
-_REPO_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}$")
 _TRUE = ("1", "ON", "YES", "TRUE")
-
-
-def is_repo_id(text: str) -> bool:
-    """``org/name`` in the Hub's shape. Callers check first that no local path of that name exists."""
-    return bool(_REPO_ID.match(text)) and "--" not in text and ".." not in text and not text.endswith((".json", ".git"))
 
 
 def hub_cache_dir(env: Mapping[str, str]) -> Path:

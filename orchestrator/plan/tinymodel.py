@@ -79,13 +79,18 @@ def default_cache_dir() -> Path:
     return Path(base)
 
 
+def default_tiny_dir() -> Path:
+    """Where the demo's model is built when the manifest sets no model_store."""
+    return default_cache_dir() / f"tiny-llama-{recipe_fingerprint()}"
+
+
 def build_tiny_model(dest: Path | None = None, seed: int = 0) -> Path:
     """Build (or reuse) the tiny model folder and return its path.
 
     The folder holds config.json, model.safetensors, the tokenizer files and a chat template, so
     vLLM, transformers and orch's planner all read it like any Hugging Face model folder.
     """
-    dest = Path(dest) if dest is not None else default_cache_dir() / f"tiny-llama-{recipe_fingerprint()}"
+    dest = Path(dest) if dest is not None else default_tiny_dir()
 
     def model(tmp: Path) -> None:
         import torch

@@ -1,39 +1,36 @@
-"""What a rollout deploys: the desired Serve application, from a model or a recorded revision. Pure.
+"""What a rollout deploys: the desired Serve application, from a plan or a recorded revision.
 
-``desired_for_model``: model name/path -> served name + path on the nodes -> planner ParallelPlan
--> rendered Serve app (stage pins from the free GPUs Ray reports). ``desired_for_revision``: a
+``desired_from_plan``: where the model is (``serve.location``) + the pipeline's ParallelPlan ->
+rendered Serve app (stage pins from the free GPUs Ray reports). ``desired_from_revision``: a
 recorded revision's stored config (orch rollback). Each returns a factory (Ray's node list, the
-nodes' cores -> ``Desired``) that the rollout workflow calls once it has read the cluster. Pure
-given their inputs, except that the local demo's tiny model is built on the spot (it writes
-files) and ``desired_for_revision`` reads the state store.
+nodes' cores -> ``Desired``) that the rollout workflow calls once it has read the cluster.
+Pure: the I/O before them (building the demo model, reading config.json files, the calibration
+record and the recorded revisions) is ``workflows.desired``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from orchestrator.bench.goodput import Goodput
 from orchestrator.cluster.node_state import current_by_name
 from orchestrator.cluster.ray_nodes import node_resource
-from orchestrator.errors import PlanError, ServeConfigError, StateError, UsageError
+from orchestrator.errors import PlanError, ServeConfigError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.plan.calibration import model_fingerprint
 from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.catalog import resolve_model
+from orchestrator.plan.catalog import ModelSpec
 from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
-from orchestrator.plan.hf_cache import is_repo_id
-from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, plan_model
-from orchestrator.plan.shape import shape_from_manifest
-from orchestrator.plan.tinymodel import SERVED_NAME, build_tiny_model
+from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, ParallelPlan
+from orchestrator.plan.shape import ClusterShape
 from orchestrator.serve.app_shape import llm_configs
 from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, ServingPlan, render_app, serve_in_flight
 from orchestrator.serve.in_flight import SOURCE_FLAG, SOURCE_MANIFEST
+from orchestrator.serve.location import ModelLocation
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
 from orchestrator.serve.scaling import autoscaling_for
-from orchestrator.state import StateStore
 
 
 @dataclass(frozen=True)
@@ -77,55 +74,6 @@ class RolloutRequest:
     max_ongoing_requests: int | None = None  # Serve's cap per replica; None: the manifest's, else the engine's batch
 
 
-def _looks_like_path(model: str) -> bool:
-    return "/" in model or model.startswith((".", "~"))
-
-
-def _is_hub_repo(model: str) -> bool:
-    """``org/name`` that is no local path here: a Hugging Face repo id (orchestrator.plan.hf_cache)."""
-    return not Path(model).expanduser().exists() and is_repo_id(model)
-
-
-def model_location(manifest: Manifest, model: str, served_name: str | None, model_path: str | None = None) -> tuple[str, str, str]:
-    """(served name, model path on the nodes, what the planner reads: local path or catalog name).
-
-    An existing path is used as given (made absolute). ``org/name`` that is no local path is a
-    Hugging Face repo id: vLLM loads it by id, or from ``<model_store>/<name>`` when the manifest
-    sets a model_store; the planner reads its config from the local Hugging Face cache. A name is
-    looked up in the manifest's model_store
-    (``<model_store>/<name>``); the local demo's ``tiny`` without a model_store is built in orch's
-    cache. Anything else is a usage error naming what to pass."""
-
-    if model_path is not None:
-        # The planner sizes the catalog entry (or the folder, when it is readable here); the
-        # nodes load from the given path.
-        local = Path(model_path).expanduser()
-        spec = str(local) if (local / "config.json").exists() else model
-        return served_name or (model if not _looks_like_path(model) else local.name), model_path, spec
-    if _is_hub_repo(model):
-        # vLLM downloads the repo on the nodes; with a model_store, the nodes load the synced copy
-        # <model_store>/<name> (what `orch model sync` makes of a folder named after the repo).
-        if manifest.model_store is not None:
-            return served_name or model, str(Path(manifest.model_store).expanduser() / model.split("/")[1]), model
-        return served_name or model, model, model
-    if _looks_like_path(model):
-        path = Path(model).expanduser().resolve()
-        return served_name or path.name, str(path), str(path)
-    if manifest.model_store is not None:
-        path = Path(manifest.model_store).expanduser() / model
-        if model == SERVED_NAME and not path.exists() and manifest.accelerator == "cpu":
-            build_tiny_model(path)  # the demo model, where the manifest says models live
-        spec = str(path) if (path / "config.json").exists() else model
-        return served_name or model, str(path), spec
-    if model == SERVED_NAME:
-        path = build_tiny_model()
-        return served_name or model, str(path), str(path)
-    raise PlanError(
-        f"model {model!r} has no path: the manifest sets no model_store",
-        hint=f"set model_store in {manifest.source_path or 'the manifest'} (models live in <model_store>/<name>) or pass --model /path/on/the/nodes",
-    )
-
-
 def _free_gpus(manifest: Manifest, nodes: list, use_total: bool) -> dict[str, float]:
     current = current_by_name(nodes)
     out: dict[str, float] = {}
@@ -161,16 +109,9 @@ def accelerator_type_for(manifest: Manifest, nodes: list) -> tuple[str | None, s
 CapacityLookup = Callable[[Any, int, int], "tuple[Goodput | None, str | None]"]
 
 
-def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: ServeDefaults = ServeDefaults(), shape=None,
-                      capacity_for: CapacityLookup | None = None):  # fmt: skip
-    """A factory (Ray nodes -> Desired) for `orch rollout --model ...`. ``shape``: the cluster
-    shape to plan on (``workflows.plan.planning_shape``); default: the manifest's.
-    ``capacity_for``: where the recorded goodput of the planned model and layout comes from; it
-    sizes Serve's autoscaling when the manifest asks for it (``serve.scaling``)."""
-
-    defaults = replace(defaults, request_router=request.request_router or manifest.serve.request_router)
-    served, source, spec_ref = model_location(manifest, request.model, request.served_name, request.model_path)
-    spec = resolve_model(spec_ref)
+def plan_options(request: RolloutRequest) -> PlanOptions:
+    """The planner's options from `orch rollout`'s flags; an --engine-arg that sizes memory is
+    refused (the plan must know it: it has its own flag)."""
     planned = {arg: flag for flag, arg in PLANNED_ENGINE_ARGS}
     for key, _ in request.engine_args:
         if key in planned:
@@ -179,7 +120,7 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
                 f"--engine-arg {key} sizes the engine's memory, so the plan must know it",
                 hint=f"use --{flag} instead: the planner sizes with it and the rollout passes it to vLLM",
             )
-    options = PlanOptions(
+    return PlanOptions(
         tp=request.tp, pp=request.pp, dp=request.dp, expert_parallel=request.expert_parallel, max_model_len=request.max_model_len,
         kv_cache_gib=request.kv_cache_gib, dtype=request.dtype, kv_cache_dtype=request.kv_cache_dtype,
         gpu_memory_utilization=request.gpu_memory_utilization, max_num_seqs=request.max_num_seqs,
@@ -187,8 +128,17 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
         block_size=request.block_size, vllm_version=request.vllm_version or GPU_EXTRA_VLLM,
         flashinfer_sampler=request.flashinfer_sampler,
     )  # fmt: skip
-    shape = shape if shape is not None else shape_from_manifest(manifest)
-    plan = plan_model(spec, shape, options)
+
+
+def desired_from_plan(manifest: Manifest, request: RolloutRequest, location: ModelLocation, spec: ModelSpec, plan: ParallelPlan,
+                      shape: ClusterShape, defaults: ServeDefaults = ServeDefaults(), capacity_for: CapacityLookup | None = None):  # fmt: skip
+    """A factory (Ray nodes -> Desired) for `orch rollout --model ...`, given the plan the pipeline
+    made (``workflows.model_plan.size_model``: the same plan `orch plan` prints). ``capacity_for``:
+    where the recorded goodput of the planned model and layout comes from; it sizes Serve's
+    autoscaling when the manifest asks for it (``serve.scaling``)."""
+
+    defaults = replace(defaults, request_router=request.request_router or manifest.serve.request_router)
+    served, source = location.served_name, location.node_path
     if not plan.fits:
         raise PlanError(
             f"{spec.name} does not fit this cluster: " + "; ".join(plan.reasons[-2:]),
@@ -259,31 +209,16 @@ def serve_defaults(manifest: Manifest | None, flag: int | None, defaults: ServeD
     return defaults
 
 
-def desired_for_revision(state: StateStore, cluster: str, to: int | None):
-    """A factory for `orch rollback [--to N]`: N's stored config (default: the revision that
-    served before the current one)."""
-
-    revisions = state.list_revisions(cluster)
-    current = state.current_revision(cluster)
-    if to is None:
-        earlier = [r for r in revisions if r.status in ("superseded", "rolled_back") and (current is None or r.number < current.number)]
-        if not earlier:
-            raise StateError(f"cluster {cluster!r} has no earlier revision to roll back to", hint="`orch status` lists the revisions")
-        target = earlier[-1]
-    else:
-        target = next((r for r in revisions if r.number == to), None)
-        if target is None:
-            raise StateError(f"cluster {cluster!r} has no revision {to}", hint="`orch status` lists the revisions")
-        if target.status in ("pending", "failed"):
-            raise StateError(f"revision {to} is {target.status}: only a revision that once served can come back")
-    meta = state.revision_meta(cluster, target.number) or {}
-    app = dict(target.config)
+def desired_from_revision(model: str, number: int, config: Mapping[str, Any], plan: Mapping[str, Any], meta: Mapping[str, Any]):
+    """A factory that deploys revision ``number``'s stored ``config`` again (orch rollback);
+    ``meta``: what its rollout recorded beside it (served name, model source)."""
+    app = dict(config)
     llm = (llm_configs(app) or [{}])[0]
-    served = meta.get("served_name") or llm.get("model_loading_config", {}).get("model_id") or target.model
+    served = meta.get("served_name") or llm.get("model_loading_config", {}).get("model_id") or model
     source = meta.get("model_source") or llm.get("model_loading_config", {}).get("model_source") or ""
 
     def build(nodes: list, cores: int | None = None) -> Desired:
-        return Desired(model=target.model, served_name=served, model_source=source, rendered=RenderedApp(app=app),
-                       plan=dict(target.plan), rollback_of=target.number)  # fmt: skip
+        return Desired(model=model, served_name=served, model_source=source, rendered=RenderedApp(app=app),
+                       plan=dict(plan), rollback_of=number)  # fmt: skip
 
     return build

@@ -2,7 +2,7 @@
 the parsers in ``engine_stats``).
 
 Inputs (gathered by ``orchestrator.workflows.status``):
-- Serve's application status (``serve.client.parse_serve_status`` of the dashboard's
+- Serve's application status (``serve.ray_io.client.parse_serve_status`` of the dashboard's
   ``GET /api/serve/applications/``): application, deployments, replicas with node and worker ids;
 - the engine's start-up lines from each replica's worker log, where vLLM prints its KV-cache
   capacity (``parse_kv_capacity``; every known wording, see its docstring);
@@ -26,7 +26,7 @@ from typing import Any
 from orchestrator import engine_metrics as prom
 from orchestrator.runbooks import runbook
 from orchestrator.serve.app_shape import is_engine_deployment, llm_configs, model_of_deployment
-from orchestrator.serve.readiness import ProbeResult
+from orchestrator.serve.ray_io.readiness import ProbeResult
 from orchestrator.status.engine_stats import (
     LiveMetrics,
     kv_capacity_from_metrics,
@@ -282,7 +282,7 @@ def build_serving_status(
     engine_workers: Mapping[str, Sequence[Any]] | None = None,
     objective: Any | None = None,
 ) -> ServingStatus:
-    """Join the inputs (see the module doc). ``serve``: a ``serve.client.ServeStatus`` (None when
+    """Join the inputs (see the module doc). ``serve``: a ``serve.ray_io.client.ServeStatus`` (None when
     the dashboard could not be read; ``serve_error`` = (message, hint) then). ``engine_logs``:
     replica id -> the engine lines read from its worker log; ``log_errors``: replica id -> why not.
     ``pending``: (number, step reached) of revisions recorded as pending; ``rollout_holder``: who

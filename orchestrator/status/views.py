@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.serve.readiness import ProbeResult
+from orchestrator.serve.ray_io.readiness import ProbeResult
 from orchestrator.status.engine_stats import DpRank, KvCapacity, LiveMetrics, PrefixCache, ReplicaGauges
 
 

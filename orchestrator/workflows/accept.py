@@ -28,9 +28,9 @@ from orchestrator.nodes.inventory import gather_facts
 from orchestrator.polling import poll_until
 from orchestrator.remote.runner import Runner, fan_out
 from orchestrator.runbooks import runbook
-from orchestrator.serve import readiness
-from orchestrator.serve.client import APP_RUNNING, AppStatus, ServeClient
 from orchestrator.serve.config import deploy_body
+from orchestrator.serve.ray_io import readiness
+from orchestrator.serve.ray_io.client import APP_RUNNING, AppStatus, ServeClient
 from orchestrator.state import StateStore
 from orchestrator.status.serving import model_of_deployment, pick_app
 

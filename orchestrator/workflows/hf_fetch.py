@@ -1,8 +1,8 @@
 """The I/O edge of Hugging Face repo ids: download a repo's config.json (and ModelOpt's
 hf_quant_config.json when the repo has one) into the local Hugging Face cache, so the planner
-(``orchestrator.plan.catalog.resolve_model``) reads it from there. Network I/O.
+(``orchestrator.plan.model_ref.spec_for_ref``) reads it from there. Network I/O.
 
-Only when ``--model`` is a repo id that is neither a local path nor already cached, and
+Only when ``--model`` is a repo id (``orchestrator.plan.model_ref``'s rule) not already cached, and
 ``HF_HUB_OFFLINE`` is not set. The wait is bounded: one metadata request without retries
 (``huggingface_hub.get_hf_file_metadata(retry_on_errors=False)``, ``timeout_s``), then the two small
 files; an unreachable Hub is a ``ModelSpecError`` (exit 2) naming what to do, never a hang
@@ -15,23 +15,24 @@ import os
 from collections.abc import Mapping
 
 from orchestrator.errors import ModelSpecError
-from orchestrator.plan.catalog import CATALOG, QUANT_CONFIG_FILE
-from orchestrator.plan.hf_cache import cached_snapshot, hub_cache_dir, hub_offline, is_repo_id, not_cached_error
+from orchestrator.plan.catalog import QUANT_CONFIG_FILE
+from orchestrator.plan.hf_cache import cached_snapshot, hub_cache_dir, hub_offline, not_cached_error
+from orchestrator.plan.model_ref import HUB_REF, ModelRef
 
 FETCH_TIMEOUT_S = 10.0
 
 
-def needs_fetch(model: str, env: Mapping[str, str]) -> bool:
-    """A repo id that is no catalog name, no local path and not in the cache."""
-    if model in CATALOG or model.lower() in CATALOG or os.path.exists(os.path.expanduser(model)):
-        return False
-    return is_repo_id(model) and cached_snapshot(model, env) is None
+def needs_fetch(ref: ModelRef, env: Mapping[str, str]) -> bool:
+    """A repo id whose config.json is not in the cache."""
+    return ref.kind == HUB_REF and cached_snapshot(ref.name, env) is None
 
 
-def fetch_repo_config(model: str, env: Mapping[str, str] = os.environ, timeout_s: float = FETCH_TIMEOUT_S) -> str | None:
-    """Download ``model``'s config files into the cache when it needs them; a note of what was done."""
-    if not needs_fetch(model, env):
+def fetch_repo_config(ref: ModelRef, env: Mapping[str, str] = os.environ, timeout_s: float = FETCH_TIMEOUT_S) -> str | None:
+    """Download the config files of the repo ``ref`` names into the cache when it needs them; a
+    note of what was done (None: nothing to do)."""
+    if not needs_fetch(ref, env):
         return None
+    model = ref.name
     if hub_offline(env):
         raise not_cached_error(model, env)
     try:

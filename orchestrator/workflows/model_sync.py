@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import posixpath
 import queue
 import secrets
@@ -33,6 +32,7 @@ from orchestrator.errors import CommandFailedError, ModelSyncError, RemoteError,
 from orchestrator.manifest.model import Manifest, NodeSpec
 from orchestrator.nodes import probes
 from orchestrator.nodes.facts import NodeFacts
+from orchestrator.plan.model_ref import HUB_REF, resolve_ref
 from orchestrator.remote.runner import Process, Runner, fan_out
 from orchestrator.sync import agent
 from orchestrator.sync.plan import (
@@ -145,9 +145,9 @@ class SyncResult:
 
 
 def resolve(manifest: Manifest, options: SyncOptions) -> tuple[ModelPaths, str]:
-    """(paths on the nodes, the source folder) for ``--model NAME|PATH``."""
-    if not options.model.strip():
-        raise UsageError("--model is empty", hint="--model NAME or --model /path/to/model")
+    """(paths on the nodes, the source folder) for ``--model NAME|PATH`` (``plan.model_ref``'s rule)."""
+    # --from NODE: the path is on that node, so nothing here says whether it exists
+    ref = resolve_ref(options.model) if options.source == "local" else resolve_ref(options.model, exists=lambda _: False)
     if manifest.model_store is None:
         raise UsageError(
             "the manifest sets no model_store: orch model sync copies models to <model_store>/<name> on every node",
@@ -159,12 +159,17 @@ def resolve(manifest: Manifest, options: SyncOptions) -> tuple[ModelPaths, str]:
             f"--from {options.source!r}: no such node in cluster {manifest.name!r}",
             hint="--from local (this machine) or one of: " + ", ".join(n.name for n in manifest.nodes),
         )
-    model = options.model
-    if "/" in model or model.startswith((".", "~")):
-        src = os.path.abspath(os.path.expanduser(model)) if options.source == "local" else posixpath.normpath(model)
+    if ref.kind == HUB_REF:
+        raise UsageError(
+            f"--model {ref.text} names a Hugging Face repo, not a folder: orch model sync copies a model folder",
+            hint=f"download it first (`huggingface-cli download {ref.text} --local-dir DIR`) and pass --model DIR; a folder here named so is ./{ref.text}",
+        )
+    if ref.path is not None:
+        src = str(ref.path) if options.source == "local" else posixpath.normpath(ref.text)
         name = posixpath.basename(src.rstrip("/"))
     else:
-        name, src = model, posixpath.join(store, model)
+        name = ref.store_name or ref.text
+        src = posixpath.join(store, name)
     problem = check_model_name(name)
     if problem:
         raise UsageError(problem, hint="pass --model NAME (a folder of the model store) or --model /path/to/NAME")

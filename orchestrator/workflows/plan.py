@@ -1,11 +1,14 @@
-"""The I/O edge of planning: which shape and vLLM version to plan for (from the state `orch up`
-recorded when the manifest is the one up), the reserve a rollout measured (calibration) and the
-per-replica goodput a load run recorded (replicas for a target rate, autoscaling). Reads orch's
-state; the planning itself is ``orchestrator.plan`` (and ``serve.scaling``)."""
+"""The I/O edge of planning: the one plan pipeline (``size_model``: model reference -> ModelSpec ->
+ParallelPlan, the calibration record included) that `orch plan` and `orch rollout` both use, which
+shape and vLLM version to plan for (from the state `orch up` recorded when the manifest is the one
+up), the reserve a rollout measured (calibration) and the per-replica goodput a load run recorded
+(replicas for a target rate, autoscaling). Reads config.json files and orch's state, downloads a
+repo's config (``workflows.hf_fetch``); the planning itself is ``orchestrator.plan`` (and
+``serve.scaling``)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from orchestrator.bench.goodput import Goodput
@@ -20,11 +23,40 @@ from orchestrator.plan.engine_terms import (
     probed_flashinfer,
     probed_vllm_version,
 )
+from orchestrator.plan.model_ref import ModelRef, spec_for_ref
 from orchestrator.plan.planner import ParallelPlan, plan_model
 from orchestrator.plan.shape import ClusterShape, recorded_facts, shape_from_facts, shape_from_manifest
 from orchestrator.state import StateStore
 from orchestrator.workflows.calibration import load_calibrations
+from orchestrator.workflows.hf_fetch import fetch_repo_config
 from orchestrator.workflows.load_record import goodput_of, recorded_load
+
+
+@dataclass(frozen=True)
+class SizedModel:
+    """What the pipeline made of a model reference: its spec and its plan (calibrated when a
+    record allows), and a note when a repo's config was downloaded for it."""
+
+    spec: ModelSpec
+    plan: ParallelPlan
+    fetched: str | None = None
+
+
+def size_model(ref: ModelRef, shape: ClusterShape, options: PlanOptions, manifest: Manifest | None = None,
+               state: StateStore | None = None) -> SizedModel:  # fmt: skip
+    """The plan pipeline: ``ref`` (what the planner reads: ``serve.location`` says which for a
+    rollout, ``serve.location.stored_copy`` for `orch plan --cluster`) -> its ModelSpec (a repo
+    id's config downloaded into the cache first when allowed) -> the ParallelPlan on ``shape`` ->
+    recalibrated with the reserve the engine measured on this cluster when ``manifest`` is the one
+    up in ``state`` and a record of the same configuration exists (``calibrated``)."""
+    fetched = fetch_repo_config(ref)
+    spec = spec_for_ref(ref)
+    if fetched:
+        shape = replace(shape, notes=(*shape.notes, fetched))
+    result = plan_model(spec, shape, options)
+    if manifest is not None and state is not None and result.fits:
+        result = calibrated(spec, shape, options, result, manifest, state)
+    return SizedModel(spec, result, fetched)
 
 
 def planning_shape(manifest: Manifest, state: StateStore) -> ClusterShape:

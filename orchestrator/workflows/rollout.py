@@ -39,10 +39,9 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
 from orchestrator.runbooks import runbook
 from orchestrator.serve import decisions
-from orchestrator.serve.client import ServeStatus
 from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp
 from orchestrator.serve.desired import Desired
-from orchestrator.serve.secrets import fill_secrets, for_display, unfilled
+from orchestrator.serve.ray_io.client import ServeStatus
 from orchestrator.serve.slo_gate import GatePlan, judge_gate, plan_gate
 from orchestrator.state import Revision, StateStore
 from orchestrator.workflows.calibration import calibrate_rollout
@@ -65,6 +64,7 @@ from orchestrator.workflows.rollout_steps import (
     serving_now,
     wait_for_app,
 )
+from orchestrator.workflows.secrets import fill_secrets, for_display, unfilled
 from orchestrator.workflows.start_failures import StartWatch
 
 __all__ = ["ClusterApis", "RolloutOptions", "RolloutResult", "ServingDeps", "execute"]

@@ -2,7 +2,7 @@
 Does I/O (one log scan on the failed replica's node, through its runner).
 
 Serve reports a replica whose constructor failed in its deployment's message ("A replica failed
-to start with exception. Retrying 2 more time(s). Error: ...", ``serve.client.startup_failures``)
+to start with exception. Retrying 2 more time(s). Error: ...", ``serve.ray_io.client.startup_failures``)
 and starts another; after 3 failures in a row it gives up (DEPLOY_FAILED). Each attempt is a new
 engine start, minutes on a big model. ``StartWatch`` looks at each failure Serve reports once:
 first the lines of Serve's message (the replica's traceback: a missing model folder or a refused
@@ -24,7 +24,7 @@ from orchestrator.doctor.logscan import ScanLimits
 from orchestrator.doctor.start_cause import StartCause, start_cause, start_keywords, text_lines
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
-from orchestrator.serve.client import AppStatus, StartupFailure, startup_failures
+from orchestrator.serve.ray_io.client import AppStatus, StartupFailure, startup_failures
 from orchestrator.workflows.engine_logs import read_log_lines, worker_target
 
 # The failed replica's two log files, read to their end: the error is among the last lines, and

@@ -1,6 +1,6 @@
 """The serving part of `orch status`: gather its inputs over the existing seams. Does I/O.
 
-- Serve's application status: ``serve.client.open_serve_client`` over the head's runner (an SSH
+- Serve's application status: ``serve.ray_io.client.open_serve_client`` over the head's runner (an SSH
   tunnel to the dashboard on the head's 127.0.0.1) with the cluster's token.
 - The engine's KV-cache capacity line: read on the replica's node through its runner, from the
   replica's worker log (``workflows.engine_logs``). A replica's capacity never changes, so it is
@@ -45,9 +45,9 @@ from orchestrator.cluster.node_state import DashboardFormatError
 from orchestrator.errors import OrchError, RemoteError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
-from orchestrator.serve import readiness
-from orchestrator.serve.client import open_serve_client
-from orchestrator.serve.readiness import ProbeResult
+from orchestrator.serve.ray_io import readiness
+from orchestrator.serve.ray_io.client import open_serve_client
+from orchestrator.serve.ray_io.readiness import ProbeResult
 from orchestrator.status.engine_stats import keep_metric_lines, pick_baseline, start_up_lines
 from orchestrator.status.probe_budget import BROKEN_GRACE_S, probe_wait_s
 from orchestrator.status.serving import build_serving_status, model_of_deployment, pick_app, revision_app
@@ -90,7 +90,7 @@ def fetch_text(url: str, timeout: float) -> str:
 
 
 def probe_public(base_url: str, model: str, api_key: str | None, timeout: float) -> ProbeResult:
-    """The readiness probe (``serve.readiness``) on the public route of the endpoint."""
+    """The readiness probe (``serve.ray_io.readiness``) on the public route of the endpoint."""
     return readiness.probe_completion(base_url, "/", model, api_key, timeout)
 
 

@@ -269,7 +269,7 @@ def test_dp_on_a_dense_model_is_a_usage_error_with_a_hint(capsys):
 def test_a_target_rate_is_sized_with_the_goodput_recorded_on_the_cluster(capsys, tmp_path):
     from orchestrator.bench.goodput import LoadLevel
     from orchestrator.plan.calibration import model_fingerprint
-    from orchestrator.plan.catalog import resolve_model
+    from orchestrator.plan.model_ref import resolve_model
     from orchestrator.state import StateStore
     from orchestrator.workflows.load_record import record_load
 

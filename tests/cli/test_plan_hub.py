@@ -12,7 +12,10 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.manifest.load import load_manifest_file
-from orchestrator.serve.desired import RolloutRequest, desired_for_model, model_location
+from orchestrator.plan.model_ref import ModelRef
+from orchestrator.serve.desired import RolloutRequest
+from orchestrator.serve.location import locate
+from orchestrator.workflows.desired import desired_for_model
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKPOINTS = REPO / "tests" / "data" / "checkpoints"
@@ -89,9 +92,11 @@ def test_an_existing_local_path_wins_over_the_repo_id_reading(capsys, offline_ho
 def test_the_rollout_passes_the_repo_id_to_vllm_or_the_synced_path_with_a_model_store(offline_home, tmp_path):
     _cache(offline_home)
     gpu = load_manifest_file(REPO / "cluster-templates" / "2x8-h100-405b.yaml")  # model_store: /mnt/shared/models
-    assert model_location(gpu, REPO_ID, None) == (REPO_ID, "/mnt/shared/models/Llama-3.1-405B-Instruct-FP8", REPO_ID)
+    where = locate(gpu, REPO_ID)
+    assert (where.served_name, where.node_path, where.planner_ref) == (REPO_ID, "/mnt/shared/models/Llama-3.1-405B-Instruct-FP8", ModelRef("hub", REPO_ID, REPO_ID))
     no_store = gpu.model_copy(update={"model_store": None})
-    assert model_location(no_store, REPO_ID, None) == (REPO_ID, REPO_ID, REPO_ID)
+    where = locate(no_store, REPO_ID)
+    assert (where.served_name, where.node_path, where.planner_ref) == (REPO_ID, REPO_ID, ModelRef("hub", REPO_ID, REPO_ID))
     app = desired_for_model(no_store, RolloutRequest(model=REPO_ID, max_model_len=8192))([], None).rendered.app
     llm = app["args"]["llm_configs"][0]
     assert llm["model_loading_config"] == {"model_id": REPO_ID, "model_source": REPO_ID}

@@ -16,8 +16,9 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.plan.engine_terms import default_flashinfer_sampler, engine_terms, parse_vllm_version
-from orchestrator.serve.desired import RolloutRequest, desired_for_model
+from orchestrator.serve.desired import RolloutRequest
 from orchestrator.state import StateStore
+from orchestrator.workflows.desired import desired_for_model
 
 REPO = Path(__file__).resolve().parents[2]
 M405 = REPO / "cluster-templates" / "2x8-h100-405b.yaml"

@@ -169,7 +169,7 @@ def test_the_names_read_from_the_sources_are_the_ones_ray_serve_llm_checks():
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.launchers.cli_args import FrontendArgs
 
-    from orchestrator.serve.engine_arg_names import accepted_engine_args
+    from orchestrator.serve.ray_io.engine_arg_names import accepted_engine_args
 
     real = {f.name for cls in (AsyncEngineArgs, FrontendArgs) for f in dataclasses.fields(cls)}
     assert accepted_engine_args() == real
@@ -177,7 +177,7 @@ def test_the_names_read_from_the_sources_are_the_ones_ray_serve_llm_checks():
 
 
 def test_engine_arg_names_unknown_when_the_sources_are_missing(monkeypatch):
-    from orchestrator.serve import engine_arg_names
+    from orchestrator.serve.ray_io import engine_arg_names
 
     monkeypatch.setattr(engine_arg_names, "RAY_RULE_MODULE", "ray.no_such_module_here")
     engine_arg_names.accepted_engine_args.cache_clear()
@@ -195,7 +195,7 @@ def test_a_dry_run_says_each_step_before_the_slow_validation(capsys, monkeypatch
         seen["err"] = capsys.readouterr().err
         raise SystemExit(0)
 
-    monkeypatch.setattr("orchestrator.serve.validate.validate_app", validate)
+    monkeypatch.setattr("orchestrator.serve.ray_io.validate.validate_app", validate)
     try:
         main(["rollout", "--model", "llama3-405b", "--model-path", "/m", "--max-model-len", "8192", str(M405), "--dry-run"])
     except SystemExit:

@@ -7,7 +7,7 @@ import json
 from rich.console import Console
 
 from orchestrator.cli.status_serving import render_serving, render_serving_to, serving_json
-from orchestrator.serve.readiness import ProbeResult
+from orchestrator.serve.ray_io.readiness import ProbeResult
 from orchestrator.status.views import NodeRef
 from tests.unit.test_status_serving import LOGGED, NODE_ID, build, payload
 
@@ -59,7 +59,7 @@ def test_json_is_the_values_dict():
 
 
 def test_nothing_deployed():
-    from orchestrator.serve.client import parse_serve_status
+    from orchestrator.serve.ray_io.client import parse_serve_status
     from orchestrator.status.serving import build_serving_status
 
     s = build_serving_status(parse_serve_status({"applications": {}}), revision=None)

@@ -32,10 +32,11 @@ from orchestrator.doctor.diagnose import diagnose
 from orchestrator.errors import RolloutFailed
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.remote.connect import open_runners
-from orchestrator.serve.desired import RolloutRequest, desired_for_model
-from orchestrator.serve.validate import validate_app
+from orchestrator.serve.desired import RolloutRequest
+from orchestrator.serve.ray_io.validate import validate_app
 from orchestrator.state import StateStore
 from orchestrator.workflows.cluster import UpOptions, up
+from orchestrator.workflows.desired import desired_for_model
 from orchestrator.workflows.down import down
 from orchestrator.workflows.rollout import RolloutOptions
 from tests.fixtures.cluster import RayTestbedCluster

@@ -33,7 +33,7 @@ def test_tiny_model_runs_and_a_completion_answers(served_tiny):
     assert first.action == "fresh" and first.revision is not None
     assert first.cold_load_s and first.cold_load_s > 0
     from orchestrator.remote.connect import open_runners
-    from orchestrator.serve.client import open_serve_client
+    from orchestrator.serve.ray_io.client import open_serve_client
     from orchestrator.state import StateStore
 
     manifest = served_tiny.manifest
@@ -215,7 +215,7 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     revisions = {r.number: r.status for r in state.list_revisions(served_tiny.manifest.name)}
     assert revisions[res.revision] == "ready" and revisions[served_tiny.first.revision] == "superseded"
     from orchestrator.remote.connect import open_runners
-    from orchestrator.serve.client import open_serve_client
+    from orchestrator.serve.ray_io.client import open_serve_client
 
     manifest = served_tiny.manifest
     token = state.read_token(manifest.name)
@@ -246,7 +246,7 @@ def test_slo_gate_refuses_a_candidate_that_misses_the_slo_and_the_old_revision_s
     from orchestrator.errors import RolloutFailed
     from orchestrator.manifest.sections import Slo
     from orchestrator.remote.connect import open_runners
-    from orchestrator.serve.client import open_serve_client
+    from orchestrator.serve.ray_io.client import open_serve_client
     from orchestrator.state import StateStore
     from orchestrator.workflows.load_record import record_bench
     from orchestrator.workflows.rollout import RolloutOptions
@@ -310,7 +310,8 @@ def test_405b_shaped_plan_places_8_bundles_on_each_of_2_nodes(ray_testbed_cluste
     from orchestrator.cluster.node_state import current_by_name
     from orchestrator.cluster.ray_nodes import node_token_path
     from orchestrator.remote.connect import open_runners
-    from orchestrator.serve.desired import RolloutRequest, desired_for_model
+    from orchestrator.serve.desired import RolloutRequest
+    from orchestrator.workflows.desired import desired_for_model
 
     c = ray_testbed_cluster
     manifest = c.manifest

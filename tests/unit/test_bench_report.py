@@ -10,7 +10,7 @@ from orchestrator.accept.stages import AcceptancePlan, StageResult, Targets
 from orchestrator.bench.crosscheck import FigureCheck
 from orchestrator.bench.latency import RequestRecord, summarize
 from orchestrator.bench.report import SCHEMA, bench_result, level_dict, render_markdown, write_bench_report
-from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus
+from orchestrator.serve.ray_io.client import AppStatus, DeploymentStatus, ReplicaStatus
 from orchestrator.workflows.accept import app_health, collective_env, engine_replica
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -17,7 +17,7 @@ from orchestrator.plan.calibration import (
     why_not_reusable,
 )
 from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.catalog import resolve_model
+from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.shape import make_shape
 

@@ -21,9 +21,10 @@ from orchestrator.plan.capacity import (
     stage_capacities,
     terms_for,
 )
-from orchestrator.plan.catalog import CATALOG, resolve_model, spec_from_config
+from orchestrator.plan.catalog import CATALOG, spec_from_config
 from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM, engine_terms, parse_vllm_version
 from orchestrator.plan.memory import GIB
+from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.shape import ClusterShape
 from orchestrator.plan.tinymodel import TINY_CONFIG
 

@@ -18,11 +18,11 @@ from orchestrator.plan.catalog import (
     _llama,
     closest_name,
     parse_config_text,
-    resolve_model,
     spec_from_config,
 )
 from orchestrator.plan.config_fields import FIELD_BOUNDS
 from orchestrator.plan.memory import count_params
+from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.tinymodel import TINY_CONFIG
 from tests.unit.test_memory import QWEN3_235B_FP8
 

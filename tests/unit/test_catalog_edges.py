@@ -7,7 +7,8 @@ from dataclasses import asdict
 import pytest
 
 from orchestrator.errors import ModelSpecError
-from orchestrator.plan.catalog import CATALOG, resolve_model, spec_from_config
+from orchestrator.plan.catalog import CATALOG, spec_from_config
+from orchestrator.plan.model_ref import resolve_model
 from tests.unit.test_catalog import DEEPSEEK_V3, LLAMA31_8B
 
 

@@ -10,7 +10,8 @@ from orchestrator.manifest.load import load_manifest_file
 from orchestrator.plan.catalog import CATALOG
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.shape import shape_from_manifest
-from orchestrator.serve.desired import RolloutRequest, desired_for_model
+from orchestrator.serve.desired import RolloutRequest
+from orchestrator.workflows.desired import desired_for_model
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "cluster-templates" / "2x8-h100-405b.yaml"
 

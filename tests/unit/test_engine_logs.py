@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.manifest.load import load_manifest
-from orchestrator.serve.client import ReplicaStatus
+from orchestrator.serve.ray_io.client import ReplicaStatus
 from orchestrator.status.workers import EngineWorker
 from orchestrator.workflows.engine_logs import engine_lines, read_logs, replica_target, worker_target
 from tests.runners import CountingRunner

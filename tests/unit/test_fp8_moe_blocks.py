@@ -18,8 +18,9 @@ import pytest
 
 from orchestrator.errors import PlanError
 from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.catalog import CATALOG, resolve_model
+from orchestrator.plan.catalog import CATALOG
 from orchestrator.plan.layout import fp8_block_problem
+from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.shape import make_shape
 

@@ -15,8 +15,9 @@ import pytest
 
 from orchestrator.errors import ModelSpecError, PlanError
 from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.catalog import CATALOG, resolve_model, spec_from_config
+from orchestrator.plan.catalog import CATALOG, spec_from_config
 from orchestrator.plan.memory import GIB, stage_weight_bytes
+from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.modules import quantized_layer, quantized_layer_bytes_per_gpu
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.quantization import parse_quantization
@@ -242,7 +243,8 @@ def test_dtype_flags_follow_what_vllm_can_do_with_the_checkpoint():
 
 def _rendered_engine_kwargs(model: str, **request) -> dict:
     from orchestrator.manifest.load import load_manifest_file
-    from orchestrator.serve.desired import RolloutRequest, desired_for_model
+    from orchestrator.serve.desired import RolloutRequest
+    from orchestrator.workflows.desired import desired_for_model
 
     manifest = load_manifest_file(Path(__file__).resolve().parents[2] / "cluster-templates" / "2x8-h100-405b.yaml")
     desired = desired_for_model(manifest, RolloutRequest(model=model, **request))([], None)

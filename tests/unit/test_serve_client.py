@@ -9,7 +9,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.serve.client import ServeApiError, ServeClient, failure_messages, parse_serve_status, startup_failures
+from orchestrator.serve.ray_io.client import (
+    ServeApiError,
+    ServeClient,
+    failure_messages,
+    parse_serve_status,
+    startup_failures,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "serve"
 

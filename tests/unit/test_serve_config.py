@@ -11,14 +11,14 @@ from orchestrator.cluster.ray_nodes import node_resource
 from orchestrator.errors import ServeConfigError
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.catalog import resolve_model
+from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.shape import shape_from_manifest
 from orchestrator.serve.config import AppTarget, ServingPlan, deploy_body, render_app
 from orchestrator.serve.engine_args import check_engine_arg_key, parse_engine_arg
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint, mask_api_key
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
-from orchestrator.serve.validate import validate_app
+from orchestrator.serve.ray_io.validate import validate_app
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "cluster-templates"
 

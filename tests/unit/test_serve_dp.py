@@ -22,8 +22,8 @@ from orchestrator.serve import decisions
 from orchestrator.serve.app_shape import DP_IMPORT_PATH, api_key_of, is_dp_app, llm_config_of, llm_config_path
 from orchestrator.serve.config import AppTarget, RenderedApp, ServingPlan, render_app
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint
-from orchestrator.serve.secrets import fill_secrets, unfilled
-from orchestrator.serve.validate import validate_app
+from orchestrator.serve.ray_io.validate import validate_app
+from orchestrator.workflows.secrets import fill_secrets, unfilled
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"

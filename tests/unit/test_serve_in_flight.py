@@ -18,8 +18,9 @@ import pytest
 from orchestrator.cluster.ray_nodes import node_resource
 from orchestrator.manifest.load import load_manifest, load_manifest_file
 from orchestrator.serve.config import AppTarget, ServeDefaults, ServingPlan, render_app, serve_in_flight
-from orchestrator.serve.desired import RolloutRequest, desired_for_model, serve_defaults
+from orchestrator.serve.desired import RolloutRequest, serve_defaults
 from orchestrator.serve.in_flight import SOURCE_ENGINE, SOURCE_FLAG, SOURCE_MANIFEST, InFlight, in_flight
+from orchestrator.workflows.desired import desired_for_model
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "cluster-templates"
 TARGET = AppTarget("orch-r1", "/", "m", "/models/m")

@@ -14,7 +14,7 @@ from orchestrator.doctor.codes import CODE_INFO, RETRY_CANNOT_FIX
 from orchestrator.doctor.matching import LogLine
 from orchestrator.doctor.signatures import SIGNATURES
 from orchestrator.doctor.start_cause import start_cause, start_keywords, text_lines
-from orchestrator.serve.client import parse_serve_status, startup_failures
+from orchestrator.serve.ray_io.client import parse_serve_status, startup_failures
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LOGS = DATA / "logs"

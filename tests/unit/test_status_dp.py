@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 from orchestrator import engine_metrics as prom
 from orchestrator.cli.status_serving import render_serving
-from orchestrator.serve.client import parse_serve_status
+from orchestrator.serve.ray_io.client import parse_serve_status
 from orchestrator.status.engine_stats import parse_dp_rank, replica_gauges, start_up_lines
 from orchestrator.status.serving import REPLICA_UNHEALTHY, build_serving_status, model_of_deployment, revision_app
 from orchestrator.status.views import NodeRef

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator import engine_metrics as prom
-from orchestrator.serve.client import parse_serve_status
-from orchestrator.serve.readiness import ProbeResult
+from orchestrator.serve.ray_io.client import parse_serve_status
+from orchestrator.serve.ray_io.readiness import ProbeResult
 from orchestrator.status.serving import (
     ENDPOINT_PROBE_FAILED,
     NODE_HEARTBEAT_LOST,

@@ -14,10 +14,11 @@ from orchestrator.cluster.node_state import NodeState
 from orchestrator.manifest.load import load_manifest
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.serve.app_shape import is_dp_app, llm_config_of
-from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
-from orchestrator.serve.desired import RolloutRequest, desired_for_model
-from orchestrator.serve.readiness import ProbeResult
+from orchestrator.serve.desired import RolloutRequest
+from orchestrator.serve.ray_io.client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
+from orchestrator.serve.ray_io.readiness import ProbeResult
 from orchestrator.state import StateStore
+from orchestrator.workflows.desired import desired_for_model
 from orchestrator.workflows.rollout import ClusterApis, RolloutOptions, ServingDeps, execute
 
 KEY = "key-for-tests-0123456789"

@@ -18,11 +18,11 @@ from orchestrator.cluster.node_state import NodeState
 from orchestrator.manifest.load import load_manifest
 from orchestrator.plan.calibration import calibration_record, model_fingerprint, parse_engine_figures
 from orchestrator.plan.capacity import PlanOptions
-from orchestrator.plan.catalog import resolve_model
+from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.shape import make_shape
 from orchestrator.remote.local import LocalRunner
-from orchestrator.serve.client import AppStatus, DeploymentStatus, ReplicaStatus
+from orchestrator.serve.ray_io.client import AppStatus, DeploymentStatus, ReplicaStatus
 from orchestrator.state import StateStore
 from orchestrator.status.workers import ActorRecord
 from orchestrator.workflows.calibration import calibrate_rollout, load_calibrations, save_calibration, stored_for

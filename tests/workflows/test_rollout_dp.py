@@ -20,7 +20,8 @@ from orchestrator.cluster.node_state import NodeState
 from orchestrator.cluster.ray_nodes import node_resource
 from orchestrator.errors import RolloutFailed, UsageError
 from orchestrator.serve.config import AppTarget, ServingPlan, render_app
-from orchestrator.serve.desired import Desired, desired_for_revision
+from orchestrator.serve.desired import Desired
+from orchestrator.workflows.desired import desired_for_revision
 from orchestrator.workflows.rollout import RolloutOptions, execute
 from tests.workflows.rollout_world import KEY, make_world
 

@@ -24,7 +24,7 @@ import pytest
 from orchestrator import cluster_lock
 from orchestrator.cluster_lock import ClusterBusy
 from orchestrator.errors import RolloutFailed, RolloutInterrupted, ServeError, UnreachableError
-from orchestrator.serve.client import ServeApiError
+from orchestrator.serve.ray_io.client import ServeApiError
 from orchestrator.workflows.rollout import RolloutOptions
 from tests.workflows.rollout_world import KEY, MANIFEST, FakeServe, ServeEndpoint, _nodes, make_world
 

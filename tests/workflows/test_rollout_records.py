@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from orchestrator.errors import UsageError
-from orchestrator.serve.desired import desired_for_revision
+from orchestrator.workflows.desired import desired_for_revision
 from orchestrator.workflows.rollout import RolloutOptions, execute
 from tests.workflows.rollout_world import KEY, MANIFEST, _nodes, make_world
 

@@ -18,7 +18,7 @@ import pytest
 
 from orchestrator.cluster.node_state import NodeState
 from orchestrator.errors import RolloutFailed
-from orchestrator.serve.client import parse_serve_status
+from orchestrator.serve.ray_io.client import parse_serve_status
 from orchestrator.workflows.rollout import RolloutOptions
 from tests.runners import CountingRunner
 from tests.workflows.rollout_world import make_world

@@ -9,8 +9,8 @@ import pytest
 
 from orchestrator.errors import RolloutFailed, StateError, UsageError
 from orchestrator.remote.fake import result
-from orchestrator.serve.desired import desired_for_revision
 from orchestrator.status.serving import revision_app
+from orchestrator.workflows.desired import desired_for_revision
 from orchestrator.workflows.rollout import RolloutOptions, execute
 from tests.workflows.rollout_world import KEY, TRACEBACK, _nodes, make_world
 

@@ -19,9 +19,9 @@ from orchestrator.errors import UnreachableError
 from orchestrator.manifest.load import load_manifest
 from orchestrator.remote.fake import FakeRunner
 from orchestrator.remote.local import LocalRunner
-from orchestrator.serve import readiness
-from orchestrator.serve.client import ServeApiError, parse_serve_status
-from orchestrator.serve.readiness import ProbeResult
+from orchestrator.serve.ray_io import readiness
+from orchestrator.serve.ray_io.client import ServeApiError, parse_serve_status
+from orchestrator.serve.ray_io.readiness import ProbeResult
 from orchestrator.state import StateStore
 from orchestrator.status.serving import ENDPOINT_PROBE_FAILED, ROLLOUT_INTERRUPTED, SERVE_API_ERROR
 from orchestrator.status.views import NodeRef
@@ -194,7 +194,7 @@ def test_log_read_failure_becomes_a_note(world):
 
 
 def test_status_probe_is_the_readiness_probe_against_a_local_server():
-    """The status probe is serve.readiness's streamed completion, over real HTTP: a tiny server
+    """The status probe is serve.ray_io.readiness's streamed completion, over real HTTP: a tiny server
     streaming like vLLM's completions endpoint (SSE chunks, usage, [DONE]) and refusing a wrong key."""
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer

@@ -1,4 +1,6 @@
-"""Secrets in a Serve application config: put them back at apply time, never deploy a placeholder. Pure.
+"""Secrets in a Serve application config: put them back at apply time, never deploy a placeholder.
+Pure functions at the edge where a stored config (``orchestrator.state``) meets the manifest and
+the command's environment.
 
 orch stores every revision's config with secret-looking values replaced by ``<redacted>``
 (``state.redact_secrets``: HF_TOKEN, *_API_KEY, *_TOKEN, ...). A rollback or an automatic restore
