@@ -454,7 +454,10 @@ def status_nodes(manifest: Manifest, deps: ClusterDeps) -> StatusReport:
     if head.name in reach and isinstance(reach[head.name], str) and "error" not in dash and "states" not in dash:
         dash["error"] = "not read: the head does not answer over SSH"  # its SSH error is on the head's row
     section = build_nodes_section(manifest, dash.get("states"), reach, dash.get("error"), dash.get("ray_version"))
-    report = StatusReport(name, section, recorded=record.to_dict() if record else None)
+    # a model recorded as ready on a cluster recorded as up is what the cluster should serve
+    revision = deps.state.current_revision(name) if record is not None and record.state == "up" else None
+    report = StatusReport(name, section, recorded=record.to_dict() if record else None,
+                          expected_model=revision.model if revision is not None else None)  # fmt: skip
     # what the nodes expose that orch cannot close (Ray has no setting for it): said whenever
     # Ray runs there, not about a cluster with no node up
     report = report.with_section("warnings", exposure_warnings(manifest) if section.alive else [])

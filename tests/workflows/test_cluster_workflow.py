@@ -317,6 +317,22 @@ def test_status_shows_dead_and_unreachable_nodes(env):
     assert d["healthy"] is False and d["serving"] is None and d["recorded"]["head_address"] == "192.168.7.1"
 
 
+def test_status_is_not_healthy_while_the_model_recorded_as_ready_is_not_served(env):
+    """Issue 46: every node ALIVE, a revision recorded as ready, no serving section (the restart
+    took the Serve application with it): the top level says not healthy, and names the model."""
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    deps.state.add_revision("tb", "tiny", status="ready")
+    report = status_nodes(manifest, deps)
+    d = report.to_dict()
+    assert d["nodes_healthy"] is True and d["expected_model"] == "tiny"
+    assert d["healthy"] is False and d["serving_healthy"] is False
+    ids = {r["name"]: (r["node_id"], r["start_time_ms"]) for r in d["nodes"]}
+    assert ids["w1"] == (world.running["w1"].node_id, world.running["w1"].start_time_ms)
+    deps.state.set_cluster_state("tb", "down")  # `orch down`: nothing is expected any more
+    assert status_nodes(manifest, deps).expected_model is None
+
+
 def test_status_when_head_unreachable(env):
     manifest, world, deps, _ = env
     up(manifest, deps)
