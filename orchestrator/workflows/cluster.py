@@ -347,8 +347,11 @@ def _up(manifest: Manifest, deps: ClusterDeps, options: UpOptions) -> UpResult:
                                                   options.drain_timeout, deps.clock, deps.sleep, deps.progress)  # fmt: skip
         else:
             deps.progress(plan.reason)
-        if plan.removed and recorded is not None:
-            _stop_removed(recorded, plan.removed, deps)
+        if recorded is not None:  # where the cluster ran and runs no more: removed nodes, and old addresses
+            moved = tuple(n.name for n in recorded.nodes if n.name in expected and n.name in plan.start
+                          and (n.host, n.transport) != (manifest.node(n.name).host, manifest.node(n.name).transport))  # fmt: skip
+            if plan.removed or moved:
+                _stop_removed(recorded, plan.removed + moved, deps)
         if plan.start:
             final = _carry_out(manifest, plan, runners, good, expected, head_address, deps, options)
         else:
@@ -441,8 +444,9 @@ def _carry_out(
 
 
 def _stop_removed(old: Manifest, removed: tuple[str, ...], deps: ClusterDeps) -> None:
-    """Best effort: stop Ray on nodes that left the manifest (reported, never fatal)."""
-    deps.progress(f"stopping Ray on removed nodes {', '.join(removed)}")
+    """Best effort: stop Ray on nodes that left the manifest or moved to another address, at their
+    recorded address (reported, never fatal)."""
+    deps.progress(f"stopping Ray at the recorded address of {', '.join(removed)}")
     cluster_id = deps.state.read_cluster_id(old.name)
     with deps.open_runners(old) as runners:
         for o in fan_out([runners[n] for n in removed if n in runners], lambda r: stop_node(r, old, old.node(r.node), cluster_id)):

@@ -231,6 +231,26 @@ def test_a_worker_whose_settings_changed_is_drained_and_restarted_alone(env):
     assert w1[w1.index("--num-cpus") + 1] == "10"
 
 
+def test_a_replaced_worker_is_drained_stopped_at_its_old_address_and_started_at_the_new(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    ids = {n: s.node_id for n, s in world.running.items()}
+    opened: list[tuple[str, str]] = []
+    open_runners = world.open_runners
+
+    def recording(m):  # which address each opened runner stands for
+        opened.extend((n.name, n.host) for n in m.nodes)
+        return open_runners(m)
+
+    deps.open_runners = recording
+    changed = manifest_of(YAML.replace("host: 10.0.0.3", "host: 10.0.0.9"))
+    res = up(changed, deps)
+    assert res.action == "change" and res.started == ["w2"] and res.plan.drain == ("w2",)
+    assert ("w2", "10.0.0.3") in opened  # the old address was reached to stop Ray there
+    assert world.verbs("w2") == ["stop", "start", "stop", "stop", "start"]
+    assert {n: world.running[n].node_id for n in ("head", "w1")} == {"head": ids["head"], "w1": ids["w1"]}
+
+
 def test_a_head_change_is_refused_while_a_model_serves_unless_downtime_is_allowed(env):
     manifest, world, deps, _ = env
     up(manifest, deps)
