@@ -1,9 +1,10 @@
 """Day-2 node changes on the shared 3-host cluster while the tiny model serves (issue 46).
 
 A client sends a completion every few seconds throughout (test_rollout.BackgroundClient):
-- the worker holding the model's replica (host2 when the replica sits on the head) leaves the
-  manifest: `orch up` drains it (Serve starts the replacement elsewhere first), then stops Ray
-  there; the other two keep their Ray node ids and no request fails;
+- the worker holding the model's replica (host2 when the replica sits on the head, which cannot
+  leave: the figures printed say which case a run had) leaves the manifest: `orch up` drains it
+  (Serve starts the replacement elsewhere first), then stops Ray there; the other two keep their
+  Ray node ids and no request fails;
 - it comes back into the manifest: `orch up` starts Ray there only, it joins, the other two keep
   their Ray node ids, no request fails (the shared cluster is then as the session left it);
 - a change of the Ray port (a head restart) is refused with exit 2 naming the model, and nothing
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from orchestrator.cli import main
+from orchestrator.state import StateStore
 from orchestrator.status.workers import ACTORS_PARAMS, ACTORS_PATH, parse_actors
 from tests.integration.test_rollout import STEADY_PAUSE_S, BackgroundClient
 
@@ -92,5 +94,7 @@ def test_remove_and_add_a_worker_while_serving_and_a_head_change_is_refused(serv
     moved.write_text(yaml.safe_dump(doc))
     assert main(c.cli("up", moved, "--skip-collective-check")) == 2
     err = capsys.readouterr().err
-    assert "error: this change restarts the head, which stops tiny" in err and "--allow-downtime" in err, err
+    model = StateStore(c.state_dir).current_revision(c.manifest.name).model  # the model as the revision names it
+    assert f"error: this change restarts the head, which stops {model} (revision " in err, err
+    assert "~ ray.port: " in err and "--allow-downtime" in err, err
     assert _ids(c, capsys) == back
