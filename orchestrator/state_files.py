@@ -50,6 +50,21 @@ class ClusterFiles:
         """Keep what `orch up` probed (node name -> ``NodeFacts.to_dict()``) for the planner."""
         write_atomic(self.facts_path(name), json.dumps({"probed_at": self._clock(), "nodes": dict(facts)}, default=str))
 
+    def env_digests_path(self, name: str) -> Path:
+        return self.cluster_dir(name) / "env-digests.json"
+
+    def save_env_digests(self, name: str, digests: Mapping[str, str]) -> None:
+        """Keyed digests of the environment `orch up` started each node with (the recorded
+        manifest has its values redacted): the next `up` tells which node's env changed."""
+        write_atomic(self.env_digests_path(name), json.dumps(dict(digests), sort_keys=True))
+
+    def load_env_digests(self, name: str) -> dict[str, str] | None:
+        try:
+            data = json.loads(self.env_digests_path(name).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
+
     def load_facts(self, name: str) -> dict[str, dict[str, Any]] | None:
         try:
             data = json.loads(self.facts_path(name).read_text())

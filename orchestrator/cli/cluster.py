@@ -64,9 +64,14 @@ def nodes_table(states: list, title: str = "Ray nodes") -> Any:
               help="Seconds to wait for every node to be ALIVE after the starts.")  # fmt: skip
 @click.option("--skip-collective-check", is_flag=True,
               help="Do not run the all-reduce and all-to-all between the nodes (NCCL/Gloo) before Ray starts.")  # fmt: skip
+@click.option("--allow-downtime", is_flag=True,
+              help="Accept a change that stops a serving model (a full restart, or a drained node whose replicas have no room elsewhere).")  # fmt: skip
+@click.option("--drain-timeout", type=FiniteFloat(min=1), default=600.0, show_default=True,
+              help="Seconds Ray and Serve get to move a drained worker's replicas before Ray stops there.")  # fmt: skip
 @click.pass_context
 def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dry_run: bool, as_json: bool,
-       accept_new_host_keys: bool, timeout: float, skip_collective_check: bool) -> None:  # fmt: skip
+       accept_new_host_keys: bool, timeout: float, skip_collective_check: bool, allow_downtime: bool,
+       drain_timeout: float) -> None:  # fmt: skip
     """Preflight every node over SSH, then start Ray and wait for all nodes.
 
     \b
@@ -74,8 +79,12 @@ def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dr
     GPU clusters, Gloo on CPU ones) and an all-to-all between every pair of nodes (expert
     parallel's traffic) prove the collective network and record its figures.
     Idempotent: on a healthy cluster with an unchanged manifest it does nothing and says so;
-    dead or missing workers are restarted alone; a changed manifest restarts Ray everywhere
-    (--dry-run shows the diff first). Exit 3 when preflight stops it (nothing was started).
+    dead or missing workers are restarted alone. A changed manifest is applied per node while the
+    head keeps running: a new worker joins, a removed one is drained (Serve moves its replicas)
+    and stopped, a replaced or changed one is drained and restarted alone. A change to the head,
+    the Ray port, token auth, the temp dir or the Python restarts every node and needs
+    --allow-downtime while a model serves. --dry-run prints the diff and each node's action.
+    Exit 3 when preflight stops it, 2 when a gate refuses the change (nothing was changed).
     """
     from orchestrator.manifest.load import load_manifest_file
     from orchestrator.workflows.cluster import PreflightStopped, UpOptions
@@ -87,7 +96,8 @@ def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dr
     with progress_display() as progress:
         deps = cluster_deps(manifest, state_dir, accept_new_host_keys, progress)
         options = UpOptions(check_only=check_only, force=force, dry_run=dry_run, timeout=timeout,
-                            collective_check=not skip_collective_check)  # fmt: skip
+                            collective_check=not skip_collective_check, allow_downtime=allow_downtime,
+                            drain_timeout=drain_timeout)  # fmt: skip
         try:
             result = up_workflow(manifest, deps, options)
         except PreflightStopped as exc:
@@ -108,6 +118,10 @@ def up(ctx: click.Context, cluster_yaml: Path, check_only: bool, force: bool, dr
     if result.plan and result.plan.diff:
         out.print("manifest changes since the last `orch up`:")
         for line in result.plan.diff:
+            out.print(f"  {line}", markup=False)
+    if result.plan and result.plan.steps:
+        out.print("per node:" if result.dry_run else "per node (done):")
+        for line in result.plan.steps:
             out.print(f"  {line}", markup=False)
     if result.collective is not None:
         out.print(summary_line(result.collective), markup=False)

@@ -1,7 +1,8 @@
 """`orch clusters`: the clusters orch knows, from its state store. CLI only; reads the state.
 
 One line per cluster recorded by `orch up`: its state (up or down), what it serves (the current
-revision's model), its head and the manifest file it was brought up from. No node is contacted:
+revision's model; nothing once `orch down` stopped the cluster, whose last revision is then shown
+as ``last_served``), its head and the manifest file it was brought up from. No node is contacted:
 `orch status CLUSTER_YAML` asks the nodes.
 """
 
@@ -15,7 +16,7 @@ import click
 
 
 @click.command("clusters")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {name, state, serving, head, manifest, updated}.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {name, state, serving, last_served, head, manifest, updated}.")
 @click.pass_context
 def clusters(ctx: click.Context, as_json: bool) -> None:
     """List the clusters orch knows (recorded by `orch up`), with their state and what they serve.
@@ -31,9 +32,12 @@ def clusters(ctx: click.Context, as_json: bool) -> None:
     rows: list[dict[str, Any]] = []
     for c in store.list_clusters():
         rev = store.current_revision(c.name)
+        served = {"revision": rev.number, "model": rev.model, "status": rev.status} if rev is not None else None
         rows.append({
             "name": c.name, "state": c.state,
-            "serving": {"revision": rev.number, "model": rev.model, "status": rev.status} if rev is not None else None,
+            # a stopped cluster serves nothing, whatever its last revision was
+            "serving": served if c.state == "up" else None,
+            "last_served": served if c.state != "up" else None,
             "head": c.head_address, "manifest": c.manifest_path,
             "updated": _dt.datetime.fromtimestamp(c.updated_at, _dt.timezone.utc).isoformat(timespec="seconds") if c.updated_at else None,
         })  # fmt: skip
@@ -46,6 +50,8 @@ def clusters(ctx: click.Context, as_json: bool) -> None:
     table = [("cluster", "state", "serving", "head", "manifest")]
     for r in rows:
         serving = f"r{r['serving']['revision']} {r['serving']['model']} ({r['serving']['status']})" if r["serving"] else "-"
+        if r["last_served"]:
+            serving = f"- (was r{r['last_served']['revision']} {r['last_served']['model']}; stopped)"
         table.append((r["name"], r["state"], serving, r["head"] or "-", r["manifest"] or "(recorded manifest)"))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:

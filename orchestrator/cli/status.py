@@ -140,6 +140,9 @@ def render_report(report: Any) -> Any:
     collective = report.extra.get("collective")
     if collective:
         parts.append(Text(recorded_summary(collective)))
+    if report.serving_healthy is False:
+        parts.append(Text(f"not healthy: {report.expected_model} should be served (its revision is recorded as ready)"
+                          " and is not", style="bold red"))  # fmt: skip
     if report.serving is not None:
         from orchestrator.cli.status_serving import render_serving
 

@@ -43,11 +43,26 @@ SERVE_ENV_DEFAULTS: dict[str, str] = {
     "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1",
 }
 
-# Ray's GCS marks a node DEAD after 5 failed health checks in a row (a refused or 10 s timed-out
-# check), one every health_check_period_ms: 3000 in Ray 2.60, so a killed raylet's node was DEAD
-# after 15 s here; with 1000, ~5 s. Threshold and timeout (the guard against false deaths on busy
-# nodes) stay Ray's. Why and what was measured: docs/rollout.md, "Node loss while serving".
-NODE_DEATH_ENV_DEFAULTS: dict[str, str] = {"RAY_health_check_period_ms": "1000"}
+# Ray's GCS marks a node DEAD after health_check_failure_threshold failed health checks in a row;
+# the next check starts health_check_period_ms after the last one answered or timed out
+# (health_check_timeout_ms). Ray 2.60's values (``ray._raylet.Config``): 5, 3000, 10000. A killed
+# raylet refuses at once: DEAD after 5 x 3 s = 15 s (measured), ~5 s with a 1 s period. A host
+# that is gone (powered off, unplugged) answers nothing: every check waits its whole timeout,
+# 5 x (10 + 1) = 55 s with Ray's timeout; with 3 s, 5 x (3 + 1) = 20 s, so `orch status` shows
+# the node DEAD within 30 s (issue 46). The threshold stays Ray's: a live raylet must miss five
+# checks in a row (20 s without answering a trivial RPC, and without a resource report, which
+# Ray counts as a passed check) to be declared dead. docs/rollout.md, "Node loss while serving".
+NODE_DEATH_ENV_DEFAULTS: dict[str, str] = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "3000"}
+RAY_HEALTH_CHECK_DEFAULTS: dict[str, int] = {"period_ms": 3000, "timeout_ms": 10000, "failure_threshold": 5}
+
+
+def silent_node_death_s(env: Mapping[str, str]) -> float:
+    """The longest a node that answers nothing stays ALIVE in Ray with the health-check settings of
+    ``env`` (the head's `ray start` environment; Ray 2.60's defaults for what it does not set):
+    threshold x (timeout + period), plus one period for a check that passed just before."""
+    value = {k: int(env.get(f"RAY_health_check_{k}", v)) for k, v in RAY_HEALTH_CHECK_DEFAULTS.items()}
+    ms = value["failure_threshold"] * (value["timeout_ms"] + value["period_ms"]) + value["period_ms"]
+    return ms / 1000
 
 # HAProxy (RAY_SERVE_ENABLE_HA_PROXY) binds fixed ports on every node besides serve.http_port.
 # They follow the manifest's http_port (offsets from Ray 2.60's defaults at 8000), so two clusters

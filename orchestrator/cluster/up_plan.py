@@ -4,8 +4,14 @@ Pure: no I/O (``orchestrator.workflows.cluster`` gathers the inputs and carries 
 Decisions
 - nothing recorded (or recorded as down): ``start`` every node (after stopping what the
   cluster may have left there, so a leftover Ray cannot make `ray start` fail);
-- recorded with another manifest fingerprint: ``restart`` every node; the plan carries a
-  readable diff of the manifests, and the nodes that left the manifest are stopped too;
+- recorded with another manifest fingerprint: the change is sorted per node
+  (``cluster.node_changes.classify``). A change Ray cannot apply without restarting the head
+  (the head, the Ray port, token auth, the temp dir, the Python...) ``restart``s every node and
+  stops what Serve runs (``downtime``). Otherwise ``change``: a new worker is started alone and
+  joins; a removed worker is drained (Serve moves its replicas first) and stopped; a replaced or
+  changed worker is drained and restarted alone; the head and the other workers keep running.
+  A change no Ray process sees (SSH settings, orch's serving options) restarts nothing. The plan
+  carries a readable diff of the manifests and one line per node (``steps``);
 - same fingerprint, head's dashboard not answering or the head not ALIVE: ``restart`` all;
 - same fingerprint, some workers DEAD, missing or with the wrong GPU count: ``heal`` them alone;
 - same fingerprint, every node ALIVE with its GPUs: ``nothing``.
@@ -18,11 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator.cluster.node_state import NodeState, node_problems
+from orchestrator.cluster.node_changes import NodeChanges, classify
+from orchestrator.cluster.node_state import NodeState, current_by_name, node_problems
 from orchestrator.manifest.model import Manifest
 from orchestrator.state import ClusterRecord, redact_manifest
 
-Action = Literal["start", "restart", "heal", "nothing"]
+Action = Literal["start", "restart", "heal", "change", "nothing"]
+DRAIN_DEADLINE_S = 600.0  # what `orch up` gives Serve to move a drained node's replicas (--drain-timeout)
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,9 @@ class UpPlan:
     removed: tuple[str, ...] = ()  # nodes of the recorded manifest that are no longer in it
     diff: tuple[str, ...] = ()
     problems: dict[str, str] = field(default_factory=dict)  # node -> why it is not healthy
+    drain: tuple[str, ...] = ()  # ALIVE workers drained (Serve moves their replicas) before they stop
+    steps: tuple[str, ...] = ()  # one line per node: what happens to it, in order
+    downtime: tuple[str, ...] = ()  # why the head restarts (everything Serve runs stops), when it does
 
     @property
     def changes_anything(self) -> bool:
@@ -48,6 +59,9 @@ class UpPlan:
             "removed": list(self.removed),
             "diff": list(self.diff),
             "problems": dict(self.problems),
+            "drain": list(self.drain),
+            "steps": list(self.steps),
+            "downtime": list(self.downtime),
         }
 
 
@@ -113,9 +127,12 @@ def plan_up(
     expected_gpus: Mapping[str, int],
     states: list[NodeState] | None,
     dashboard_error: str | None = None,
+    drain_deadline_s: float = DRAIN_DEADLINE_S,
+    env_digests: tuple[Mapping[str, str] | None, Mapping[str, str] | None] = (None, None),
 ) -> UpPlan:
     """Decide the plan (see the module doc). ``states`` is what the head's dashboard listed, or
-    None when it was not asked (nothing recorded) or did not answer (``dashboard_error``)."""
+    None when it was not asked (nothing recorded) or did not answer (``dashboard_error``).
+    ``env_digests``: the recorded and the current ``node_changes.env_digests``."""
     everyone = _all(manifest)
     if record is None or record.state != "up":
         why = "no cluster recorded" if record is None else "the cluster was brought down"
@@ -126,14 +143,23 @@ def plan_up(
         new = redact_manifest(manifest.model_dump(mode="json", exclude={"source_path"}))
         old_names = [n["name"] for n in (old or {}).get("nodes", [])]
         removed = tuple(n for n in old_names if n not in everyone)
-        return UpPlan(
-            "restart",
-            "the manifest changed since the last `orch up`: restarting Ray on every node",
-            start=everyone,
-            stop=everyone,
-            removed=removed,
-            diff=tuple(manifest_diff(old, new)),
-        )
+        diff = tuple(manifest_diff(old, new))
+        changes = classify(old, new, *env_digests) if old is not None else None
+        head_down = states is None or manifest.head.name in node_problems(expected_gpus, states)
+        if changes is None or changes.full_restart or head_down:
+            full = changes.full_restart if changes is not None else ("(no recorded manifest to compare with)",)
+            if changes is not None and not full:  # the head is already down: nothing serves to protect
+                why = f"the head is not ALIVE ({dashboard_error or 'not ALIVE in Ray'})"
+            else:
+                why = "in a way Ray applies only by restarting the head"
+            return UpPlan(
+                "restart",
+                f"the manifest changed since the last `orch up`, {why}: restarting Ray on every node",
+                start=everyone, stop=everyone, removed=removed, diff=diff, downtime=tuple(full),
+                steps=tuple(f"{n}: restart (full restart)" for n in everyone)
+                + tuple(f"{n}: stop Ray (removed from the manifest)" for n in removed),
+            )  # fmt: skip
+        return _per_node(manifest, changes, expected_gpus, states, diff, drain_deadline_s)
     if states is None:
         detail = f" ({dashboard_error})" if dashboard_error else ""
         return UpPlan(
@@ -159,3 +185,41 @@ def plan_up(
         stop=sick,
         problems=problems,
     )
+
+
+def _per_node(manifest: Manifest, changes: NodeChanges, expected_gpus: Mapping[str, int], states: list[NodeState],
+              diff: tuple[str, ...], drain_deadline_s: float) -> UpPlan:  # fmt: skip
+    """The head runs and keeps running: act on the workers the change names (and heal the sick)."""
+    current = current_by_name(states)
+    problems = node_problems(expected_gpus, states)
+    restarted = changes.restarted_workers
+    sick = tuple(n for n in problems if n not in restarted and n not in changes.added)
+    start = tuple(n for n in _all(manifest) if n in changes.added or n in restarted or n in sick)
+    alive = {n for n, s in current.items() if s.alive}
+    drain = tuple(n for n in changes.removed + restarted if n in alive)
+    deadline = f"{drain_deadline_s:g} s"
+    steps: list[str] = []
+    for name in _all(manifest):
+        s = current.get(name)
+        if name in changes.added:
+            steps.append(f"{name}: join (new worker: preflight, collective check with the head, Ray started there only)")
+        elif name in restarted:
+            why = "replaced" if name in changes.replaced else "its settings changed"
+            lines = "; ".join(changes.replaced.get(name) or changes.changed.get(name) or ())
+            first = f"drain (Serve moves its replicas; deadline {deadline}), " if name in drain else ""
+            steps.append(f"{name}: {first}restart alone, rejoin ({why}: {lines})")
+        elif name in sick:
+            steps.append(f"{name}: restart alone ({problems[name]})")
+        else:
+            steps.append(f"{name}: keep (Ray node {s.node_id[:12] if s else '?'} keeps running)")
+    for name in changes.removed:
+        first = f"drain (Serve moves its replicas; deadline {deadline}), then " if name in drain else ""
+        steps.append(f"{name}: {first}stop Ray (removed from the manifest)")
+    if not start and not changes.removed:
+        reason = "the manifest changed in nothing Ray runs with: no node restarted, the new manifest recorded"
+    else:
+        parts = [f"{verb} {', '.join(names)}" for verb, names in (
+            ("adding", changes.added), ("restarting alone", restarted + sick), ("removing", changes.removed)) if names]  # fmt: skip
+        reason = "the manifest changed since the last `orch up`: " + "; ".join(parts) + "; the head keeps running"
+    return UpPlan("change", reason, start=start, stop=start,
+                  removed=changes.removed, diff=diff, problems=problems, drain=drain, steps=tuple(steps))  # fmt: skip

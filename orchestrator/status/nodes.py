@@ -9,6 +9,7 @@ that section and the ``serving`` section (``workflows.status.gather_serving``, a
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -36,6 +37,9 @@ class NodeRow:
     versions: Versions | None = None
     node_id: str | None = None
     detail: str | None = None  # why it is dead / unreachable
+    # when Ray registered this node (the dashboard's start_time_ms): a node id or start time that
+    # changed between two reports is a restart of that node, intended or not
+    start_time_ms: int | None = None
 
     @property
     def healthy(self) -> bool:
@@ -56,6 +60,8 @@ class NodeRow:
             "gpu_type": self.gpu_type,
             "versions": self.versions.to_dict() if self.versions else None,
             "node_id": self.node_id,
+            "start_time_ms": self.start_time_ms,
+            "started_at": started_at(self.start_time_ms),
             "detail": self.detail,
         }
 
@@ -105,13 +111,37 @@ class NodesSection:
         }
 
 
+def started_at(start_time_ms: int | None) -> str | None:
+    """Ray's start time in milliseconds since the epoch as ISO 8601 UTC (None when unknown)."""
+    if not start_time_ms:
+        return None
+    return _dt.datetime.fromtimestamp(start_time_ms / 1000, _dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
 @dataclass(frozen=True)
 class StatusReport:
+    """``expected_model``: the model of the revision recorded as ready while the cluster is up,
+    which the cluster should be serving. The top-level ``healthy`` is the nodes' health and, when
+    a model is expected, the serving section's: a cluster whose model is not served is not healthy,
+    whatever its nodes say."""
+
     cluster: str
     nodes: NodesSection
     recorded: Mapping[str, Any] | None = None  # ClusterRecord.to_dict() of the last `orch up`
     serving: Any | None = None  # the serving section (status.views.ServingStatus), added by with_serving
     extra: Mapping[str, Any] = field(default_factory=dict)  # further sections: name -> value
+    expected_model: str | None = None
+
+    @property
+    def serving_healthy(self) -> bool | None:
+        """None when no model is expected; else whether it is served (False when not read)."""
+        if self.expected_model is None:
+            return None
+        return self.serving is not None and bool(getattr(self.serving, "healthy", False))
+
+    @property
+    def healthy(self) -> bool:
+        return self.nodes.healthy and self.serving_healthy is not False
 
     def with_serving(self, serving: Any) -> StatusReport:
         return replace(self, serving=serving)
@@ -124,6 +154,10 @@ class StatusReport:
             "cluster": self.cluster,
             "recorded": dict(self.recorded) if self.recorded else None,
             **self.nodes.to_dict(),
+            "healthy": self.healthy,
+            "nodes_healthy": self.nodes.healthy,
+            "expected_model": self.expected_model,
+            "serving_healthy": self.serving_healthy,
             "serving": _plain(self.serving),
         }
         for name, value in self.extra.items():
@@ -176,6 +210,7 @@ def build_nodes_section(
                 versions=probe if reachable else None,  # type: ignore[arg-type]
                 node_id=s.node_id if s else None,
                 detail=detail,
+                start_time_ms=(s.start_time_ms or None) if s else None,
             )
         )
     names = {n.name for n in manifest.nodes}

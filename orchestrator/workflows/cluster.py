@@ -27,6 +27,7 @@ from typing import Any
 from orchestrator import cluster_lock
 from orchestrator.cluster.dashboard import open_dashboard, wait_for_nodes
 from orchestrator.cluster.exposure import exposure_warnings
+from orchestrator.cluster.node_changes import env_digests
 from orchestrator.cluster.node_state import NodeState, current_by_name
 from orchestrator.cluster.ray_nodes import (
     CLUSTER_ID_ENV,
@@ -43,7 +44,7 @@ from orchestrator.cluster.ray_nodes import (
     stop_argv,
     worker_start_argv,
 )
-from orchestrator.cluster.up_plan import UpPlan, plan_up
+from orchestrator.cluster.up_plan import DRAIN_DEADLINE_S, UpPlan, plan_up
 from orchestrator.collective.verdict import CollectiveReport
 from orchestrator.errors import (
     AuthenticationError,
@@ -67,6 +68,7 @@ from orchestrator.runbooks import runbook
 from orchestrator.state import StateStore
 from orchestrator.status.nodes import StatusReport, build_nodes_section
 from orchestrator.workflows.collective import CollectiveCheck, collective_stage, run_collective_check
+from orchestrator.workflows.node_drain import Drained, check_room, drain_workers, read_actors, refuse_downtime
 from orchestrator.workflows.node_files import install_serve_hooks, install_token, node_home
 
 Progress = Callable[[str], None]
@@ -109,6 +111,8 @@ class UpOptions:
     timeout: float = 300.0  # for every node to be ALIVE after the starts
     serve_env: Mapping[str, str] | None = None  # replaces cluster.ray_nodes.SERVE_ENV_DEFAULTS
     collective_check: bool = True  # the all-reduce between the nodes before Ray starts
+    allow_downtime: bool = False  # accept a change that stops a serving model (full restart, no room to drain)
+    drain_timeout: float = DRAIN_DEADLINE_S  # the deadline Ray and Serve get to move a drained node's replicas
 
 
 class PreflightStopped(PreflightFailed):
@@ -143,6 +147,7 @@ class UpResult:
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)  # what the nodes expose that orch cannot close
     collective: CollectiveReport | None = None
+    drained: list[Drained] = field(default_factory=list)
 
     @property
     def started(self) -> list[str]:
@@ -162,6 +167,7 @@ class UpResult:
             "seconds": round(self.seconds, 2),
             "warnings": list(self.warnings),
             "collective": self.collective.to_dict() if self.collective else None,
+            "drained": [d.to_dict() for d in self.drained],
         }
 
 
@@ -302,29 +308,54 @@ def _up(manifest: Manifest, deps: ClusterDeps, options: UpOptions) -> UpResult:
         record = deps.state.get_cluster(name)
         states: list[NodeState] | None = None
         dashboard_error = None
-        if record is not None and record.state == "up" and record.fingerprint == manifest.fingerprint():
+        up_before = record is not None and record.state == "up"
+        recorded = Manifest.model_validate_json(record.manifest_json) if up_before and record and record.manifest_json else None
+        if up_before and (recorded is None or recorded.head.name == head.name):  # the running head is this one: ask it
             deps.progress("reading the Ray cluster's state on the head")
             try:
                 states = _read_states(runners[head.name], manifest, deps.state.read_token(name), deps)
             except (ClusterError, RemoteError) as exc:
                 dashboard_error = exc.message
-        plan = plan_up(manifest, record, expected, states, dashboard_error)
+        cluster_id = deps.state.read_cluster_id(name)
+        digests = env_digests(manifest.model_dump(mode="json"), cluster_id) if cluster_id else None
+        plan = plan_up(manifest, record, expected, states, dashboard_error, options.drain_timeout,
+                       (deps.state.load_env_digests(name), digests))  # fmt: skip
         common = dict(plan=plan, findings=findings, facts=facts, head_address=head_address)
         if not options.dry_run:  # what the nodes have, for `orch plan --cluster` and rollout
             deps.state.save_facts(name, {n: f.to_dict() for n, f in good.items()})
         if not plan.changes_anything:
             return UpResult(name, "nothing", f"nothing to do: {plan.reason}", nodes=states or [],
                             seconds=deps.clock() - t0, **common)  # fmt: skip
+        serving = deps.state.current_revision(name) if up_before else None
+        gate = ""
+        if plan.downtime and serving is not None:
+            gate = f"; stops {serving.model} (revision {serving.number}), so it needs --allow-downtime"
         if options.dry_run:
-            return UpResult(name, plan.action, f"would {plan.action}: {plan.reason}", dry_run=True,
+            return UpResult(name, plan.action, f"would {plan.action}: {plan.reason}{gate}", dry_run=True,
                             nodes=states or [], seconds=deps.clock() - t0, **common)  # fmt: skip
-
+        refuse_downtime(plan, serving, options.allow_downtime)
         report, findings = _collective(manifest, runners, facts, findings, deps, options)
         common.update(findings=findings, collective=report)
-        deps.progress(plan.reason)
-        if plan.removed and record is not None and record.manifest_json:
-            _stop_removed(Manifest.model_validate_json(record.manifest_json), plan.removed, deps)
-        final = _carry_out(manifest, plan, runners, good, expected, head_address, deps, options)
+        token = deps.state.read_token(name)
+        if plan.drain and states is not None:  # refused (nothing changed yet) or drained, on one dashboard
+            ids = {n: s.node_id for n, s in current_by_name(states).items() if n in plan.drain}
+            with deps.open_dashboard(runners[head.name], manifest.ray.dashboard_port, token) as dash:
+                if serving is not None:
+                    check_room(plan, states, read_actors(dash), manifest.accelerator, options.allow_downtime)
+                deps.progress(plan.reason)
+                common["drained"] = drain_workers(manifest, runners[head.name], head_address, ids, dash,
+                                                  options.drain_timeout, deps.clock, deps.sleep, deps.progress)  # fmt: skip
+        else:
+            deps.progress(plan.reason)
+        if recorded is not None:  # where the cluster ran and runs no more: removed nodes, and old addresses
+            moved = tuple(n.name for n in recorded.nodes if n.name in expected and n.name in plan.start
+                          and (n.host, n.transport) != (manifest.node(n.name).host, manifest.node(n.name).transport))  # fmt: skip
+            if plan.removed or moved:
+                _stop_removed(recorded, plan.removed + moved, deps)
+        if plan.start:
+            final = _carry_out(manifest, plan, runners, good, expected, head_address, deps, options)
+        else:
+            final = _read_states(runners[head.name], manifest, token, deps)
         by_name = current_by_name(final)
         deps.state.record_cluster(
             name,
@@ -336,8 +367,14 @@ def _up(manifest: Manifest, deps: ClusterDeps, options: UpOptions) -> UpResult:
             manifest_path=str(manifest.source_path) if manifest.source_path else None,
             ray_version=(good[head.name].versions.ray if head.name in good and good[head.name].versions else None),
         )
-        verb = {"start": "started", "restart": "restarted", "heal": "restarted"}[plan.action]
-        message = f"{verb} {', '.join(plan.start)}: {len(expected)} nodes ALIVE, {sum(expected.values())} GPUs"
+        deps.state.save_env_digests(name, env_digests(manifest.model_dump(mode="json"), deps.state.read_cluster_id(name) or ""))
+        verb = {"start": "started", "restart": "restarted", "heal": "restarted", "change": "started"}[plan.action]
+        done = [f"{verb} {', '.join(plan.start)}"] if plan.start else []
+        done += [f"removed {', '.join(plan.removed)}"] if plan.removed and plan.action == "change" else []
+        message = f"{'; '.join(done) or 'recorded the manifest'}: {len(expected)} nodes ALIVE, {sum(expected.values())} GPUs"
+        if plan.downtime and serving is not None:  # Serve's applications died with the head's GCS
+            message += (f"; {serving.model} (revision {serving.number}) is NOT served after the full restart: "
+                        "`orch rollout` serves it again")  # fmt: skip
         return UpResult(name, plan.action, message, nodes=final, seconds=deps.clock() - t0, **common)
 
 
@@ -407,8 +444,9 @@ def _carry_out(
 
 
 def _stop_removed(old: Manifest, removed: tuple[str, ...], deps: ClusterDeps) -> None:
-    """Best effort: stop Ray on nodes that left the manifest (reported, never fatal)."""
-    deps.progress(f"stopping Ray on removed nodes {', '.join(removed)}")
+    """Best effort: stop Ray on nodes that left the manifest or moved to another address, at their
+    recorded address (reported, never fatal)."""
+    deps.progress(f"stopping Ray at the recorded address of {', '.join(removed)}")
     cluster_id = deps.state.read_cluster_id(old.name)
     with deps.open_runners(old) as runners:
         for o in fan_out([runners[n] for n in removed if n in runners], lambda r: stop_node(r, old, old.node(r.node), cluster_id)):
@@ -454,7 +492,10 @@ def status_nodes(manifest: Manifest, deps: ClusterDeps) -> StatusReport:
     if head.name in reach and isinstance(reach[head.name], str) and "error" not in dash and "states" not in dash:
         dash["error"] = "not read: the head does not answer over SSH"  # its SSH error is on the head's row
     section = build_nodes_section(manifest, dash.get("states"), reach, dash.get("error"), dash.get("ray_version"))
-    report = StatusReport(name, section, recorded=record.to_dict() if record else None)
+    # a model recorded as ready on a cluster recorded as up is what the cluster should serve
+    revision = deps.state.current_revision(name) if record is not None and record.state == "up" else None
+    report = StatusReport(name, section, recorded=record.to_dict() if record else None,
+                          expected_model=revision.model if revision is not None else None)  # fmt: skip
     # what the nodes expose that orch cannot close (Ray has no setting for it): said whenever
     # Ray runs there, not about a cluster with no node up
     report = report.with_section("warnings", exposure_warnings(manifest) if section.alive else [])

@@ -70,17 +70,22 @@ def test_clusters_lists_what_the_state_knows(tmp_path, capsys):
     store.record_cluster("alpha", "f1", "10.0.0.1:6379", 8265, manifest_path="/etc/orch/alpha.yaml")
     store.record_cluster("beta", "f2", "10.0.0.9:6379", 8265, manifest_path=None, state="down")
     store.add_revision("alpha", "tiny", status="ready")
+    # beta served a model until `orch down` stopped it: its revision is still recorded as ready,
+    # but nothing runs there, so it is not listed as serving (issue 46)
+    store.add_revision("beta", "small", status="ready")
     assert main(["--state-dir", str(state_dir), "clusters", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data == [
-        {"name": "alpha", "state": "up", "serving": {"revision": 1, "model": "tiny", "status": "ready"}, "head": "10.0.0.1:6379",
-         "manifest": "/etc/orch/alpha.yaml", "updated": "2023-11-14T22:13:20+00:00"},
-        {"name": "beta", "state": "down", "serving": None, "head": "10.0.0.9:6379", "manifest": None,
-         "updated": "2023-11-14T22:13:20+00:00"},
+        {"name": "alpha", "state": "up", "serving": {"revision": 1, "model": "tiny", "status": "ready"}, "last_served": None,
+         "head": "10.0.0.1:6379", "manifest": "/etc/orch/alpha.yaml", "updated": "2023-11-14T22:13:20+00:00"},
+        {"name": "beta", "state": "down", "serving": None, "last_served": {"revision": 1, "model": "small", "status": "ready"},
+         "head": "10.0.0.9:6379", "manifest": None, "updated": "2023-11-14T22:13:20+00:00"},
     ]  # fmt: skip
     assert main(["--state-dir", str(state_dir), "clusters"]) == 0
-    assert capsys.readouterr().out.splitlines() == [
-        "cluster  state  serving          head           manifest",
-        "alpha    up     r1 tiny (ready)  10.0.0.1:6379  /etc/orch/alpha.yaml",
-        "beta     down   -                10.0.0.9:6379  (recorded manifest)",
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "cluster  state  serving                    head           manifest",
+        "alpha    up     r1 tiny (ready)            10.0.0.1:6379  /etc/orch/alpha.yaml",
+        "beta     down   - (was r1 small; stopped)  10.0.0.9:6379  (recorded manifest)",
     ]
+    assert "ready" not in out.splitlines()[2]

@@ -28,6 +28,7 @@ from orchestrator.cluster.ray_nodes import (
     node_token_path,
     parse_stop,
     ray_process_env,
+    silent_node_death_s,
     stop_argv,
     worker_start_argv,
 )
@@ -126,9 +127,10 @@ def test_process_env_order(manifest):
 
 def test_faster_node_death_detection_is_a_default_the_manifest_can_change():
     # Ray reads RAY_<config name> from its processes' environment; the GCS (head) owns the check.
-    assert NODE_DEATH_ENV_DEFAULTS == {"RAY_health_check_period_ms": "1000"}
+    assert NODE_DEATH_ENV_DEFAULTS == {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "3000"}
     m = load_manifest("name: c\nnodes: [{name: a, host: 1.2.3.4, role: head, gpus: 1}]\n", Path("/x/c.yaml"))
-    assert ray_process_env(m, m.head, None, token_path="/t")["RAY_health_check_period_ms"] == "1000"
+    env = ray_process_env(m, m.head, None, token_path="/t")
+    assert env["RAY_health_check_period_ms"] == "1000" and env["RAY_health_check_timeout_ms"] == "3000"
     own = load_manifest("name: c\nenv: {RAY_health_check_period_ms: '3000'}\n"
                         "nodes: [{name: a, host: 1.2.3.4, role: head, gpus: 1}]\n", Path("/x/c.yaml"))  # fmt: skip
     assert ray_process_env(own, own.head, None, token_path="/t")["RAY_health_check_period_ms"] == "3000"
@@ -228,3 +230,13 @@ def test_haproxy_side_ports_follow_the_serve_http_port():
         "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": "9500",
     }
     assert haproxy_ports(18000)["RAY_SERVE_FALLBACK_PROXY_HTTP_PORT"] == "18500"
+
+
+def test_a_silent_node_is_dead_in_ray_within_30_s():
+    """Issue 46: a lost node is shown DEAD within 30 s. Ray 2.60's GCS health check (period 3000,
+    timeout 10000, threshold 5, printed by ``ray._raylet.Config`` of the installed Ray) leaves a
+    host that answers nothing ALIVE for 5 x (10 + 3) + 3 = 68 s; orch's environment must bring it
+    to 20 s or so, leaving `orch status` (a few seconds, docs/rollout.md) inside 30 s."""
+    assert silent_node_death_s({}) == 68.0
+    m = load_manifest("name: c\nnodes: [{name: a, host: 1.2.3.4, role: head, gpus: 1}]\n", Path("/x/c.yaml"))
+    assert silent_node_death_s(ray_process_env(m, m.head, None, token_path="/t")) <= 22.0

@@ -74,6 +74,14 @@ class World:
         self.private_dirs: list[tuple[str, str]] = []  # (node, path) made 0700 before `ray start`
         self.collective_jobs: list[tuple[str, dict, dict]] = []  # (node, spec, env) of each collective job run
         self.collective_broken: dict[str, str] = {}  # node -> the error its job reports at the rendezvous
+        # Serve, played: engine replicas as (node, model); a drained node's replicas move to another
+        # ALIVE node that is not draining at the next actor read (Serve starts the replacement
+        # first), unless the node is in ``stuck``
+        self.engines: list[tuple[str, str]] = []
+        self.draining: set[str] = set()  # node ids
+        self.drains: list[tuple[str, tuple, dict]] = []  # (node run on, argv after the module, env)
+        self.stuck: set[str] = set()
+        self.used: dict[str, dict[str, float]] = {}  # node -> resources in use (/api/cluster_status)
 
     def _runner(self, name: str) -> FakeRunner:
         world = self
@@ -154,7 +162,34 @@ class World:
             self.head_up.clear()
         return result(json.dumps({"killed": len(names), "alive": [], "names": names}))
 
+    def drain(self, name, args, env):
+        self.drains.append((name, tuple(args), dict(env or {})))
+        self.draining.add(args[args.index("--node-id") + 1])
+        return result()
+
+    def actors(self):
+        """``/api/v0/actors?detail=true`` of the simulated Serve (the shape of Ray 2.60's answer)."""
+        ids = {n: s.node_id for n, s in self.running.items()}
+        names = {v: k for k, v in ids.items()}
+        targets = [n for n in self.running if ids[n] not in self.draining]
+        moved = []
+        for node, model in self.engines:
+            if ids.get(node) in self.draining and node not in self.stuck and targets:
+                others = [t for t in targets if t != node]
+                node = others[0] if others else node
+            moved.append((node, model))
+        self.engines = moved
+        rows = [{"actor_id": f"a{i}", "class_name": f"ServeReplica:orch-r1:LLMServer:{model}", "state": "ALIVE",
+                 "name": f"SERVE_REPLICA::orch-r1#LLMServer:{model}#{i}", "node_id": ids.get(node), "pid": 100 + i,
+                 "placement_group_id": f"pg{i}"} for i, (node, model) in enumerate(self.engines) if node in ids]  # fmt: skip
+        rows.append({"actor_id": "c", "class_name": "ServeController", "state": "ALIVE", "name": "SERVE_CONTROLLER_ACTOR",
+                     "node_id": ids.get("head"), "pid": 7, "placement_group_id": None})  # fmt: skip
+        assert all(names.get(r["node_id"]) for r in rows if r["node_id"])
+        return {"result": True, "msg": "", "data": {"result": {"total": len(rows), "result": rows}}}
+
     def ray(self, name, args, env):
+        if args[0] == "drain-node":
+            return self.drain(name, args, env)
         assert args[0] == "start"
         assert "ORCH_CLUSTER" not in env
         assert len(env["ORCH_CLUSTER_ID"]) == 16 and int(env["ORCH_CLUSTER_ID"], 16) >= 0
@@ -212,7 +247,13 @@ class World:
             def nodes_with_usage(self):
                 if "head" not in world.running:
                     raise DashboardUnavailable("the Ray dashboard at http://127.0.0.1:18265 did not answer")
-                return world.dead + list(world.running.values())
+                return world.dead + [replace(s, resources_used=dict(world.used.get(n, {}))) for n, s in world.running.items()]
+
+            def get_json(self, path, params=None):
+                assert path == "/api/v0/actors" and params == {"detail": "true", "limit": "10000"}
+                if "head" not in world.running:
+                    raise DashboardUnavailable("the Ray dashboard at http://127.0.0.1:18265 did not answer")
+                return world.actors()
 
             def ray_version(self):
                 return "2.60.0"

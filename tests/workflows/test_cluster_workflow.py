@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator import cluster_lock
 from orchestrator.cluster_lock import ClusterBusy
-from orchestrator.errors import ClusterError
+from orchestrator.errors import ClusterError, UsageError
 from orchestrator.manifest.load import load_manifest
 from orchestrator.preflight.findings import finding
 from orchestrator.remote.local import LocalRunner
@@ -141,14 +141,130 @@ def test_changed_manifest_dry_run_prints_diff_and_changes_nothing(env):
     assert deps.state.get_cluster("tb").fingerprint == manifest.fingerprint()
 
 
-def test_changed_manifest_restarts_and_stops_removed_node(env):
-    manifest, world, deps, _ = env
+def test_a_removed_worker_is_drained_then_stopped_and_the_others_keep_running(env):
+    manifest, world, deps, messages = env
     up(manifest, deps)
+    ids = {n: s.node_id for n, s in world.running.items()}
+    deps.state.add_revision("tb", "tiny", status="ready")
+    world.engines = [("w2", "tiny")]
+    world.used = {"w2": {"GPU": 8.0}}  # the replica's GPUs; w1 has its 8 free
     changed = manifest_of(YAML.replace("  - {name: w2, host: 10.0.0.3, gpus: 8, interface: eth1}\n", ""))
     res = up(changed, deps)
-    assert res.action == "restart" and res.started == ["head", "w1"]
+    assert res.action == "change" and res.started == [] and res.plan.removed == ("w2",) and res.plan.drain == ("w2",)
     assert set(world.running) == {"head", "w1"}  # w2 was stopped although it left the manifest
+    assert {n: s.node_id for n, s in world.running.items()} == {"head": ids["head"], "w1": ids["w1"]}
+    assert world.verbs("head") == ["stop", "start"] and world.verbs("w1") == ["stop", "start"]  # only the first up
+    (drain,) = world.drains
+    assert drain[0] == "head" and drain[1][:5] == ("drain-node", "--address", "192.168.7.1:26379", "--node-id", ids["w2"])
+    assert drain[1][drain[1].index("--reason") + 1] == "DRAIN_NODE_REASON_PREEMPTION"
+    assert drain[1][drain[1].index("--deadline-remaining-seconds") + 1] == "600"
+    assert drain[2]["RAY_AUTH_MODE"] == "token"
+    assert world.engines == [("head", "tiny")]  # Serve moved the replica before w2 stopped
+    assert [d.node for d in res.drained] == ["w2"] and res.drained[0].left == {}
+    assert any(m.startswith("w2 drained after") for m in messages)
     assert deps.state.get_cluster("tb").fingerprint == changed.fingerprint()
+    assert "removed w2" in res.message
+
+
+def test_a_drain_past_its_deadline_is_said_and_the_worker_still_stops(env):
+    manifest, world, deps, messages = env
+    up(manifest, deps)
+    deps.state.add_revision("tb", "tiny", status="ready")
+    world.engines, world.stuck = [("w2", "tiny")], {"w2"}
+    changed = manifest_of(YAML.replace("  - {name: w2, host: 10.0.0.3, gpus: 8, interface: eth1}\n", ""))
+    res = up(changed, deps, UpOptions(drain_timeout=30))
+    assert res.drained[0].left == {"tiny": 1} and res.drained[0].seconds >= 30
+    assert any("after the 30 s drain deadline" in m for m in messages)
+    assert "w2" not in world.running
+
+
+def test_removing_the_worker_whose_model_has_no_room_elsewhere_is_refused(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    deps.state.add_revision("tb", "tiny", status="ready")
+    world.engines = [("w2", "tiny")]
+    world.used = {"w2": {"GPU": 8.0}, "w1": {"GPU": 4.0}, "head": {"GPU": 8.0}}
+    changed = manifest_of(YAML.replace("  - {name: w2, host: 10.0.0.3, gpus: 8, interface: eth1}\n", ""))
+    with pytest.raises(UsageError) as err:
+        up(changed, deps)
+    assert err.value.exit_code == 2
+    assert err.value.message.endswith("tiny on w2 uses 8 GPU; no node that keeps running has that much free (4 free on w1)")
+    assert "--allow-downtime" in err.value.hint
+    assert "w2" in world.running and world.drains == []  # nothing was touched
+    assert deps.state.get_cluster("tb").fingerprint == manifest.fingerprint()
+    res = up(changed, deps, UpOptions(allow_downtime=True))
+    assert res.action == "change" and "w2" not in world.running
+
+
+def test_a_new_worker_joins_and_nobody_else_restarts(env):
+    manifest, world, deps, _ = env
+    two = manifest_of(YAML.replace("  - {name: w2, host: 10.0.0.3, gpus: 8, interface: eth1}\n", ""))
+    up(two, deps)
+    ids = {n: s.node_id for n, s in world.running.items()}
+    dry = up(manifest, deps, UpOptions(dry_run=True))
+    assert dry.action == "change" and dry.plan.steps[2].startswith("w2: join (new worker")
+    assert dry.plan.steps[0] == f"head: keep (Ray node {ids['head'][:12]} keeps running)"
+    res = up(manifest, deps)
+    assert res.action == "change" and res.started == ["w2"] and world.verbs("w2") == ["stop", "start"]
+    assert {n: world.running[n].node_id for n in ("head", "w1")} == ids
+    w2 = world.ray_calls("w2", "start")[0].argv
+    assert w2[w2.index("--address") + 1] == "192.168.7.1:26379"
+
+
+def test_a_worker_whose_settings_changed_is_drained_and_restarted_alone(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    ids = {n: s.node_id for n, s in world.running.items()}
+    world.engines = [("w1", "tiny")]
+    deps.state.add_revision("tb", "tiny", status="ready")
+    changed = manifest_of(YAML.replace("{name: w1, host: 10.0.0.2, gpus: 8, interface: eth1}",
+                                       "{name: w1, host: 10.0.0.2, gpus: 8, interface: eth1, cpus: 10}"))  # fmt: skip
+    dry = up(changed, deps, UpOptions(dry_run=True))
+    assert dry.plan.steps[1] == ("w1: drain (Serve moves its replicas; deadline 600 s), restart alone, rejoin "
+                                 "(its settings changed: ~ nodes.w1.cpus: null -> 10)")  # fmt: skip
+    res = up(changed, deps)
+    assert res.action == "change" and res.started == ["w1"] and res.plan.drain == ("w1",)
+    assert world.verbs("w1") == ["stop", "start", "stop", "start"]
+    assert world.running["w1"].node_id != ids["w1"]
+    assert {n: world.running[n].node_id for n in ("head", "w2")} == {"head": ids["head"], "w2": ids["w2"]}
+    w1 = world.ray_calls("w1", "start")[-1].argv
+    assert w1[w1.index("--num-cpus") + 1] == "10"
+
+
+def test_a_replaced_worker_is_drained_stopped_at_its_old_address_and_started_at_the_new(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    ids = {n: s.node_id for n, s in world.running.items()}
+    opened: list[tuple[str, str]] = []
+    open_runners = world.open_runners
+
+    def recording(m):  # which address each opened runner stands for
+        opened.extend((n.name, n.host) for n in m.nodes)
+        return open_runners(m)
+
+    deps.open_runners = recording
+    changed = manifest_of(YAML.replace("host: 10.0.0.3", "host: 10.0.0.9"))
+    res = up(changed, deps)
+    assert res.action == "change" and res.started == ["w2"] and res.plan.drain == ("w2",)
+    assert ("w2", "10.0.0.3") in opened  # the old address was reached to stop Ray there
+    assert world.verbs("w2") == ["stop", "start", "stop", "stop", "start"]
+    assert {n: world.running[n].node_id for n in ("head", "w1")} == {"head": ids["head"], "w1": ids["w1"]}
+
+
+def test_a_head_change_is_refused_while_a_model_serves_unless_downtime_is_allowed(env):
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    deps.state.add_revision("tb", "tiny", status="ready")
+    changed = manifest_of(YAML.replace("port: 26379", "port: 26380"))
+    dry = up(changed, deps, UpOptions(dry_run=True))
+    assert dry.action == "restart" and dry.plan.downtime == ("~ ray.port: 26379 -> 26380",)
+    assert dry.message.endswith("stops tiny (revision 1), so it needs --allow-downtime")
+    with pytest.raises(UsageError) as err:
+        up(changed, deps)
+    assert err.value.exit_code == 2 and "stops tiny (revision 1, serving now): ~ ray.port: 26379 -> 26380" in err.value.message
+    assert world.verbs("head") == ["stop", "start"]  # untouched
+    res = up(changed, deps, UpOptions(allow_downtime=True))
+    assert res.action == "restart" and "tiny (revision 1) is NOT served after the full restart" in res.message
 
 
 def test_preflight_failure_stops_before_anything_starts(env):
@@ -315,6 +431,22 @@ def test_status_shows_dead_and_unreachable_nodes(env):
     d = report.to_dict()
     assert d["totals"] == {"nodes": 3, "alive": 2, "gpus_total": 16.0, "gpus_used": 0.0, "gpus_expected": 24}
     assert d["healthy"] is False and d["serving"] is None and d["recorded"]["head_address"] == "192.168.7.1"
+
+
+def test_status_is_not_healthy_while_the_model_recorded_as_ready_is_not_served(env):
+    """Issue 46: every node ALIVE, a revision recorded as ready, no serving section (the restart
+    took the Serve application with it): the top level says not healthy, and names the model."""
+    manifest, world, deps, _ = env
+    up(manifest, deps)
+    deps.state.add_revision("tb", "tiny", status="ready")
+    report = status_nodes(manifest, deps)
+    d = report.to_dict()
+    assert d["nodes_healthy"] is True and d["expected_model"] == "tiny"
+    assert d["healthy"] is False and d["serving_healthy"] is False
+    ids = {r["name"]: (r["node_id"], r["start_time_ms"]) for r in d["nodes"]}
+    assert ids["w1"] == (world.running["w1"].node_id, world.running["w1"].start_time_ms)
+    deps.state.set_cluster_state("tb", "down")  # `orch down`: nothing is expected any more
+    assert status_nodes(manifest, deps).expected_model is None
 
 
 def test_status_when_head_unreachable(env):
