@@ -51,6 +51,7 @@ from orchestrator.plan.layout import (
     valid_tps,
 )
 from orchestrator.plan.memory import GIB, count_params
+from orchestrator.plan.quant_names import check_quantization_names
 from orchestrator.plan.shape import ClusterShape, make_shape, shape_from_facts, shape_from_manifest
 
 __all__ = [
@@ -294,6 +295,8 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     weights = weights_reason(spec, options)
     if weights:
         reasons.append(weights)
+    if (options.dtype or spec.dtype) == spec.dtype:  # names of the checkpoint's quantization config that match nothing
+        reasons.extend(check_quantization_names(spec))
     assumption = shape.interconnect_assumption()
     if assumption:
         reasons.append(assumption)
