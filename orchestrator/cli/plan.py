@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from orchestrator.cli.feature_flags import feature_flags, feature_options
 from orchestrator.cli.output import console, print_json
 from orchestrator.cli.params import FiniteFloat, engine_flags
 from orchestrator.errors import PlanError, UsageError
@@ -59,6 +60,7 @@ from orchestrator.workflows.plan import planning_shape, sampler_for, size_model,
               help="vLLM kv_cache_dtype: auto keeps the model's dtype, fp8 halves the KV bytes per token.")  # fmt: skip
 @click.option("--nvlink/--no-nvlink", default=None, help="Whether GPUs in a node share NVLink [default: the GPU type's usual board].")
 @engine_flags
+@feature_flags
 @click.option("--target-rps", type=FiniteFloat(min=0, min_open=True), default=None,
               help="With --cluster: the request rate to serve [default: the manifest's slo.target_rps]; sized with the goodput recorded on the cluster.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (exit 2 when nothing fits, after printing it).")
@@ -87,6 +89,7 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
     shape = shape_from_flags(base, gpu_type, gpu_memory_gib, gpus_per_node, nodes, nvlink)
     version, version_source = vllm_version_for(vllm_version, manifest, state_dir)
     flashinfer, sampler_source = sampler_for(sampler, version, manifest, state_dir)
+    lora, speculative = feature_options(ctx)
     options = PlanOptions(
         tp=tp,
         pp=pp,
@@ -103,6 +106,8 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
         enforce_eager=enforce_eager,
         block_size=int(block_size) if block_size else None,
         flashinfer_sampler=flashinfer,
+        lora=lora,
+        speculative=speculative,
     )
     sampler_note = f"sampler: {'FlashInfer' if flashinfer else 'PyTorch/Triton'} ({sampler_source}); the rollout sets VLLM_USE_FLASHINFER_SAMPLER={int(flashinfer)}"
     shape = replace(shape, notes=(*shape.notes, f"vLLM {version}: {version_source}", *([] if shape.is_cpu else [sampler_note])))
@@ -199,7 +204,8 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict, r
         *([("data parallel", f"{p.dp} ranks per replica, each its own engine and KV cache")] if p.dp > 1 else []),
         *([("expert parallel", f"EP={p.tp * p.dp}: whole experts on each GPU")] if p.expert_parallel else []),
         ("replicas", str(p.replicas) + ("  (DP groups)" if p.dp > 1 else "")),
-        ("weights per GPU", f"{p.weights_gib_per_gpu:.2f} GiB"),
+        ("weights per GPU", f"{p.weights_gib_per_gpu:.2f} GiB" + (" (with the rows below)" if p.features else "")),
+        *_feature_rows(p),
         ("reserve per GPU", f"{p.reserve_gib_per_gpu:.2f} GiB (activations, sampler, CUDA graphs, non-torch)"),
         ("KV cache per GPU", f"{p.kv_cache_gib_per_gpu:.2f} GiB{' (fixed)' if p.kv_cache_gib_fixed else ''}, {p.kv_bytes_per_token_per_gpu / KIB:,.1f} KiB per token"),
         ("KV cache size", f"{p.kv_cache_tokens:,} tokens per replica"
@@ -222,6 +228,20 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict, r
         out.print("[bold]What would fit[/bold]")
         for s in p.suggestions:
             out.print(f"  - {s}", markup=False)
+
+
+def _feature_rows(p: ParallelPlan) -> list[tuple[str, str]]:
+    """The memory the LoRA slots and the speculative draft take (part of the weights vLLM loads)."""
+    f = p.features or {}
+    kwargs = f.get("engine_kwargs", {})
+    rows = []
+    if "enable_lora" in kwargs:
+        rows.append(("  LoRA slots per GPU", f"{f['lora_gib_per_gpu']:.2f} GiB ({kwargs['max_loras']} x rank {kwargs['max_lora_rank']})"))
+    if "speculative_config" in kwargs:
+        sc = kwargs["speculative_config"]
+        rows.append(("  draft per GPU", f"{f['draft_gib_per_gpu']:.2f} GiB weights + {f['draft_kv_bytes_per_token_per_gpu'] / KIB:,.1f} KiB "
+                                        f"KV per token ({sc['method']}, {sc['num_speculative_tokens']} token(s))"))  # fmt: skip
+    return rows
 
 
 def _render_layouts(out, p: ParallelPlan) -> None:

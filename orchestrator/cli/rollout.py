@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from orchestrator.cli.feature_flags import feature_flags, feature_options
 from orchestrator.cli.output import console, print_json
 from orchestrator.cli.params import FiniteFloat, engine_flags
 from orchestrator.cli.wiring import progress_display, resolve_manifest, rollout_deps
@@ -128,6 +129,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
               help="Requests one engine replica takes at once (Serve's max_ongoing_requests) [default: the manifest's serve.max_ongoing_requests, else the engine's max_num_seqs x 1.25].")
 @click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE", help="Extra vLLM engine argument (repeatable; not the ones that size memory, which have their own flags).")
 @engine_flags
+@feature_flags
 @click.option("--dry-run", is_flag=True, help="Print the plan, the decision and the rendered config; change nothing.")
 @click.option("--allow-downtime", is_flag=True, help="Replace the serving revision in place when there is no room for a second copy.")
 @click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=900.0, show_default=True, help="Seconds for the new revision to be RUNNING.")
@@ -160,6 +162,7 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
     manifest = resolve_manifest(cluster_yaml, state_dir, "rollout")
     version, _ = vllm_version_for(vllm_version, manifest, state_dir)
     flashinfer, _ = sampler_for(sampler, version, manifest, state_dir)
+    lora, speculative = feature_options(ctx)
     request = RolloutRequest(
         model=model, served_name=served_name, model_path=model_path, tp=tp, pp=pp, dp=dp, expert_parallel=expert_parallel,
         max_model_len=max_model_len,
@@ -168,7 +171,7 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, enforce_eager=enforce_eager,
         block_size=int(block_size) if block_size else None, vllm_version=version, flashinfer_sampler=flashinfer,
         request_router=request_router.replace("-", "_") if request_router else None,
-        max_ongoing_requests=max_ongoing_requests,
+        max_ongoing_requests=max_ongoing_requests, lora=lora, speculative=speculative,
     )  # fmt: skip
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s, slo_gate=slo_gate)
     api_key = os.environ.get(manifest.serve.api_key_env) or None

@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass
 
 from orchestrator.plan.catalog import ModelSpec
+from orchestrator.plan.engine_features import LoraOptions, SpeculativeOptions, feature_bytes
 from orchestrator.plan.engine_terms import CUDA_GRAPH_GIB, GPU_EXTRA_VLLM, EngineTerms, engine_terms, parse_vllm_version
 from orchestrator.plan.memory import GIB, kv_bytes_per_token, kv_dtype_bytes, stage_layer_ranges, stage_weight_bytes
 from orchestrator.plan.shape import ClusterShape
@@ -91,6 +92,8 @@ class PlanOptions:
     vllm_version: str = GPU_EXTRA_VLLM
     flashinfer_sampler: bool | None = None  # True/False: the sampler the engine is told to use; None: the version's default
     reserve_gib: float | None = None  # a measured reserve per GPU (calibration) instead of the model
+    lora: LoraOptions | None = None  # LoRA slots vLLM allocates at load (orchestrator.plan.engine_features)
+    speculative: SpeculativeOptions | None = None  # the draft's weights and KV layers (same module)
 
 
 def terms_for(spec: ModelSpec, options: PlanOptions) -> EngineTerms:
@@ -198,6 +201,10 @@ def stage_capacities(spec: ModelSpec, shape: ClusterShape, options: PlanOptions,
         first, last = i == 0, i == pp - 1
         weights = stage_weight_bytes(spec, start, end, tp=tp, first=first, last=last, dtype=dtype, dp=dp, expert_parallel=expert_parallel)
         per_token = kv_bytes_per_token(spec, layers=end - start, tp=tp, s=s_kv)
+        if options.lora is not None or options.speculative is not None:  # LoRA slots, the draft (on the last stage)
+            extra_weights, extra_kv = feature_bytes(spec, options.lora, options.speculative, layers=end - start, tp=tp,
+                                                    first=first, last=last, dtype=dtype, s=s_kv)  # fmt: skip
+            weights, per_token = weights + extra_weights, per_token + extra_kv
         if shape.is_cpu:
             reserve = 0.0
             kv = (options.kv_cache_gib if options.kv_cache_gib is not None else CPU_KV_CACHE_GIB) * GIB

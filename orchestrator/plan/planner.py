@@ -33,6 +33,7 @@ from orchestrator.plan.capacity import (
     StageCapacity,
     batch_limits,
     cpu_kv_cache_bytes,
+    resolved_kv_cache_dtype,
     terms_for,
     utilization,
 )
@@ -40,6 +41,7 @@ from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
 from orchestrator.plan.choice import choose_tp_pp, first_fit, fit_suggestions
 from orchestrator.plan.dp_choice import best_dp, choose_layout, forced_dp, side_by_side
 from orchestrator.plan.dtype_rules import check_dtype, online_quantization, quantization_json, weights_reason
+from orchestrator.plan.engine_features import check_features, describe_features, features_json
 from orchestrator.plan.layout import (
     Candidate,
     evaluate,
@@ -50,7 +52,8 @@ from orchestrator.plan.layout import (
     tp_refusal,
     valid_tps,
 )
-from orchestrator.plan.memory import GIB, count_params
+from orchestrator.plan.memory import GIB, count_params, kv_dtype_bytes
+from orchestrator.plan.quant_names import check_quantization_names
 from orchestrator.plan.shape import ClusterShape, make_shape, shape_from_facts, shape_from_manifest
 
 __all__ = [
@@ -75,6 +78,12 @@ PLANNED_ENGINE_ARGS: tuple[tuple[str, str], ...] = (
     ("enforce_eager", "enforce_eager"),
     ("block_size", "block_size"),  # only when set: vLLM picks per attention backend otherwise
     ("online_quantization", "quantization"),  # only when vLLM quantizes an unquantized checkpoint on load
+    # only when set: LoRA slots and a speculative config take memory (orchestrator.plan.engine_features)
+    ("enable_lora", "enable_lora"),
+    ("max_loras", "max_loras"),
+    ("max_lora_rank", "max_lora_rank"),
+    ("max_cpu_loras", "max_cpu_loras"),
+    ("speculative_config", "speculative_config"),
 )
 
 
@@ -121,6 +130,7 @@ class ParallelPlan:
     quantization: dict | None = None  # the checkpoint's own (method, scheme, source), None if unquantized
     alternatives: tuple[dict, ...] = ()  # other layouts of the same GPUs, when stages share a node
     online_quantization: str | None = None  # vLLM's --quantization for on-the-fly fp8 of a 16-bit checkpoint
+    features: dict | None = None  # LoRA / speculative engine arguments and their memory (engine_features)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -140,6 +150,8 @@ class ParallelPlan:
             return self.dp > 1
         if field == "expert_parallel":
             return self.expert_parallel
+        if field in FEATURE_ARGS:
+            return field in (self.features or {}).get("engine_kwargs", {})
         return True
 
     @property
@@ -152,7 +164,9 @@ class ParallelPlan:
 
     def engine_kwargs(self) -> dict:
         """The vLLM engine arguments this plan stands for (for Ray Serve LLM's engine_kwargs)."""
-        out: dict = {arg: getattr(self, field) for field, arg in PLANNED_ENGINE_ARGS if self._planned(field)}
+        feature_args = (self.features or {}).get("engine_kwargs", {})
+        out: dict = {arg: feature_args[field] if field in FEATURE_ARGS else getattr(self, field)
+                     for field, arg in PLANNED_ENGINE_ARGS if self._planned(field)}  # fmt: skip
         if self.kv_cache_gib_fixed and self.gpu_type != "cpu":
             out["kv_cache_memory_bytes"] = int(self.kv_cache_gib_per_gpu * GIB)
         elif self.gpu_type == "cpu":  # a whole size is VLLM_CPU_KVCACHE_SPACE in the runtime env instead
@@ -204,7 +218,12 @@ class ParallelPlan:
             "stages": [s.to_json() for s in self.stages],
             "engine_kwargs": self.engine_kwargs(),
             "layouts": self.layouts or {},
+            **({"features": self.features} if self.features else {}),
         }
+
+
+# the PLANNED_ENGINE_ARGS whose values come from ParallelPlan.features (set only when asked for)
+FEATURE_ARGS = ("enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras", "speculative_config")
 
 
 # ---- checks ----
@@ -223,6 +242,7 @@ def _check_options(spec: ModelSpec, options: PlanOptions) -> int:
     if options.dtype is not None and options.dtype not in DTYPE_BYTES:
         raise PlanError(f"unknown dtype '{options.dtype}'", hint=f"use one of {', '.join(DTYPE_BYTES)}")
     check_dtype(spec, options.dtype)
+    check_features(spec, options.lora, options.speculative)
     if options.kv_cache_dtype not in ("auto", "fp8"):
         raise PlanError(f"unknown kv cache dtype '{options.kv_cache_dtype}'", hint="use auto or fp8")
     length = options.max_model_len or spec.max_position
@@ -294,9 +314,12 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     weights = weights_reason(spec, options)
     if weights:
         reasons.append(weights)
+    if (options.dtype or spec.dtype) == spec.dtype:  # names of the checkpoint's quantization config that match nothing
+        reasons.extend(check_quantization_names(spec))
     assumption = shape.interconnect_assumption()
     if assumption:
         reasons.append(assumption)
+    features = None
     if dp_forced:
         chosen = forced_dp(spec, shape, options, reasons)
     elif shape.is_cpu:
@@ -336,6 +359,11 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     tp_choice = lambda: choose_tp_pp(spec, shape, replace(options, dp=None, tp=None, pp=None))[0]  # noqa: E731
     layouts = side_by_side(spec, shape, options, chosen, tp_choice)
     tight = chosen.tightest
+    if options.lora is not None or options.speculative is not None:
+        s_kv = kv_dtype_bytes(options.dtype or spec.dtype, resolved_kv_cache_dtype(spec, options))
+        features = features_json(spec, options.lora, options.speculative, tp=chosen.tp, pp=chosen.pp, first_layers=chosen.stages[0].layers,
+                                 dtype=options.dtype or spec.dtype, s=s_kv)  # fmt: skip
+        reasons.extend(describe_features(options.lora, options.speculative, features))
     tokens, seqs = batch_limits(spec, shape, options)
     terms = terms_for(spec, options)
     dtype = options.dtype or spec.dtype
@@ -378,6 +406,7 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         quantization=quantization_json(spec) if dtype == spec.dtype else None,
         online_quantization=online_quantization(spec, dtype, options.vllm_version),
         alternatives=tuple(a.to_json() for a in alts),
+        features=features,
     )
 
 

@@ -26,6 +26,9 @@ method; the same in 0.29.0 and 0.32.0, ``vllm/model_executor/layers/quantization
   byte, one fp8 scale per ``group_size`` of 16, a per-tensor fp32 scale); ``exclude_modules`` are
   exact names, substrings or wildcards. ``kv_cache_quant_algo: FP8`` makes vLLM's
   ``kv_cache_dtype=auto`` fp8 (``vllm/utils/torch_utils.py resolve_kv_cache_dtype_string``).
+  ``MIXED_PRECISION`` (``ModelOptMixedPrecisionConfig``, 0.32.0): a ``quantized_layers`` entry per
+  module with its own algo (FP8, FP8 per channel, FP8 block, NVFP4, W4A16_NVFP4, MXFP8); a module
+  with no entry stays 16-bit; ``Quantization.per_layer_entry`` resolves names as vLLM does.
 - ``mxfp4.py`` (gpt-oss): only the MoE experts are quantized (4-bit weights, one uint8 scale per
   32); every linear layer stays 16-bit ("MXFP4 linear layer is not implemented").
 - ``bitsandbytes``: neither vLLM 0.29.0 nor 0.32.0 has a bitsandbytes method (removed from
@@ -118,6 +121,9 @@ class Quantization:
     experts_only: bool = False
     kv_cache_dtype: str | None = None  # "fp8" when the checkpoint sets vLLM's auto KV dtype
     notes: tuple[str, ...] = field(default=())
+    # ModelOpt MIXED_PRECISION: (module prefix, storage) per quantized_layers entry; a module no entry
+    # resolves to stays 16-bit (``per_layer_storage`` resolves them as vLLM does)
+    per_layer: tuple[tuple[str, Storage], ...] = ()
 
     def describe(self) -> str:
         return f"{self.method} ({self.scheme}) from {self.source}"
@@ -142,10 +148,54 @@ class Quantization:
             return None
         if self.skipped(names):
             return None
+        if self.per_layer:
+            key = self.per_layer_entry(names, expert=expert)
+            return None if key is None else self._per_layer[key]
         for targets, storage in self.rules:
             if any(_target_matches(name, target) for name in names for target in targets):
                 return storage
         return None
+
+
+    @cached_property
+    def _per_layer(self) -> dict[str, Storage]:
+        return dict(self.per_layer)
+
+    def per_layer_entry(self, names: Sequence[str], *, expert: bool = False) -> str | None:
+        """The quantized_layers key vLLM's ``ModelOptMixedPrecisionConfig._resolve_quant_algo`` takes
+        for a module (0.32.0, modelopt.py), given under each of its candidate full names:
+
+        1. the module's own name; 2. a fused module (``qkv_proj``, ``gate_up_proj``, DeepSeek's
+        ``fused_qkv_a_proj``) takes the entry of any of its shards, so a shard without an entry is
+        quantized like its siblings; 3. routed experts are one module (``...mlp.experts``): its own
+        entry, else the first key under it (``...experts.0.up_proj``), else the first key under its
+        parent (``...mlp.*``). None: no entry, the module stays unquantized."""
+        table = self._per_layer
+        for name in names:
+            if expert:
+                parent = name.split(".experts.", 1)[0]
+                prefix = parent + ".experts"
+                if prefix in table:
+                    return prefix
+                for scope in (prefix + ".", parent + "."):
+                    hit = next((key for key in table if key.startswith(scope)), None)
+                    if hit is not None:
+                        return hit
+                continue
+            if name in table:
+                return name
+            base, _, leaf = name.rpartition(".")
+            for group in FUSED_SHARDS:
+                if leaf in group:
+                    hit = next((f"{base}.{shard}" for shard in group if f"{base}.{shard}" in table), None)
+                    if hit is not None:
+                        return hit
+        return None
+
+
+# The shards vLLM fuses into one linear module (packed_modules_mapping of llama.py, qwen2/3.py,
+# deepseek_v2.py): one module, one quantization.
+FUSED_SHARDS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"), ("q_a_proj", "kv_a_proj_with_mqa"))
 
 
 def _matches(name: str, pattern: str, mode: str) -> bool:
@@ -160,6 +210,11 @@ def _matches(name: str, pattern: str, mode: str) -> bool:
     if mode == "glob":
         return name == pattern or fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern + ".*")
     return name == pattern
+
+
+def matches_pattern(name: str, pattern: str, mode: str) -> bool:
+    """Whether ``name`` matches ``pattern`` as the method matches it ("target": a config group target)."""
+    return _target_matches(name, pattern) if mode == "target" else _matches(name, pattern, mode)
 
 
 def _target_matches(name: str, target: str) -> bool:
@@ -379,16 +434,64 @@ def _gptq(quant: Mapping[str, Any], source: str) -> Quantization:
 _MODELOPT = {"FP8": "fp8", "NVFP4": "nvfp4", "W4A16_NVFP4": "nvfp4"}
 
 
+def _modelopt_storage(algo: str, entry: Mapping[str, Any], where: str, source: str) -> Storage:
+    """What one ModelOpt per-layer algo stores (vLLM 0.32.0 modelopt.py ``LINEAR_ALGOS``): FP8 with
+    per-tensor scales, per-channel (``FP8_PER_CHANNEL_PER_TOKEN``) or fp32 per ``group_size``-square
+    block (``FP8_PB_WO``, alias ``FP8_BLOCK_SCALES``, default 128); NVFP4 / W4A16_NVFP4 two weights
+    per byte and an fp8 scale per ``group_size`` (16); MXFP8 fp8 weights and an e8m0 byte per 32."""
+    if algo == "FP8":
+        return Storage(8, kind="fp8")
+    if algo == "FP8_PER_CHANNEL_PER_TOKEN":
+        return Storage(8, per_channel=True, kind="fp8")
+    if algo in ("FP8_PB_WO", "FP8_BLOCK_SCALES"):
+        block = _int_field(entry.get("group_size", 128), f"{where}.group_size", source)
+        return Storage(8, block=(block, block), kind="fp8")
+    if algo in ("NVFP4", "W4A16_NVFP4"):
+        return Storage(4, scale_bytes=1, group=_int_field(entry.get("group_size", 16), f"{where}.group_size", source), kind="nvfp4")
+    if algo == "MXFP8":
+        return Storage(8, scale_bytes=1, group=32, kind="fp8")
+    raise ModelSpecError(
+        f"{source}: quantized_layers entry {where!r} has quant_algo {algo or 'missing'!r}, which vLLM's ModelOpt "
+        "MIXED_PRECISION does not load (FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4, W4A16_NVFP4, MXFP8)",
+        hint="check the checkpoint's quantized_layers; orch does not size a layer vLLM would not load",
+    )
+
+
+def _mixed_precision(quant: Mapping[str, Any], source: str, ignore: tuple[str, ...], kv_fp8: bool) -> Quantization:
+    layers = quant.get("quantized_layers")
+    if not isinstance(layers, Mapping) or not layers:
+        raise ModelSpecError(
+            f"{source}: ModelOpt MIXED_PRECISION without a quantized_layers mapping; vLLM refuses it "
+            "(\"MIXED_PRECISION quant_algo requires a non-empty 'quantized_layers' mapping\")",
+            hint="check the checkpoint's hf_quant_config.json / quantization_config",
+        )
+    per_layer: list[tuple[str, Storage]] = []
+    counts: dict[str, int] = {}
+    for key, entry in layers.items():
+        if not isinstance(entry, Mapping):
+            raise ModelSpecError(f"{source}: quantized_layers entry {key!r} must be an object with a quant_algo", hint="check the checkpoint's quantized_layers")
+        algo = str(entry.get("quant_algo") or "").upper()
+        per_layer.append((str(key), _modelopt_storage(algo, entry, str(key), source)))
+        counts[algo] = counts.get(algo, 0) + 1
+    bits = min(s.weight_bits for _, s in per_layer)
+    scheme = "MIXED_PRECISION per layer: " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items())) + " entries; the rest 16-bit"
+    return Quantization("modelopt", scheme, source, "int4" if bits == 4 else "fp8", (), ignore, match="modelopt",
+                        lm_head=any(k in layers for k in ("lm_head", "language_model.lm_head", "model.language_model.lm_head")),
+                        kv_cache_dtype="fp8" if kv_fp8 else None, per_layer=tuple(per_layer))  # fmt: skip
+
+
 def _modelopt(quant: Mapping[str, Any], source: str, *, legacy: bool) -> Quantization:
     algo = str(quant.get("quant_algo") or "").upper()
-    if algo not in _MODELOPT:
+    if algo not in _MODELOPT and algo != "MIXED_PRECISION":
         raise ModelSpecError(
-            f"{source}: ModelOpt quant_algo {algo or 'missing'!r}; orch sizes FP8 and NVFP4 ModelOpt checkpoints",
+            f"{source}: ModelOpt quant_algo {algo or 'missing'!r}; orch sizes FP8, NVFP4 and MIXED_PRECISION ModelOpt checkpoints",
             hint=UNKNOWN_HINT,
         )
     ignore = _names(quant.get("exclude_modules") if legacy else quant.get("ignore", quant.get("exclude_modules")), "exclude_modules", source)
     kv = quant.get("kv_cache_quant_algo") or quant.get("kv_cache_scheme")
     kv_fp8 = (isinstance(kv, str) and kv.upper() == "FP8") or (isinstance(kv, Mapping) and kv.get("num_bits") == 8 and kv.get("type") == "float")
+    if algo == "MIXED_PRECISION":
+        return _mixed_precision(quant, source, ignore, kv_fp8)
     if _MODELOPT[algo] == "fp8":
         storage, dtype, scheme = Storage(8, kind="fp8"), "fp8", "FP8 weights, per-tensor scales"
     else:

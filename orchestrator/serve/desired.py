@@ -22,6 +22,7 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.plan.calibration import model_fingerprint
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import ModelSpec
+from orchestrator.plan.engine_features import LoraOptions, SpeculativeOptions
 from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, ParallelPlan
 from orchestrator.plan.shape import ClusterShape
@@ -72,6 +73,8 @@ class RolloutRequest:
     flashinfer_sampler: bool | None = None  # None: the version's default (engine_terms.default_flashinfer_sampler)
     request_router: str | None = None  # None: the manifest's serve.request_router
     max_ongoing_requests: int | None = None  # Serve's cap per replica; None: the manifest's, else the engine's batch
+    lora: LoraOptions | None = None  # PlanOptions.lora: LoRA slots, rendered as enable_lora/max_loras/...
+    speculative: SpeculativeOptions | None = None  # PlanOptions.speculative: rendered as speculative_config
 
 
 def _free_gpus(manifest: Manifest, nodes: list, use_total: bool) -> dict[str, float]:
@@ -115,7 +118,8 @@ def plan_options(request: RolloutRequest) -> PlanOptions:
     planned = {arg: flag for flag, arg in PLANNED_ENGINE_ARGS}
     for key, _ in request.engine_args:
         if key in planned:
-            flag = {"tp": "tp", "pp": "pp", "online_quantization": "dtype"}.get(planned[key], planned[key]).replace("_", "-")
+            flag = {"tp": "tp", "pp": "pp", "online_quantization": "dtype", "speculative_config": "speculative-method"}.get(
+                planned[key], planned[key]).replace("_", "-")  # fmt: skip
             raise UsageError(
                 f"--engine-arg {key} sizes the engine's memory, so the plan must know it",
                 hint=f"use --{flag} instead: the planner sizes with it and the rollout passes it to vLLM",
@@ -126,7 +130,7 @@ def plan_options(request: RolloutRequest) -> PlanOptions:
         gpu_memory_utilization=request.gpu_memory_utilization, max_num_seqs=request.max_num_seqs,
         max_num_batched_tokens=request.max_num_batched_tokens, enforce_eager=request.enforce_eager,
         block_size=request.block_size, vllm_version=request.vllm_version or GPU_EXTRA_VLLM,
-        flashinfer_sampler=request.flashinfer_sampler,
+        flashinfer_sampler=request.flashinfer_sampler, lora=request.lora, speculative=request.speculative,
     )  # fmt: skip
 
 
