@@ -15,8 +15,8 @@ from typing import Any
 import click
 
 from orchestrator.errors import UsageError
-from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.engine_features import LORA_RANKS, SPECULATIVE_METHODS, LoraOptions, SpeculativeOptions
+from orchestrator.plan.model_ref import resolve_model
 
 _KEY = "orch_feature_flags"
 
