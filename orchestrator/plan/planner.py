@@ -40,6 +40,8 @@ from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
 from orchestrator.plan.choice import choose_tp_pp, first_fit, fit_suggestions
 from orchestrator.plan.dp_choice import best_dp, choose_layout, forced_dp, side_by_side
 from orchestrator.plan.dtype_rules import check_dtype, online_quantization, quantization_json, weights_reason
+from orchestrator.plan.engine_terms import parse_vllm_version
+from orchestrator.plan.kv_groups import TOKENS_AS_CONCURRENCY
 from orchestrator.plan.layout import (
     Candidate,
     evaluate,
@@ -121,6 +123,9 @@ class ParallelPlan:
     quantization: dict | None = None  # the checkpoint's own (method, scheme, source), None if unquantized
     alternatives: tuple[dict, ...] = ()  # other layouts of the same GPUs, when stages share a node
     online_quantization: str | None = None  # vLLM's --quantization for on-the-fly fp8 of a 16-bit checkpoint
+    layer_types: str = ""  # "18 sliding-window (128) + 18 full attention"; "" for a plain transformer
+    layer_sources: tuple[str, ...] = ()  # the config fields (and vLLM files) the layer types came from
+    vllm_lines: dict | None = None  # the two lines one engine will print (orchestrator.plan.planner.predicted_lines)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -204,6 +209,9 @@ class ParallelPlan:
             "stages": [s.to_json() for s in self.stages],
             "engine_kwargs": self.engine_kwargs(),
             "layouts": self.layouts or {},
+            "layer_types": self.layer_types,
+            "layer_sources": list(self.layer_sources),
+            "vllm_lines": self.vllm_lines,
         }
 
 
@@ -291,6 +299,9 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     reasons: list[str] = list(shape.notes)
     if not shape.is_cpu:
         reasons.append(_terms_reason(spec, options))
+    if spec.layout is not None:
+        reasons.append(f"layer types: {spec.layout.describe()}, from {'; '.join(spec.layout.sources)}; "
+                       "each type's KV cache is sized as vLLM's KV cache manager sizes it (orchestrator.plan.kv_groups)")
     weights = weights_reason(spec, options)
     if weights:
         reasons.append(weights)
@@ -378,7 +389,27 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         quantization=quantization_json(spec) if dtype == spec.dtype else None,
         online_quantization=online_quantization(spec, dtype, options.vllm_version),
         alternatives=tuple(a.to_json() for a in alts),
+        layer_types=spec.layout.describe() if spec.layout is not None else "",
+        layer_sources=spec.layout.sources if spec.layout is not None else (),
+        vllm_lines=predicted_lines(chosen, options),
     )
+
+
+def predicted_lines(chosen: Candidate, options: PlanOptions) -> dict:
+    """What one engine (one DP rank) will print: ``GPU KV cache size: N tokens`` and ``Maximum
+    concurrency for L tokens per request: X`` (vllm/v1/core/kv_cache_utils.py; up to 0.20 the
+    size line was blocks x block size, from 0.21 ``int(concurrency x max_model_len)``)."""
+    tight = chosen.tightest
+    length = chosen.max_model_len
+    if tight.concurrency is not None and tight.logged_tokens is not None:
+        tokens, concurrency = tight.logged_tokens, tight.concurrency
+    else:
+        block = options.block_size or VLLM_BLOCK_SIZE
+        blocks = tight.kv_tokens // block
+        concurrency = blocks / -(-length // block)
+        new_form = parse_vllm_version(options.vllm_version) >= TOKENS_AS_CONCURRENCY
+        tokens = int(concurrency * length) if new_form else tight.kv_tokens
+    return {"kv_cache_size_tokens": tokens, "max_concurrency": round(concurrency, 2), "max_model_len": length}
 
 
 def _forced(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reasons: list[str]) -> Candidate:
