@@ -98,6 +98,11 @@ class ModelSpec:
     def has_mixer(self, layer: int) -> bool:
         return self.layout is not None and self.layout.mixer[layer]
 
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices of one MLP or expert: 3 (SwiGLU), 2 for a squared-ReLU MLP (Nemotron-H)."""
+        return self.layout.mlp_matrices if self.layout is not None else 3
+
     def mlp_kind(self, layer: int) -> str:
         """d: dense MLP, m: MoE, -: none (a Nemotron-H Mamba or attention block, a pure SSM)."""
         if self.layout is not None and self.layout.mlp:

@@ -95,6 +95,7 @@ class LayerLayout:
     global_kv_heads: int = 0  # Gemma 4: the full-attention layers' KV heads and head size
     global_head_dim: int = 0
     indexer_bytes: int = 0  # DeepSeek-V3.2: indexer key bytes per token per layer
+    mlp_matrices: int = 3  # SwiGLU's gate/up/down; Nemotron-H's squared-ReLU MLP has up/down only (nemotron_h.py NemotronHMLP)
 
     def counts(self) -> dict[tuple[str, int], int]:
         out: dict[tuple[str, int], int] = {}
@@ -107,7 +108,8 @@ class LayerLayout:
         """"18 sliding-window (128) + 18 full attention", "48 Gated DeltaNet + 16 full attention"."""
         names = {"mamba1": "Mamba", "mamba2": "Mamba2", "gdn": "Gated DeltaNet", "kda": "KDA"}
         parts = []
-        for (kind, window), n in sorted(self.counts().items(), key=lambda kv: (kv[0][0] != STATE, kv[0][0] == FULL, kv[0])):
+        order = {STATE: 0, SLIDING: 1, CHUNKED: 1, FULL: 2, INDEXER: 3}
+        for (kind, window), n in sorted(self.counts().items(), key=lambda kv: (order[kv[0][0]], kv[0])):
             if kind == SLIDING:
                 parts.append(f"{n} sliding-window ({window:,})")
             elif kind == CHUNKED:
@@ -295,7 +297,9 @@ def _nemotron_h(cfg: Mapping[str, Any], n: int, source: str) -> LayerLayout:
             raise _unknown(source, f"{how}[{i}]", ch)
     letters = letters[:n]
     heads, hd = _int(cfg, "mamba_num_heads", source), _int(cfg, "mamba_head_dim", source)
-    groups, st, conv = _int(cfg, "n_groups", source), _int(cfg, "ssm_state_size", source), _int(cfg, "conv_kernel", source)
+    # n_groups (transformers' NemotronHConfig also takes mamba_n_groups; 8 when neither is set)
+    groups = _int(cfg, "n_groups", source, cfg.get("mamba_n_groups", 8))
+    st, conv = _int(cfg, "ssm_state_size", source), _int(cfg, "conv_kernel", source)
     fp32 = str(cfg.get("mamba_ssm_cache_dtype", "float32")) == "float32"
     state = _mamba2(heads * hd, groups, heads, hd, st, conv, fp32)
     h = _int(cfg, "hidden_size", source)
@@ -303,7 +307,7 @@ def _nemotron_h(cfg: Mapping[str, Any], n: int, source: str) -> LayerLayout:
         [(Cache(STATE),) if c == "M" else (Cache(FULL),) if c == "*" else () for c in letters], n, f"{how} (nemotron_h.py)",
         attention=[c == "*" for c in letters], mixer=[c == "M" for c in letters],
         mlp="".join({"-": "d", "E": "m"}.get(c, "-") for c in letters),
-        mixer_params=_mamba2_params(h, heads * hd, groups, heads, st, conv), state=state,
+        mixer_params=_mamba2_params(h, heads * hd, groups, heads, st, conv), state=state, mlp_matrices=2,
     )  # fmt: skip
 
 

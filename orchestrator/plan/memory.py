@@ -74,10 +74,11 @@ def mlp_params(spec: ModelSpec, layer: int) -> int:
     """One layer's MLP: SwiGLU (gate, up, down = 3 matrices) or MoE experts + router."""
     h = spec.hidden
     kind = spec.mlp_kind(layer)
+    m = spec.mlp_matrices
     if kind == "m":
-        experts = (spec.num_experts + spec.shared_experts) * 3 * h * spec.moe_intermediate
+        experts = (spec.num_experts + spec.shared_experts) * m * h * spec.moe_intermediate
         return experts + h * spec.num_experts  # + router
-    return 3 * h * spec.intermediate if kind == "d" else 0
+    return m * h * spec.intermediate if kind == "d" else 0
 
 
 def mixer_params(spec: ModelSpec, layer: int) -> int:

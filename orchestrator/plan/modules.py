@@ -87,7 +87,8 @@ def _mlp(spec: ModelSpec, layer: int) -> list[Linear]:
             out += [Linear(f"mlp.shared_experts.{p}", a, b, s) for p, a, b in (("gate_proj", h, i), ("up_proj", h, i), ("down_proj", i, h))]
         return out
     i = spec.intermediate
-    return [Linear("mlp.gate_proj", h, i), Linear("mlp.up_proj", h, i), Linear("mlp.down_proj", i, h)]
+    gate = [Linear("mlp.gate_proj", h, i)] if spec.mlp_matrices == 3 else []  # Nemotron-H: up/down only
+    return gate + [Linear("mlp.up_proj", h, i), Linear("mlp.down_proj", i, h)]
 
 
 def layer_linears(spec: ModelSpec, layer: int) -> tuple[Linear, ...]:

@@ -133,8 +133,8 @@ def mlp_params_per_gpu(spec: ModelSpec, layer: int, sh: Sharding) -> float:
     if kind == "-":
         return 0.0
     if kind == "d":
-        return 3 * h * spec.intermediate * split_share(sh)
-    expert = 3 * h * spec.moe_intermediate
+        return spec.mlp_matrices * h * spec.intermediate * split_share(sh)
+    expert = spec.mlp_matrices * h * spec.moe_intermediate
     routed = spec.num_experts * expert * routed_share(spec, sh)
     shared = spec.shared_experts * expert * shared_expert_share(sh)
     return h * spec.num_experts + routed + shared
