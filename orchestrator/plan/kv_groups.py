@@ -28,7 +28,6 @@ by default from 0.26, 1 page before.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from orchestrator.plan.layer_types import CHUNKED, FULL, INDEXER, SLIDING, STATE, LayerLayout
@@ -149,18 +148,3 @@ def state_page_note(layout: LayerLayout, sizing: KvSizing, block_size: int) -> s
         return (f"attention block size {sizing.block_size} tokens so one page holds a {layout.state.kind} state "
                 "(vLLM pads the state page to it: platforms/interface.py _align_hybrid_block_size)")
     return None
-
-
-def exact_max_len(fits: callable, upper: int, block: int) -> int:  # type: ignore[valid-type]
-    """The longest max_model_len (a multiple of ``block``) for which ``fits(length)`` holds; 0 if none."""
-    lo, hi = 0, upper // block
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid * block):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo * block
-
-
-__all__ = ["KvBucket", "KvSizing", "exact_max_len", "size_kv", "state_page_note", "math"]

@@ -194,7 +194,7 @@ def _sliding_family(cfg: Mapping[str, Any], n: int, source: str, kind: str, vllm
         types, how = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)], "even layers (gpt_oss.py layer_idx % 2)"
     else:
         types, how = _attention_types(cfg, n, source, kind)
-    caches = []
+    caches: list[tuple[Cache, ...]] = []
     for i, t in enumerate(types):
         if t == "sliding_attention":
             caches.append((Cache(SLIDING, window),))

@@ -41,7 +41,7 @@ from orchestrator.plan.choice import choose_tp_pp, first_fit, fit_suggestions
 from orchestrator.plan.dp_choice import best_dp, choose_layout, forced_dp, side_by_side
 from orchestrator.plan.dtype_rules import check_dtype, online_quantization, quantization_json, weights_reason
 from orchestrator.plan.engine_terms import parse_vllm_version
-from orchestrator.plan.kv_groups import TOKENS_AS_CONCURRENCY
+from orchestrator.plan.kv_groups import TOKENS_AS_CONCURRENCY, state_page_note
 from orchestrator.plan.layout import (
     Candidate,
     evaluate,
@@ -344,6 +344,9 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         idle = idle_gpus(shape, chosen.tp, chosen.pp, chosen.dp)
         if idle:
             reasons.append(idle)
+    block_note = _block_note(spec, chosen, options)
+    if block_note:
+        reasons.append(block_note)
     tp_choice = lambda: choose_tp_pp(spec, shape, replace(options, dp=None, tp=None, pp=None))[0]  # noqa: E731
     layouts = side_by_side(spec, shape, options, chosen, tp_choice)
     tight = chosen.tightest
@@ -393,6 +396,13 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         layer_sources=spec.layout.sources if spec.layout is not None else (),
         vllm_lines=predicted_lines(chosen, options),
     )
+
+
+def _block_note(spec: ModelSpec, chosen: Candidate, options: PlanOptions) -> str | None:
+    detail = chosen.tightest.kv_detail
+    if spec.layout is None or detail is None:
+        return None
+    return state_page_note(spec.layout, detail, options.block_size or VLLM_BLOCK_SIZE)
 
 
 def predicted_lines(chosen: Candidate, options: PlanOptions) -> dict:

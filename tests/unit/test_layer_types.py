@@ -145,3 +145,23 @@ def test_b_max_on_a_replica_counts_every_gpu_of_a_dp_group():
     assert plan.gpus_per_replica == 16
     seed = seed_tables(CATALOG["deepseek-v3"], plan, shape.gpu_memory_bytes)
     assert {row["gpus"] for row in seed["b_max"]} == {16}
+
+
+def test_a_sliding_window_takes_its_window_plus_the_in_flight_tokens_of_the_version():
+    # gpt-oss-20b, one GPU, 10 GiB of KV cache, max_model_len 131,072, 8,192 batched tokens, block 16.
+    # Page: 16 tokens x 2 x 8 KV heads x 64 x 2 bytes = 32,768 B; 12 sliding + 12 full layers make two
+    # groups of 12, so a pool block is 12 pages: 10 GiB // 393,216 B = 27,306 blocks. A request takes
+    # cdiv(131072, 16) = 8,192 full-attention blocks plus, for the window (kv_cache_interface.py
+    # SlidingWindowSpec), cdiv(min(128 - 1 + in-flight, L), 16) + 1 blocks: in-flight 2 x 8,192 from
+    # 0.26 (async scheduling's max_concurrent_batches), 8,192 up to 0.25.
+    spec = _spec(json.loads((CONFIGS / "gpt-oss-20b" / "config.json").read_text()), "gpt-oss-20b")
+    shape = make_shape(gpu_type_name="H100-80GB", gpus_per_node=1, nodes=1, gpu_memory_gib=1024)
+    expected = {"0.29.0": (27306, 8192 + 1033), "0.25.0": (27306, 8192 + 521), "0.20.0": (27306, 8192 + 521)}
+    for version, (blocks, per_request) in expected.items():
+        opts = PlanOptions(tp=1, pp=1, max_model_len=131072, max_num_batched_tokens=8192, kv_cache_gib=10, vllm_version=version, dtype="bf16")
+        plan = plan_model(spec, shape, opts)
+        lines = plan.vllm_lines
+        assert lines["max_concurrency"] == round(blocks / per_request, 2), version
+        # 0.21 on: int(concurrency x L); up to 0.20: blocks // groups x block size
+        tokens = int(blocks / per_request * 131072) if version != "0.20.0" else blocks // 2 * 16
+        assert lines["kv_cache_size_tokens"] == tokens, version
