@@ -235,6 +235,15 @@ def stage_capacities(spec: ModelSpec, shape: ClusterShape, options: PlanOptions,
     return tuple(out)
 
 
+# vLLM 0.32's CPU platform sets block_size 128 when none is given (16 for its MLA kernel;
+# check_and_update_config, vllm/platforms/cpu.py); CUDA keeps CacheConfig's 16
+CPU_BLOCK_SIZE = 128
+
+
+def _default_block(spec: ModelSpec, shape: ClusterShape) -> int:
+    return CPU_BLOCK_SIZE if shape.is_cpu and not spec.is_mla else VLLM_BLOCK_SIZE
+
+
 def _layered_stage(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, index: int, start: int, end: int, weights: float,
                    reserve: float, kv: float, *, tp: int, pp: int, s_kv: float) -> StageCapacity:  # fmt: skip
     """A stage of a model whose layers cache different things, sized group by group as vLLM does."""
@@ -251,7 +260,7 @@ def _layered_stage(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, i
     sizing = size_kv(
         layout, start, end, attn_token_bytes=attn, global_token_bytes=full, state_bytes=state,
         indexer_token_bytes=layout.indexer_bytes, available=kv, max_model_len=length, max_num_batched_tokens=tokens_cap,
-        block_size=options.block_size or VLLM_BLOCK_SIZE, block_size_set=options.block_size is not None,
+        block_size=options.block_size or _default_block(spec, shape), block_size_set=options.block_size is not None,
         version=parse_vllm_version(options.vllm_version), pp=pp, mla=spec.is_mla, gpu=not shape.is_cpu,
         enable_prefix_caching=options.enable_prefix_caching,
     )  # fmt: skip

@@ -89,3 +89,21 @@ def test_a_long_context_that_vllm_ran_is_planned_as_fitting():
     plan = plan_model(_spec(row), shape, PlanOptions(**{**opts.__dict__, "max_model_len": 262144}))
     assert plan.fits is True
     assert 1.0 <= plan.max_concurrency <= 1.3
+
+
+def test_the_cpu_engine_of_a_sliding_window_model_prints_what_the_plan_says():
+    # tests/data/planner/vllm-0.32-cpu-tiny-swa.log: the tiny Llama with layers [sliding 64, full] x 2
+    # on vLLM 0.32's CPU backend, 0.25 GiB of KV cache, 1,024 batched tokens, max_model_len 4,096
+    log = (DATA / "vllm-0.32-cpu-tiny-swa.log").read_text()
+    assert "CPU KV cache size: 199,728 tokens, Maximum concurrency for 4,096 tokens per request: 48.76x" in log
+    from orchestrator.plan.catalog import spec_from_config
+    from orchestrator.plan.tinymodel import TINY_CONFIG
+
+    cfg = {**TINY_CONFIG, "model_type": "llama", "layer_types": ["sliding_attention", "full_attention"] * 2, "sliding_window": 64}
+    spec = spec_from_config(cfg, "tiny-swa", name="tiny-swa")
+    cpu = make_shape(gpu_type_name="cpu", gpus_per_node=0, nodes=1)
+    plan = plan_model(spec, cpu, PlanOptions(max_model_len=4096, kv_cache_gib=0.25, max_num_batched_tokens=1024, vllm_version="0.32.0"))
+    assert plan.layer_types == "2 sliding-window (64) + 2 full attention"
+    # the CPU platform's block of 128 tokens: 0.25 GiB // (2 layers x 128 x 512 B) = 2,048 blocks, a request
+    # takes cdiv(4096, 128) = 32 + cdiv(63 + 1024, 128) + 1 = 10 of them: 48.76x, int(48.76 x 4096) = 199,728
+    assert plan.vllm_lines == {"kv_cache_size_tokens": 199728, "max_concurrency": 48.76, "max_model_len": 4096}
