@@ -25,6 +25,7 @@ from orchestrator.errors import ModelSpecError
 from orchestrator.plan.config_fields import (
     EXPERTS_PER_TOKEN_KEYS,
     HINT,
+    MAX_LEN_KEYS,
     expert_count,
     first_dense_layers,
     first_int,
@@ -91,6 +92,9 @@ class ModelSpec:
     # Layers that are not all full attention with one MLP kind (orchestrator.plan.layer_types):
     # sliding / chunked / state caches, Mamba mixers, MoE on some layers. None: a plain transformer.
     layout: LayerLayout | None = None
+    # False when the config names no length key: vLLM then takes any --max-model-len it is given
+    # (_get_and_verify_max_len, vllm/config/model.py) and assumes 2048 only when none is
+    max_position_set: bool = True
 
     def has_attention(self, layer: int) -> bool:
         return self.layout is None or self.layout.attention[layer]
@@ -327,6 +331,7 @@ def spec_from_config(
         tower_params=towers.total,
         towers=towers.kind,
         layout=layout,
+        max_position_set=any(cfg.get(key) is not None for key in MAX_LEN_KEYS),
     )
 
 

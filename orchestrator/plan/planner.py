@@ -236,7 +236,7 @@ def _check_options(spec: ModelSpec, options: PlanOptions) -> int:
     length = options.max_model_len or spec.max_position
     if length < 1:
         raise PlanError(f"max_model_len must be positive, got {length}")
-    if length > spec.max_position:
+    if length > spec.max_position and spec.max_position_set:
         raise PlanError(
             f"max_model_len {length:,} exceeds the model's {spec.max_position:,} positions",
             hint=f"use --max-model-len {spec.max_position} or less (vLLM refuses longer without rope scaling)",

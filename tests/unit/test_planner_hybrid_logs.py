@@ -107,3 +107,18 @@ def test_the_cpu_engine_of_a_sliding_window_model_prints_what_the_plan_says():
     # the CPU platform's block of 128 tokens: 0.25 GiB // (2 layers x 128 x 512 B) = 2,048 blocks, a request
     # takes cdiv(4096, 128) = 32 + cdiv(63 + 1024, 128) + 1 = 10 of them: 48.76x, int(48.76 x 4096) = 199,728
     assert plan.vllm_lines == {"kv_cache_size_tokens": 199728, "max_concurrency": 48.76, "max_model_len": 4096}
+
+
+def test_the_cpu_engine_of_a_pure_mamba2_model_prints_what_the_plan_says():
+    # tests/data/planner/vllm-0.32-cpu-tiny-mamba2.log: a random-weight Mamba2 (2 layers) on vLLM 0.32's
+    # CPU backend, 0.25 GiB. One state: conv (512 + 2 x 16) x 3 x 2 B + temporal 8 x 64 x 16 x 2 B =
+    # 19,648 B per layer; one group of both layers: 0.25 GiB // 39,296 B = 6,831 blocks, one per request
+    # (attention-free: no prefix caching, so no second "align" page): 6831.00x, 27,979,776 tokens.
+    # The config names no length key: vLLM takes the --max-model-len it is given.
+    log = (DATA / "vllm-0.32-cpu-tiny-mamba2.log").read_text()
+    assert "CPU KV cache size: 27,979,776 tokens, Maximum concurrency for 4,096 tokens per request: 6831.00x" in log
+    spec = resolve_model(str(DATA / "configs" / "tiny-mamba2" / "config.json"))
+    cpu = make_shape(gpu_type_name="cpu", gpus_per_node=0, nodes=1)
+    plan = plan_model(spec, cpu, PlanOptions(max_model_len=4096, kv_cache_gib=0.25, max_num_batched_tokens=1024, vllm_version="0.32.0"))
+    assert plan.layer_types == "2 Mamba2"
+    assert plan.vllm_lines == {"kv_cache_size_tokens": 27979776, "max_concurrency": 6831.0, "max_model_len": 4096}
