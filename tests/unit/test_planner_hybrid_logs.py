@@ -122,3 +122,17 @@ def test_the_cpu_engine_of_a_pure_mamba2_model_prints_what_the_plan_says():
     plan = plan_model(spec, cpu, PlanOptions(max_model_len=4096, kv_cache_gib=0.25, max_num_batched_tokens=1024, vllm_version="0.32.0"))
     assert plan.layer_types == "2 Mamba2"
     assert plan.vllm_lines == {"kv_cache_size_tokens": 27979776, "max_concurrency": 6831.0, "max_model_len": 4096}
+
+
+def test_the_cpu_engine_of_a_gated_deltanet_hybrid_prints_what_the_plan_says():
+    # tests/data/planner/vllm-0.32-cpu-tiny-gdn.log: a random-weight Qwen3-Next (3 Gated DeltaNet + 1 full
+    # attention layer) on vLLM 0.32's CPU backend, 0.25 GiB, prefix caching on ("Mamba cache mode is set to
+    # 'align'"), the state page padded to the 128-token attention page of 65,536 B: 4,096 blocks, a request
+    # takes 32 attention blocks + 2 state pages in each of 3 groups = 38: 107.79x, 441,505 tokens.
+    log = (DATA / "vllm-0.32-cpu-tiny-gdn.log").read_text()
+    assert "CPU KV cache size: 441,505 tokens, Maximum concurrency for 4,096 tokens per request: 107.79x" in log
+    spec = resolve_model(str(DATA / "configs" / "tiny-gdn" / "config.json"))
+    cpu = make_shape(gpu_type_name="cpu", gpus_per_node=0, nodes=1)
+    plan = plan_model(spec, cpu, PlanOptions(max_model_len=4096, kv_cache_gib=0.25, max_num_batched_tokens=1024, vllm_version="0.32.0"))
+    assert plan.layer_types == "3 Gated DeltaNet + 1 full attention"
+    assert plan.vllm_lines == {"kv_cache_size_tokens": 441505, "max_concurrency": 107.79, "max_model_len": 4096}
