@@ -178,7 +178,9 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict, r
         weights.add_row(d, f"{DTYPE_BYTES[d]:g}", f"{total:.1f} GiB", f"{total / p.gpus_per_replica:.1f} GiB")
     out.print(weights)
 
-    out.print(f"KV cache: {seed['kv_bytes_per_token'] / KIB:,.1f} KiB per token = 2 * N_layer * H_kv * d * s (MLA: latent per layer)")
+    out.print(f"KV cache: {seed['kv_bytes_per_token'] / KIB:,.1f} KiB per token = {seed['kv_formula']}", markup=False)
+    if p.layer_types:
+        out.print(f"Layer types: {p.layer_types} ({'; '.join(p.layer_sources)})", markup=False)
     kv = Table(title="KV cache  M_KV = per token * L * B", title_justify="left")
     for col in ("L", "B", "whole model", f"per GPU at TP={p.tp} PP={p.pp}"):
         kv.add_column(col, justify="right")
@@ -219,6 +221,10 @@ def _render(spec: ModelSpec, shape: ClusterShape, p: ParallelPlan, seed: dict, r
     for key, value in rows:
         table.add_row(key, value)
     out.print(table)
+    if p.fits and p.vllm_lines:
+        lines, device = p.vllm_lines, "CPU" if p.gpu_type == "cpu" else "GPU"
+        out.print(f"vLLM will print (one engine): {device} KV cache size: {lines['kv_cache_size_tokens']:,} tokens; "
+                  f"Maximum concurrency for {lines['max_model_len']:,} tokens per request: {lines['max_concurrency']:.2f}x", markup=False)
     if p.layouts and len(p.layouts) > 1:
         _render_layouts(out, p)
     out.print("[bold]Why[/bold]")

@@ -43,7 +43,14 @@ from dataclasses import dataclass
 from orchestrator.plan.catalog import ModelSpec
 from orchestrator.plan.engine_features import LoraOptions, SpeculativeOptions, feature_bytes
 from orchestrator.plan.engine_terms import CUDA_GRAPH_GIB, GPU_EXTRA_VLLM, EngineTerms, engine_terms, parse_vllm_version
-from orchestrator.plan.memory import GIB, kv_bytes_per_token, kv_dtype_bytes, stage_layer_ranges, stage_weight_bytes
+from orchestrator.plan.kv_groups import KvSizing, size_kv
+from orchestrator.plan.memory import (
+    GIB,
+    kv_bytes_per_token,
+    kv_dtype_bytes,
+    stage_layer_ranges,
+    stage_weight_bytes,
+)
 from orchestrator.plan.shape import ClusterShape
 from orchestrator.plan.sharding import Sharding
 
@@ -94,6 +101,7 @@ class PlanOptions:
     reserve_gib: float | None = None  # a measured reserve per GPU (calibration) instead of the model
     lora: LoraOptions | None = None  # LoRA slots vLLM allocates at load (orchestrator.plan.engine_features)
     speculative: SpeculativeOptions | None = None  # the draft's weights and KV layers (same module)
+    enable_prefix_caching: bool | None = None  # None: vLLM's default (on; for Mamba hybrids from 0.26, kv_groups)
 
 
 def terms_for(spec: ModelSpec, options: PlanOptions) -> EngineTerms:
@@ -130,9 +138,16 @@ class StageCapacity:
     kv_bytes: float
     kv_bytes_per_token: float
     kv_tokens: int
+    # vLLM's "Maximum concurrency" and "GPU KV cache size" lines for this stage's engine (layer-type
+    # aware: orchestrator.plan.kv_groups); None for a plain transformer, where they are kv_tokens / L and kv_tokens
+    concurrency: float | None = None
+    logged_tokens: int | None = None
+    kv_detail: KvSizing | None = None
 
     def to_json(self) -> dict:
+        extra = {} if self.kv_detail is None else {"kv_groups": self.kv_detail.to_json()}
         return {
+            **extra,
             "stage": self.index,
             "layers": [self.first_layer, self.first_layer + self.layers],
             "weights_gib": round(self.weights_bytes / GIB, 3),
@@ -152,7 +167,8 @@ def activation_bytes_per_token(spec: ModelSpec, tp: int, *, dp: int = 1, expert_
     every rank), so their buffers hold ``dp`` times the rank's tokens; with expert parallelism a GPU's
     experts are whole, so their intermediate width is ``moe_intermediate``, not split by TP."""
     act = 4 if spec.dtype == "fp32" else 2
-    widest = 3 * spec.intermediate / tp if (not spec.is_moe or spec.first_k_dense) else 0.0
+    dense_layers = not spec.is_moe or spec.first_k_dense or (spec.layout is not None and "d" in spec.layout.mlp)
+    widest = 3 * spec.intermediate / tp if dense_layers else 0.0
     if spec.is_moe:
         sh = Sharding(tp=tp, dp=dp, expert_parallel=expert_parallel)
         width = spec.moe_intermediate if (expert_parallel and sh.moe_ranks > 1) else spec.moe_intermediate / sh.moe_ranks
@@ -218,6 +234,42 @@ def stage_capacities(spec: ModelSpec, shape: ClusterShape, options: PlanOptions,
                 kv = fixed if room >= fixed else room - fixed
             else:
                 kv = shape.gpu_memory_bytes * utilization(spec, options) - weights - reserve
+        if spec.layout is not None:
+            out.append(_layered_stage(spec, shape, options, i, start, end, weights, reserve, kv, tp=tp, pp=pp, s_kv=s_kv))
+            continue
         tokens = math.floor(kv / (per_token * block)) * block if kv > 0 and per_token > 0 else 0
         out.append(StageCapacity(i, start, end - start, weights, reserve, kv, per_token, tokens))
     return tuple(out)
+
+
+# vLLM 0.32's CPU platform sets block_size 128 when none is given (16 for its MLA kernel;
+# check_and_update_config, vllm/platforms/cpu.py); CUDA keeps CacheConfig's 16
+CPU_BLOCK_SIZE = 128
+
+
+def _default_block(spec: ModelSpec, shape: ClusterShape) -> int:
+    return CPU_BLOCK_SIZE if shape.is_cpu and not spec.is_mla else VLLM_BLOCK_SIZE
+
+
+def _layered_stage(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, index: int, start: int, end: int, weights: float,
+                   reserve: float, kv: float, *, tp: int, pp: int, s_kv: float) -> StageCapacity:  # fmt: skip
+    """A stage of a model whose layers cache different things, sized group by group as vLLM does."""
+    layout = spec.layout
+    assert layout is not None
+    length = options.max_model_len or spec.max_position
+    attn = kv_bytes_per_token(spec, layers=1, tp=tp, s=s_kv)
+    full = attn
+    if layout.global_head_dim:  # Gemma 4: the full-attention layers' own KV heads and head size
+        heads = max(1, (layout.global_kv_heads or spec.kv_heads) // tp)
+        full = 2 * heads * layout.global_head_dim * s_kv
+    state = layout.state.bytes_per_gpu(tp, 4 if (options.dtype or spec.dtype) == "fp32" else 2) if layout.state else 0
+    tokens_cap, _ = batch_limits(spec, shape, options)
+    sizing = size_kv(
+        layout, start, end, attn_token_bytes=attn, global_token_bytes=full, state_bytes=state,
+        indexer_token_bytes=layout.indexer_bytes, available=kv, max_model_len=length, max_num_batched_tokens=tokens_cap,
+        block_size=options.block_size or _default_block(spec, shape), block_size_set=options.block_size is not None,
+        version=parse_vllm_version(options.vllm_version), pp=pp, mla=spec.is_mla, gpu=not shape.is_cpu,
+        enable_prefix_caching=options.enable_prefix_caching,
+    )  # fmt: skip
+    return StageCapacity(index, start, end - start, weights, reserve, kv, sizing.bytes_per_token, sizing.tokens,
+                         sizing.concurrency, sizing.logged_tokens, sizing)  # fmt: skip

@@ -24,13 +24,16 @@ from orchestrator.errors import ModelSpecError
 from orchestrator.plan.config_fields import (
     EXPERTS_PER_TOKEN_KEYS,
     HINT,
+    MAX_LEN_KEYS,
     expert_count,
     first_dense_layers,
     first_int,
     max_position,
+    per_layer_widths,
     read_int,
     shared_experts,
 )
+from orchestrator.plan.layer_types import LayerLayout, layer_layout
 from orchestrator.plan.quantization import Quantization, parse_quantization
 from orchestrator.plan.tinymodel import TINY_CONFIG
 from orchestrator.plan.towers import towers_from_config
@@ -84,6 +87,30 @@ class ModelSpec:
     # A multimodal checkpoint's vision/audio towers and projector (16-bit, on every stage, split over TP)
     tower_params: int = 0
     towers: str = ""  # which families they were counted as (orchestrator.plan.towers)
+    # Layers that are not all full attention with one MLP kind (orchestrator.plan.layer_types):
+    # sliding / chunked / state caches, Mamba mixers, MoE on some layers. None: a plain transformer.
+    layout: LayerLayout | None = None
+    # False when the config names no length key: vLLM then takes any --max-model-len it is given
+    # (_get_and_verify_max_len, vllm/config/model.py) and assumes 2048 only when none is
+    max_position_set: bool = True
+
+    def has_attention(self, layer: int) -> bool:
+        return self.layout is None or self.layout.attention[layer]
+
+    def has_mixer(self, layer: int) -> bool:
+        return self.layout is not None and self.layout.mixer[layer]
+
+    @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices of one MLP or expert: 3 (SwiGLU), 2 for a squared-ReLU MLP (Nemotron-H)."""
+        return self.layout.mlp_matrices if self.layout is not None else 3
+
+    def mlp_kind(self, layer: int) -> str:
+        """d: dense MLP, m: MoE, -: none (a Nemotron-H Mamba or attention block, a pure SSM)."""
+        if self.layout is not None and self.layout.mlp:
+            kind = self.layout.mlp[layer]
+            return "d" if kind == "m" and not self.is_moe else kind
+        return "m" if self.is_moe and layer >= self.first_k_dense else "d"
 
     @property
     def is_moe(self) -> bool:
@@ -161,8 +188,12 @@ _TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Multimodal checkpoints nest the language model's numbers under ``text_config``."""
+    """Multimodal checkpoints nest the language model's numbers under ``text_config`` (Qwen3-Omni:
+    ``thinker_config.text_config``, read by vLLM's qwen3_omni_moe_thinker.py)."""
     inner = config.get("text_config")
+    thinker = config.get("thinker_config")
+    if not isinstance(inner, Mapping) and isinstance(thinker, Mapping):
+        inner = thinker.get("text_config")
     if isinstance(inner, Mapping) and "num_hidden_layers" in inner:
         merged = dict(config)
         merged.update(_TEXT_DEFAULTS.get(str(inner.get("model_type")), {}))
@@ -215,17 +246,27 @@ def spec_from_config(
     cfg = _text_config(config)
     layers = read_int(cfg, "num_hidden_layers", source)
     hidden = read_int(cfg, "hidden_size", source)
-    heads = read_int(cfg, "num_attention_heads", source)
+    layout = layer_layout(cfg, source, layers)
+    attention_free = layout is not None and not any(layout.attention)
+    # a pure SSM (Mamba2, Falcon-Mamba) has no attention heads at all
+    heads = read_int(cfg, "num_attention_heads", source, default=1 if attention_free else None)
     vocab = read_int(cfg, "vocab_size", source)
     if layers == 0 or hidden == 0 or heads == 0:
         raise ModelSpecError(f"{source}: num_hidden_layers, hidden_size and num_attention_heads must be > 0", hint=HINT)
     num_experts = expert_count(cfg, source)
+    cfg, moe_note = per_layer_widths(cfg, source, layers)
     moe_inter = read_int(cfg, "moe_intermediate_size", source, default=0)
     first_dense = first_dense_layers(cfg, source, layers) if num_experts else 0
     if num_experts and not moe_inter:
         moe_inter = read_int(cfg, "intermediate_size", source)
-    # A MoE model with no dense layers may omit intermediate_size; dense models need it.
-    intermediate = read_int(cfg, "intermediate_size", source, default=0 if num_experts else None)
+    # A MoE model with no dense layers may omit intermediate_size; dense models need it (Llama 4's
+    # dense layers are intermediate_size_mlp wide, llama4.py; a model with no MLP needs none).
+    no_mlp = layout is not None and bool(layout.mlp) and "d" not in layout.mlp
+    intermediate = read_int(cfg, "intermediate_size", source, default=0 if num_experts or no_mlp else None)
+    if cfg.get("intermediate_size_mlp") is not None and num_experts:
+        intermediate = read_int(cfg, "intermediate_size_mlp", source)
+    if moe_note and layout is not None:
+        layout = replace(layout, sources=(*layout.sources, moe_note))
     kv_lora = read_int(cfg, "kv_lora_rank", source, default=0)
     kv_heads = read_int(cfg, "num_key_value_heads", source, default=heads) or heads
     head_dim = read_int(cfg, "head_dim", source, default=0) or hidden // heads
@@ -287,6 +328,8 @@ def spec_from_config(
         quantization=quantization,
         tower_params=towers.total,
         towers=towers.kind,
+        layout=layout,
+        max_position_set=any(cfg.get(key) is not None for key in MAX_LEN_KEYS),
     )
 
 

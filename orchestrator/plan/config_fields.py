@@ -113,6 +113,20 @@ def max_position(cfg: Mapping[str, Any], source: str) -> int:
     return min(found.values(), default=DEFAULT_MAX_LEN)
 
 
+def per_layer_widths(cfg: Mapping[str, Any], source: str, layers: int) -> tuple[Mapping[str, Any], str]:
+    """A per-layer ``moe_intermediate_size`` list (Hunyuan: one width per layer, read by vLLM's
+    Transformers backend from the list) becomes its mean, which sums the layers' expert weights
+    exactly; (config, a note saying so) or (config, "")."""
+    widths = cfg.get("moe_intermediate_size")
+    if not isinstance(widths, list):
+        return cfg, ""
+    if not widths or not all(isinstance(w, int) and not isinstance(w, bool) and 0 < w <= 1_048_576 for w in widths):
+        raise ModelSpecError(f"{source}: 'moe_intermediate_size' must be an integer or a list of positive integers", hint=HINT)
+    mean = round(sum(widths) / len(widths))
+    note = f"moe_intermediate_size per layer {min(widths)}..{max(widths)}: sized at their mean {mean}"
+    return {**cfg, "moe_intermediate_size": mean}, note
+
+
 def first_int(cfg: Mapping[str, Any], keys: Sequence[str], source: str, default: int = 0) -> int:
     """The first of ``keys`` the config sets (range-checked like every field), else ``default``."""
     for key in keys:

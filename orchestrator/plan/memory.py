@@ -73,10 +73,17 @@ def attention_params(spec: ModelSpec) -> int:
 def mlp_params(spec: ModelSpec, layer: int) -> int:
     """One layer's MLP: SwiGLU (gate, up, down = 3 matrices) or MoE experts + router."""
     h = spec.hidden
-    if spec.is_moe and layer >= spec.first_k_dense:
-        experts = (spec.num_experts + spec.shared_experts) * 3 * h * spec.moe_intermediate
+    kind = spec.mlp_kind(layer)
+    m = spec.mlp_matrices
+    if kind == "m":
+        experts = (spec.num_experts + spec.shared_experts) * m * h * spec.moe_intermediate
         return experts + h * spec.num_experts  # + router
-    return 3 * h * spec.intermediate
+    return m * h * spec.intermediate if kind == "d" else 0
+
+
+def mixer_params(spec: ModelSpec, layer: int) -> int:
+    """One layer's Mamba / linear-attention mixer (0 for an attention-only layer)."""
+    return spec.layout.mixer_params if spec.layout is not None and spec.has_mixer(layer) else 0
 
 
 def norm_params(spec: ModelSpec) -> int:
@@ -87,7 +94,7 @@ def norm_params(spec: ModelSpec) -> int:
 
 def count_params(spec: ModelSpec, *, include_norms: bool = True) -> ParamCount:
     """Parameters of the whole model. ``include_norms=False`` is the seed's convention."""
-    attention = spec.layers * attention_params(spec)
+    attention = sum(attention_params(spec) * spec.has_attention(i) + mixer_params(spec, i) for i in range(spec.layers))
     mlp = sum(mlp_params(spec, i) for i in range(spec.layers))
     norms = (spec.layers * norm_params(spec) + spec.hidden) if include_norms else 0
     embedding = spec.vocab * spec.hidden

@@ -71,7 +71,10 @@ def _attention(spec: ModelSpec) -> list[Linear]:
 
 def _mlp(spec: ModelSpec, layer: int) -> list[Linear]:
     h = spec.hidden
-    if spec.is_moe and layer >= spec.first_k_dense:
+    kind = spec.mlp_kind(layer)
+    if kind == "-":
+        return []
+    if kind == "m":
         i, e = spec.moe_intermediate, spec.num_experts
         out = [
             Linear("mlp.gate", h, e, router=True),
@@ -84,12 +87,16 @@ def _mlp(spec: ModelSpec, layer: int) -> list[Linear]:
             out += [Linear(f"mlp.shared_experts.{p}", a, b, s) for p, a, b in (("gate_proj", h, i), ("up_proj", h, i), ("down_proj", i, h))]
         return out
     i = spec.intermediate
-    return [Linear("mlp.gate_proj", h, i), Linear("mlp.up_proj", h, i), Linear("mlp.down_proj", i, h)]
+    gate = [Linear("mlp.gate_proj", h, i)] if spec.mlp_matrices == 3 else []  # Nemotron-H: up/down only
+    return gate + [Linear("mlp.up_proj", h, i), Linear("mlp.down_proj", i, h)]
 
 
 def layer_linears(spec: ModelSpec, layer: int) -> tuple[Linear, ...]:
-    """The linear modules of decoder layer ``layer``, the MoE router included."""
-    return tuple(_attention(spec) + _mlp(spec, layer))
+    """The linear modules of decoder layer ``layer``, the MoE router included; a Mamba /
+    linear-attention mixer counts as one module of its parameters (``mixer.in_proj``)."""
+    attention = _attention(spec) if spec.has_attention(layer) else []
+    mixer = [Linear("mixer.in_proj", spec.hidden, spec.layout.mixer_params // spec.hidden)] if spec.layout and spec.has_mixer(layer) else []
+    return tuple(attention + mixer + _mlp(spec, layer))
 
 
 def full_names(name: str, layer: int) -> tuple[str, ...]:

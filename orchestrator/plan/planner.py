@@ -42,6 +42,8 @@ from orchestrator.plan.choice import choose_tp_pp, first_fit, fit_suggestions
 from orchestrator.plan.dp_choice import best_dp, choose_layout, forced_dp, side_by_side
 from orchestrator.plan.dtype_rules import check_dtype, online_quantization, quantization_json, weights_reason
 from orchestrator.plan.engine_features import check_features, describe_features, features_json
+from orchestrator.plan.engine_terms import parse_vllm_version
+from orchestrator.plan.kv_groups import TOKENS_AS_CONCURRENCY, state_page_note
 from orchestrator.plan.layout import (
     Candidate,
     evaluate,
@@ -131,6 +133,9 @@ class ParallelPlan:
     alternatives: tuple[dict, ...] = ()  # other layouts of the same GPUs, when stages share a node
     online_quantization: str | None = None  # vLLM's --quantization for on-the-fly fp8 of a 16-bit checkpoint
     features: dict | None = None  # LoRA / speculative engine arguments and their memory (engine_features)
+    layer_types: str = ""  # "18 sliding-window (128) + 18 full attention"; "" for a plain transformer
+    layer_sources: tuple[str, ...] = ()  # the config fields (and vLLM files) the layer types came from
+    vllm_lines: dict | None = None  # the two lines one engine will print (orchestrator.plan.planner.predicted_lines)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -219,6 +224,9 @@ class ParallelPlan:
             "engine_kwargs": self.engine_kwargs(),
             "layouts": self.layouts or {},
             **({"features": self.features} if self.features else {}),
+            "layer_types": self.layer_types,
+            "layer_sources": list(self.layer_sources),
+            "vllm_lines": self.vllm_lines,
         }
 
 
@@ -248,7 +256,7 @@ def _check_options(spec: ModelSpec, options: PlanOptions) -> int:
     length = options.max_model_len or spec.max_position
     if length < 1:
         raise PlanError(f"max_model_len must be positive, got {length}")
-    if length > spec.max_position:
+    if length > spec.max_position and spec.max_position_set:
         raise PlanError(
             f"max_model_len {length:,} exceeds the model's {spec.max_position:,} positions",
             hint=f"use --max-model-len {spec.max_position} or less (vLLM refuses longer without rope scaling)",
@@ -311,6 +319,9 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     reasons: list[str] = list(shape.notes)
     if not shape.is_cpu:
         reasons.append(_terms_reason(spec, options))
+    if spec.layout is not None:
+        reasons.append(f"layer types: {spec.layout.describe()}, from {'; '.join(spec.layout.sources)}; "
+                       "each type's KV cache is sized as vLLM's KV cache manager sizes it (orchestrator.plan.kv_groups)")
     weights = weights_reason(spec, options)
     if weights:
         reasons.append(weights)
@@ -356,6 +367,9 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         idle = idle_gpus(shape, chosen.tp, chosen.pp, chosen.dp)
         if idle:
             reasons.append(idle)
+    block_note = _block_note(spec, chosen, options)
+    if block_note:
+        reasons.append(block_note)
     tp_choice = lambda: choose_tp_pp(spec, shape, replace(options, dp=None, tp=None, pp=None))[0]  # noqa: E731
     layouts = side_by_side(spec, shape, options, chosen, tp_choice)
     tight = chosen.tightest
@@ -407,7 +421,34 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         online_quantization=online_quantization(spec, dtype, options.vllm_version),
         alternatives=tuple(a.to_json() for a in alts),
         features=features,
+        layer_types=spec.layout.describe() if spec.layout is not None else "",
+        layer_sources=spec.layout.sources if spec.layout is not None else (),
+        vllm_lines=predicted_lines(chosen, options),
     )
+
+
+def _block_note(spec: ModelSpec, chosen: Candidate, options: PlanOptions) -> str | None:
+    detail = chosen.tightest.kv_detail
+    if spec.layout is None or detail is None:
+        return None
+    return state_page_note(spec.layout, detail, options.block_size or VLLM_BLOCK_SIZE)
+
+
+def predicted_lines(chosen: Candidate, options: PlanOptions) -> dict:
+    """What one engine (one DP rank) will print: ``GPU KV cache size: N tokens`` and ``Maximum
+    concurrency for L tokens per request: X`` (vllm/v1/core/kv_cache_utils.py; up to 0.20 the
+    size line was blocks x block size, from 0.21 ``int(concurrency x max_model_len)``)."""
+    tight = chosen.tightest
+    length = chosen.max_model_len
+    if tight.concurrency is not None and tight.logged_tokens is not None:
+        tokens, concurrency = tight.logged_tokens, tight.concurrency
+    else:
+        block = options.block_size or VLLM_BLOCK_SIZE
+        blocks = tight.kv_tokens // block
+        concurrency = blocks / -(-length // block)
+        new_form = parse_vllm_version(options.vllm_version) >= TOKENS_AS_CONCURRENCY
+        tokens = int(concurrency * length) if new_form else tight.kv_tokens
+    return {"kv_cache_size_tokens": tokens, "max_concurrency": round(concurrency, 2), "max_model_len": length}
 
 
 def _forced(spec: ModelSpec, shape: ClusterShape, options: PlanOptions, reasons: list[str]) -> Candidate:

@@ -15,9 +15,14 @@ def seed_tables(spec: ModelSpec, plan: ParallelPlan, gpu_bytes: float | None) ->
     params = count_params(spec).total
     s_kv = kv_dtype_bytes(plan.dtype, plan.kv_cache_dtype)
     per_token = kv_bytes_per_token(spec, s=s_kv)
+    if spec.layout is not None:
+        # layers that cache a window, a chunk or one state: the bytes one token of a max_model_len
+        # request takes over the model, as the plan's stages sized them (never every layer as full attention)
+        per_token = sum(st.kv_bytes_per_token for st in plan.stages) * plan.tp
     lengths = list(SEED_LENGTHS) + ([(plan.max_model_len, 1)] if plan.max_model_len not in (8192, 32768) else [])
     out: dict = {
         "params": params,
+        "kv_formula": kv_formula(spec, plan.max_model_len),
         "weights_gib": {d: round(weight_bytes(params, d) / GIB, 2) for d in ("bf16", "fp8", "int8", "int4")},
         "kv_bytes_per_token": per_token,
         "kv_cache_gib": [
@@ -27,7 +32,7 @@ def seed_tables(spec: ModelSpec, plan: ParallelPlan, gpu_bytes: float | None) ->
     }
     if gpu_bytes:
         w = weight_bytes(params, plan.dtype)
-        gpus = plan.tp * plan.pp
+        gpus = plan.gpus_per_replica  # TP x PP, or a DP group's DP x TP
         out["b_max"] = [
             {
                 "seq_len": L,
@@ -38,3 +43,13 @@ def seed_tables(spec: ModelSpec, plan: ParallelPlan, gpu_bytes: float | None) ->
             for L in sorted({8192, plan.max_model_len})
         ]
     return out
+
+
+def kv_formula(spec: ModelSpec, max_model_len: int) -> str:
+    """How the KV bytes per token were counted, in the words that fit this model."""
+    if spec.layout is not None:
+        return (f"by layer type ({spec.layout.describe()}): the bytes one token of a {max_model_len:,}-token request "
+                "takes, windows, chunks and states included (orchestrator.plan.kv_groups)")
+    if spec.is_mla:
+        return f"N_layer * (kv_lora_rank + qk_rope_head_dim) * s = {spec.layers} * ({spec.kv_lora_rank} + {spec.qk_rope_head_dim}) * s (MLA: one latent per layer)"
+    return f"2 * N_layer * H_kv * d * s = 2 * {spec.layers} * {spec.kv_heads} * {spec.head_dim} * s"

@@ -55,7 +55,7 @@ class Sharding:
 
 
 def is_moe_layer(spec: ModelSpec, layer: int) -> bool:
-    return spec.is_moe and layer >= spec.first_k_dense
+    return spec.mlp_kind(layer) == "m"
 
 
 def local_experts(spec: ModelSpec, sh: Sharding) -> int:
@@ -129,14 +129,21 @@ def attention_params_per_gpu(spec: ModelSpec, sh: Sharding) -> float:
 def mlp_params_per_gpu(spec: ModelSpec, layer: int, sh: Sharding) -> float:
     """One layer's MLP on one GPU: the dense MLP, or the router (whole), the routed and the shared experts."""
     h = spec.hidden
-    if not is_moe_layer(spec, layer):
-        return 3 * h * spec.intermediate * split_share(sh)
-    expert = 3 * h * spec.moe_intermediate
+    kind = spec.mlp_kind(layer)
+    if kind == "-":
+        return 0.0
+    if kind == "d":
+        return spec.mlp_matrices * h * spec.intermediate * split_share(sh)
+    expert = spec.mlp_matrices * h * spec.moe_intermediate
     routed = spec.num_experts * expert * routed_share(spec, sh)
     shared = spec.shared_experts * expert * shared_expert_share(sh)
     return h * spec.num_experts + routed + shared
 
 
 def linear_params_per_gpu(spec: ModelSpec, layer: int, sh: Sharding) -> float:
-    """One layer's linear weights (what weight quantization shrinks) on one GPU."""
-    return attention_params_per_gpu(spec, sh) + mlp_params_per_gpu(spec, layer, sh)
+    """One layer's linear weights (what weight quantization shrinks) on one GPU: its attention (when
+    it has any), its Mamba / linear-attention mixer (split over TP, as MambaMixer2 and the Gated
+    DeltaNet / KDA layers shard their projections), its MLP."""
+    attention = attention_params_per_gpu(spec, sh) if spec.has_attention(layer) else 0.0
+    mixer = spec.layout.mixer_params * split_share(sh) if spec.layout is not None and spec.has_mixer(layer) else 0.0
+    return attention + mixer + mlp_params_per_gpu(spec, layer, sh)

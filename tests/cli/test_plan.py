@@ -313,3 +313,27 @@ def test_plan_shows_what_one_replica_takes_at_once(capsys, tmp_path):
     configured.write_text(M405.read_text().replace("serve:\n", "serve:\n  max_ongoing_requests: 300\n", 1))
     data = run_json(capsys, "--model", "llama3-405b", "--cluster", str(configured))
     assert (data["in_flight"]["max_ongoing_requests"], data["in_flight"]["source"]) == (300, "serve.max_ongoing_requests")
+
+
+def test_a_layer_type_orch_does_not_know_exits_2_naming_the_field(capsys, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "model_type": "gemma3_text", "num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 8,
+        "num_key_value_heads": 4, "vocab_size": 32000, "sliding_window": 512,
+        "layer_types": ["sliding_attention", "hourglass_attention", "sliding_attention", "full_attention"],
+    }))  # fmt: skip
+    assert main(["plan", "--model", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "layer_types[1]" in err and "hourglass_attention" in err and "Traceback" not in err
+
+
+def test_a_hybrid_plan_shows_its_layer_types_and_the_lines_vllm_will_print(capsys):
+    data = run_json(capsys, "--model", str(REPO / "tests/data/planner/configs/Qwen3.8-27B"), "--gpu-type", "H100-80GB",
+                    "--gpus-per-node", "2", "--max-model-len", "131072")  # fmt: skip
+    assert data["layer_types"] == "48 Gated DeltaNet + 16 full attention"
+    lines = data["vllm_lines"]
+    assert lines["max_model_len"] == 131072
+    # the size line is concurrency x max_model_len (vLLM >= 0.21), and the plan's concurrency is that one
+    assert lines["kv_cache_size_tokens"] == pytest.approx(lines["max_concurrency"] * 131072, rel=0.01)
+    assert data["max_concurrency"] == pytest.approx(lines["max_concurrency"], abs=0.01)
+    assert data["seed"]["kv_formula"].startswith("by layer type")

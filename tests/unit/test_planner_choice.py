@@ -315,6 +315,10 @@ def test_plan_json_carries_every_figure_rounded_as_documented():
         # vLLM 0.29 requires flashinfer and samples with it by default: the rollout says so explicitly
         "engine_env": {"VLLM_USE_FLASHINFER_SAMPLER": "1"},
         "alternatives": [],  # TP inside a node: nothing to weigh against pipeline stages
+        "layer_types": "", "layer_sources": [],  # every layer full attention
+        # what vLLM 0.29 will print (kv_cache_utils.py get_kv_cache_capacity): 982 blocks over
+        # cdiv(4096, 16) = 256 blocks per request = 3.84x, int(3.836 x 4096) = 15,712 tokens
+        "vllm_lines": {"kv_cache_size_tokens": 15712, "max_concurrency": 3.84, "max_model_len": 4096},
     }  # fmt: skip
     terms = data.pop("engine_terms")
     layouts = data.pop("layouts")
