@@ -241,6 +241,12 @@ def node_token_path(cluster: str, home: str) -> str:
     return f"{home.rstrip('/')}/.orch/nodes/{cluster}/ray-token"
 
 
+# `ray start --node-ip-address` replaces these with the machine's own address (the source address
+# of its default route): ray/_private/services.py, resolve_ip_for_localhost. Given one of them,
+# the address Ray reports for the node is known only once the node runs.
+RAY_LOCALHOST_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
 def node_address(node: NodeSpec, facts: NodeFacts | None) -> str:
     """The address Ray binds on this node: the first global address (IPv4 first) of the
     manifest's ``interface`` as probed, else the node's ``host`` (the same rule as

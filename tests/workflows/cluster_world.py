@@ -34,6 +34,15 @@ ray: {{port: 26379, dashboard_port: 28265, temp_dir: /tmp/orch-tb}}
 """
 
 
+# What `ray start --node-ip-address ADDR` reports: loopback names become the machine's own address
+# (ray/_private/services.py: resolve_ip_for_localhost -> get_node_ip_address); others stay.
+MACHINE_ADDRESS = "192.0.2.44"
+
+
+def ray_node_ip(given: str) -> str:
+    return MACHINE_ADDRESS if given in ("localhost", "127.0.0.1", "::1") else given
+
+
 def manifest_of(text: str = YAML):
     return load_manifest(text, Path("/x/tb.yaml"))
 
@@ -180,7 +189,7 @@ class World:
                 serial = self.serial
             gpus = float(args[args.index("--num-gpus") + 1])
             self.running[name] = NodeState(
-                node_id=f"id-{name}-{serial}", name=name, address=args[args.index("--node-ip-address") + 1],
+                node_id=f"id-{name}-{serial}", name=name, address=ray_node_ip(args[args.index("--node-ip-address") + 1]),
                 state="ALIVE", is_head="--head" in args, resources_total={"GPU": gpus, "CPU": 4.0, node_resource(name): 1000.0},
                 start_time_ms=serial,
             )  # fmt: skip
