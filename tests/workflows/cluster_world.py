@@ -15,10 +15,11 @@ from pathlib import Path
 
 from orchestrator.cluster.dashboard import DashboardUnavailable
 from orchestrator.cluster.node_state import NodeState
-from orchestrator.cluster.ray_nodes import PRIVATE_DIR_SCRIPT, STOP_SCRIPT, node_resource
-from orchestrator.collective.plan import FREE_PORT_SCRIPT, JOB_MARK
+from orchestrator.cluster.ray_nodes import node_resource
+from orchestrator.collective.plan import JOB_MARK
 from orchestrator.errors import UnreachableError
 from orchestrator.manifest.load import load_manifest
+from orchestrator.node_programs import source
 from orchestrator.nodes.facts import NicAddress, NicInfo, NodeFacts, Versions
 from orchestrator.remote.fake import FakeRunner, result
 
@@ -94,9 +95,9 @@ class World:
                 return result("/home/ops\n")
             if argv[:3] == (PY, "-m", "ray.scripts.scripts"):
                 return world.ray(name, argv[3:], env)
-            if argv[:3] == (PY, "-c", STOP_SCRIPT):
+            if argv[:3] == (PY, "-c", source("stop_ray")):
                 return world.stop(name, argv[3:])
-            if argv[:3] == (PY, "-c", PRIVATE_DIR_SCRIPT):
+            if argv[:3] == (PY, "-c", source("private_dir")):
                 world.private_dirs.append((name, argv[3]))
                 return result()
             if argv[0] in ("mkdir", "rmdir"):
@@ -108,7 +109,7 @@ class World:
             if argv[:3] == ("rm", "-rf", "--"):
                 world.dirs.append(argv)
                 return result()
-            if argv[:3] == (PY, "-c", FREE_PORT_SCRIPT):
+            if argv[:3] == (PY, "-c", source("free_port")):
                 return result("41234\n")
             if argv[:2] == (PY, "-c") and len(argv) > 3 and argv[3] == JOB_MARK:
                 return world.collective_job(name, json.loads(argv[4]), env)
@@ -119,7 +120,7 @@ class World:
         return FakeRunner(name, default=respond)
 
     def collective_job(self, name, spec, env):
-        """What the collective job prints (the report format of orchestrator/collective/node_job.py):
+        """What the collective job prints (the report format of orchestrator/node_programs/collective_job.py):
         every group works at ~1 GB/s, except that a node in ``collective_broken`` cannot join."""
         with self.lock:
             self.collective_jobs.append((name, spec, dict(env or {})))
@@ -252,7 +253,7 @@ class World:
         return calls
 
     def verb(self, argv):
-        if argv[:3] == (PY, "-c", STOP_SCRIPT):
+        if argv[:3] == (PY, "-c", source("stop_ray")):
             return "stop"
         if argv[:4] == (PY, "-m", "ray.scripts.scripts", "start"):
             return "start"
