@@ -19,6 +19,9 @@ from orchestrator.collective.plan import free_port_argv, job_argv
 from orchestrator.doctor.logscan import scan_argv
 from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes import probes
+from orchestrator.remote.fake import FakeRunner
+from orchestrator.serve import node_hooks
+from orchestrator.workflows.node_files import install_serve_hooks
 
 FOLDER = Path(node_programs.__file__).resolve().parent
 PROGRAMS = sorted(p.stem for p in FOLDER.glob("*.py") if p.stem != "__init__")
@@ -43,7 +46,7 @@ SHIPPED = {
 
 
 def test_every_program_is_shipped_by_a_builder_or_written_whole():
-    assert set(PROGRAMS) == set(SHIPPED)
+    assert set(PROGRAMS) == set(SHIPPED) | {"orch_serve_hooks"}
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
@@ -75,3 +78,25 @@ def test_a_program_is_a_real_module_that_does_nothing_on_import(name):
 def test_an_unknown_program_is_refused():
     with pytest.raises(ValueError, match="no node program named 'nope'"):
         node_programs.source("nope")
+
+
+def test_the_serve_hooks_are_written_whole_where_the_applications_pythonpath_finds_them():
+    runner = FakeRunner("a")
+    path = install_serve_hooks(runner, MANIFEST, "/home/ops")
+    assert path == "/home/ops/.orch/nodes/tb/python/orch_serve_hooks.py" == node_hooks.hooks_path("tb", "/home/ops")
+    assert runner.files[path].content == (FOLDER / "orch_serve_hooks.py").read_bytes() and runner.files[path].mode == 0o644
+
+
+def test_the_names_orch_renders_and_reads_are_the_hook_modules_own():
+    """What the rendered application names (classes by import path) and what orch looks for in
+    the replicas' logs, against the module that Ray imports on the nodes."""
+    hooks = importlib.import_module("orchestrator.node_programs.orch_serve_hooks")
+    for name in ("SKIPPED_LINE", "AMX_GRANTED_LINE", "AMX_REFUSED_LINE", "LLM_SERVER_MODULE", "TELEMETRY_PUSH",
+                 "CHECKED_RAY", "INGRESS_CLASS", "AMX_CLASS"):  # fmt: skip
+        assert getattr(hooks, name) == getattr(node_hooks, name), name
+    for dotted in (node_hooks.CALLBACK_CLASS, node_hooks.INGRESS_CLASS, node_hooks.AMX_CLASS):
+        module, attr = dotted.rsplit(".", 1)
+        # made on first use (vLLM, torch): named without being made
+        assert module == node_hooks.MODULE and (attr in vars(hooks) or attr in hooks._MADE_ON_FIRST_USE), dotted
+    module, attr = node_hooks.BUILDER_IMPORT_PATH.split(":")
+    assert module == node_hooks.MODULE and callable(getattr(hooks, attr))
