@@ -67,7 +67,7 @@ REMOTE_SOURCES = ("s3://", "gs://", "abfss://", "azure://", "pyarrow-")
 # and the lines and names below are the node module's own (a test checks that they agree).
 SKIPPED_LINE = "orch: Serve LLM's per-node model task skipped"
 # The vLLM worker extension orch names for a CPU engine (``worker_extension_cls``): resolving it in
-# the engine's worker process asks Linux for the AMX tile registers (see ``AmxTileData`` below).
+# the engine's worker process asks Linux for the AMX tile registers (``_amx_tile_data`` in the module).
 AMX_CLASS = f"{MODULE}.AmxTileData"
 # The lines the worker logs when it resolves the class (tests and `orch logs` readers look for them).
 AMX_GRANTED_LINE = "orch: AMX tile data enabled for this vLLM worker"
@@ -76,6 +76,7 @@ AMX_REFUSED_LINE = "orch: the kernel refused AMX tile data to this vLLM worker"
 # 2.60, ray/llm/_internal/serve/core/server/llm_server.py); the callback replaces it there.
 LLM_SERVER_MODULE = "ray.llm._internal.serve.core.server.llm_server"
 TELEMETRY_PUSH = "push_telemetry_report_for_all_models"
+
 
 def source() -> str:
     """The module's text, written whole to every node (``orchestrator/node_programs/orch_serve_hooks.py``)."""
