@@ -27,8 +27,8 @@ from typing import Any
 
 from orchestrator.manifest.model import Manifest
 from orchestrator.manifest.sections import NodeSpec
-from orchestrator.node_programs import python_argv
 from orchestrator.nodes.facts import NodeFacts
+from orchestrator.remote.node_programs import python_argv
 
 RAY_MODULE = "ray.scripts.scripts"  # `python -m ray.scripts.scripts` is the `ray` CLI of that python
 NODE_RESOURCE_PREFIX = "orch_node_"
@@ -101,7 +101,7 @@ def haproxy_enabled(env: Mapping[str, str]) -> bool:
 
 
 def private_dir_argv(manifest: Manifest, node: NodeSpec, path: str) -> list[str]:
-    """Make ``path`` a 0700 directory of the SSH user on the node (``node_programs/private_dir.py``)."""
+    """Make ``path`` a 0700 directory of the SSH user on the node (``remote/node_programs/private_dir.py``)."""
     return python_argv(node.python_bin(manifest), "private_dir", path)
 
 
@@ -118,7 +118,7 @@ WORKER_GCS_WAIT_S = 60
 # workers, Serve replicas and the vLLM engine processes they spawn (also once orphaned; vLLM
 # renames its processes, so their command line no longer says whose they are).
 #
-# The stop program (``node_programs/stop_ray.py``) kills, among the invoking user's processes only: those tagged with the id, those
+# The stop program (``remote/node_programs/stop_ray.py``) kills, among the invoking user's processes only: those tagged with the id, those
 # whose command line gives a long option a value that is the cluster's Ray temp dir T or a path
 # under ``T/`` (``--temp-dir T``, ``--temp_dir=T``, ``--session_dir=T/session_...``: whole
 # values, never a mere prefix, so /tmp/orch does not match /tmp/orch-other), and their
@@ -267,7 +267,7 @@ def worker_start_argv(manifest: Manifest, node: NodeSpec, facts: NodeFacts | Non
 def stop_argv(manifest: Manifest, node: NodeSpec, cluster_id: str | None) -> list[str]:
     """Kill (SIGKILL) every process of this cluster's Ray node here, vLLM engines included: the
     invoking user's processes tagged ``ORCH_CLUSTER_ID=<cluster_id>`` or naming the cluster's temp
-    dir, and their descendants (``node_programs/stop_ray.py``). Without an id (orch's state lost) only the
+    dir, and their descendants (``remote/node_programs/stop_ray.py``). Without an id (orch's state lost) only the
     temp dir is matched. Prints JSON ``{"killed": n, "alive": [pids], "names": [...],
     "denied": {pid: why}}`` (see ``parse_stop``)."""
     return python_argv(node.python_bin(manifest), "stop_ray", cluster_id or "-", manifest.ray.temp_dir)

@@ -1,7 +1,7 @@
 """The collective check of `orch up`: who takes part, with which backend, sizes, timeouts, and
 the argv, spec and environment of the job on each node. Pure: no I/O.
 
-The job itself is ``orchestrator/node_programs/collective_job.py`` (its source is sent to the nodes).
+The job itself is ``orchestrator/remote/node_programs/collective_job.py`` (its source is sent to the nodes).
 Backend: NCCL on GPU clusters (the backend vLLM's tensor- and pipeline-parallel groups use
 there), Gloo on CPU clusters. Participants: every node with GPUs on a GPU cluster, every node
 on a CPU cluster; rank 0, the hub every worker is paired with, is the head when it takes part.
@@ -19,8 +19,8 @@ from typing import Any
 
 from orchestrator.cluster.ray_nodes import network_env, node_address, node_gpus
 from orchestrator.manifest.model import Manifest
-from orchestrator.node_programs import python_argv
 from orchestrator.nodes.facts import NodeFacts
+from orchestrator.remote.node_programs import python_argv
 
 # Every wait of the job (forming a group, one all-reduce) gives up after this many seconds. A
 # node that cannot reach its peers is named after about this long once all have joined.
@@ -117,7 +117,7 @@ def job_spec(plan: CollectivePlan, rank: int, port: int) -> dict[str, Any]:
 
 
 def job_argv(python: str, spec: Mapping[str, Any]) -> list[str]:
-    """The job (``node_programs/collective_job.py``) as ``python -c SOURCE orch-collective SPEC``."""
+    """The job (``remote/node_programs/collective_job.py``) as ``python -c SOURCE orch-collective SPEC``."""
     return python_argv(python, "collective_job", JOB_MARK, json.dumps(dict(spec), separators=(",", ":")))
 
 

@@ -1,7 +1,7 @@
 """The argv that reads a node's Ray session logs, and the pure parser of what it prints.
 
 No I/O here. ``scan_argv`` builds ``python -c SCRIPT CONFIG_JSON``: the script
-(``orchestrator/node_programs/log_scan.py``) runs on the node
+(``orchestrator/remote/node_programs/log_scan.py``) runs on the node
 (with the interpreter that runs Ray there), finds ``<temp_dir>/session_latest/logs`` among the
 given temp dirs, picks the log files that matter (raylet, GCS, Serve, worker and core-worker
 logs, every ``*.err``), reads a bounded tail of each (bytes and lines), and prints one JSON
@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 
 from orchestrator.doctor.matching import LogLine
-from orchestrator.node_programs import python_argv
+from orchestrator.remote.node_programs import python_argv
 
 # Which files to read, most telling first; within a group, most recently written first.
 DEFAULT_GROUPS: tuple[tuple[str, ...], ...] = (

@@ -5,7 +5,7 @@ brought back. Machine-readable output where the tool has it (``nvidia-smi --quer
 ``ip -j addr``, JSON printed by small ``python -c`` scripts); where it has not (``nvidia-smi
 topo -m``, the ``nvidia-smi`` banner, ``ibstat``) the parsers are tested on real captured output
 (``tests/data/probes/SOURCES.md``). The ``python -c`` programs are modules of
-``orchestrator.node_programs``. Parsers raise ``ProbeParseError`` on output they cannot read.
+``orchestrator.remote.node_programs``. Parsers raise ``ProbeParseError`` on output they cannot read.
 nvidia-smi's own argv and parsers are in ``orchestrator.nodes.smi`` and re-exported here.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 
-from orchestrator.node_programs import python_argv
 from orchestrator.nodes.facts import IbPort, ModelPathInfo, NicAddress, NicInfo, Versions
 from orchestrator.nodes.parse_error import ProbeParseError
 from orchestrator.nodes.smi import (
@@ -31,6 +30,7 @@ from orchestrator.nodes.smi import (
     supported_fields,
     topo_argv,
 )
+from orchestrator.remote.node_programs import python_argv
 
 # Re-exported: nvidia-smi's argv and parsers (orchestrator.nodes.smi) are part of this module's API.
 __all__ = [
@@ -144,7 +144,7 @@ def _strip_code(v: str | None) -> str | None:
 
 
 def parse_ib_sysfs(text: str) -> list[IbPort]:
-    """Parse the JSON of node_programs/ib_sysfs.py ({device: {port: {state, phys_state, rate, link_layer}}})."""
+    """Parse the JSON of remote/node_programs/ib_sysfs.py ({device: {port: {state, phys_state, rate, link_layer}}})."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -240,7 +240,7 @@ def parse_df_avail(text: str) -> int:
 
 
 def agent_argv(python: str, *args: str) -> list[str]:
-    """The model-sync agent (``orchestrator/node_programs/sync_agent.py``, stdlib only) run on a node."""
+    """The model-sync agent (``orchestrator/remote/node_programs/sync_agent.py``, stdlib only) run on a node."""
     return python_argv(python, "sync_agent", *args)
 
 

@@ -42,7 +42,7 @@ imported anyway) and passes the config as a dict, which the replica validates in
 setup.cfg pins; tests/unit/test_serve_node_hooks.py builds both ways and compares every option);
 any other release or config builds through Serve LLM's functions as before.
 
-The module itself is ``orchestrator/node_programs/orch_serve_hooks.py`` (a real module, written
+The module itself is ``orchestrator/remote/node_programs/orch_serve_hooks.py`` (a real module, written
 whole to the nodes); this one holds its names, its place on the nodes and the rendered values.
 Pure, but for reading that file."""
 
@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator import node_programs
+from orchestrator.remote import node_programs
 from orchestrator.serve.app_shape import llm_configs
 
 MODULE = "orch_serve_hooks"
@@ -79,7 +79,7 @@ TELEMETRY_PUSH = "push_telemetry_report_for_all_models"
 
 
 def source() -> str:
-    """The module's text, written whole to every node (``orchestrator/node_programs/orch_serve_hooks.py``)."""
+    """The module's text, written whole to every node (``orchestrator/remote/node_programs/orch_serve_hooks.py``)."""
     return node_programs.source(MODULE)
 
 

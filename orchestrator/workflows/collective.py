@@ -1,7 +1,7 @@
 """The collective check of `orch up` on the nodes: the I/O edge of ``orchestrator.collective``.
 
 After preflight's static checks pass and before Ray starts: ask the hub for a free TCP port,
-start the job (``node_programs/collective_job.py``) on every node at once over the runners, with the
+start the job (``remote/node_programs/collective_job.py``) on every node at once over the runners, with the
 environment Ray and vLLM get, wait for all of them, and judge their reports (pure,
 ``collective.verdict``). Bounded: each job reports and exits by ``plan.deadline_s``; orch waits
 ``RUNNER_GRACE_S`` more per node, then gives up on it (the node's `timeout` kills the job).

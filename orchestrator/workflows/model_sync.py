@@ -31,9 +31,9 @@ from typing import Any
 from orchestrator.cluster.ray_nodes import node_address
 from orchestrator.errors import CommandFailedError, ModelSyncError, RemoteError, SyncRefused, UsageError
 from orchestrator.manifest.model import Manifest, NodeSpec
-from orchestrator.node_programs import sync_agent as agent
 from orchestrator.nodes import probes
 from orchestrator.nodes.facts import NodeFacts
+from orchestrator.remote.node_programs import sync_agent as agent
 from orchestrator.remote.runner import Process, Runner, fan_out
 from orchestrator.sync.plan import (
     ModelPaths,

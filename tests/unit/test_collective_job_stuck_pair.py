@@ -1,4 +1,4 @@
-"""The collective job (orchestrator/node_programs/collective_job.py) run for real: three processes, Gloo over
+"""The collective job (orchestrator/remote/node_programs/collective_job.py) run for real: three processes, Gloo over
 loopback, the job's own source and the spec orch builds. Rank 1 is a node that never takes part in
 the all-to-all mesh (its spec asks for none), so its pairs with ranks 0 and 2 wait for a peer that
 never comes, up to the group timeout. The pair of ranks 0 and 2 must still form and pass: each
@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from orchestrator.collective.plan import CollectivePlan, job_argv, job_spec
-from orchestrator.node_programs.collective_job import MARK
+from orchestrator.remote.node_programs.collective_job import MARK
 
 pytest.importorskip("torch.distributed")
 

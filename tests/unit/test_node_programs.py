@@ -1,5 +1,5 @@
 """The code orch runs on nodes (issue 44 item 4): one mechanism. Every program is a real module of
-``orchestrator.node_programs`` (ruff and mypy check it as any other), imports nothing of orch (the
+``orchestrator.remote.node_programs`` (ruff and mypy check it as any other), imports nothing of orch (the
 nodes have no orch installed), does nothing on import, and each argv builder ships the module's
 file whole and unchanged."""
 
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import node_programs
 from orchestrator.cluster.ray_nodes import private_dir_argv, stop_argv
 from orchestrator.collective.plan import free_port_argv, job_argv
 from orchestrator.doctor.logscan import scan_argv
 from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes import probes
+from orchestrator.remote import node_programs
 from orchestrator.remote.fake import FakeRunner
 from orchestrator.serve import node_hooks
 from orchestrator.workflows.node_files import install_serve_hooks
@@ -67,7 +67,7 @@ def test_a_program_imports_nothing_of_orch(name):
 def test_a_program_is_a_real_module_that_does_nothing_on_import(name):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        module = importlib.import_module(f"orchestrator.node_programs.{name}")
+        module = importlib.import_module(f"orchestrator.remote.node_programs.{name}")
     assert out.getvalue() == "" and Path(module.__file__).resolve() == FOLDER / f"{name}.py"
     if name != "orch_serve_hooks":  # imported by Ray by name; the others run as `python -c`
         tree = ast.parse((FOLDER / f"{name}.py").read_text(encoding="utf-8"))
@@ -90,7 +90,7 @@ def test_the_serve_hooks_are_written_whole_where_the_applications_pythonpath_fin
 def test_the_names_orch_renders_and_reads_are_the_hook_modules_own():
     """What the rendered application names (classes by import path) and what orch looks for in
     the replicas' logs, against the module that Ray imports on the nodes."""
-    hooks = importlib.import_module("orchestrator.node_programs.orch_serve_hooks")
+    hooks = importlib.import_module("orchestrator.remote.node_programs.orch_serve_hooks")
     for name in ("SKIPPED_LINE", "AMX_GRANTED_LINE", "AMX_REFUSED_LINE", "LLM_SERVER_MODULE", "TELEMETRY_PUSH",
                  "CHECKED_RAY", "INGRESS_CLASS", "AMX_CLASS"):  # fmt: skip
         assert getattr(hooks, name) == getattr(node_hooks, name), name

@@ -19,9 +19,9 @@ from orchestrator.cluster.ray_nodes import node_resource
 from orchestrator.collective.plan import JOB_MARK
 from orchestrator.errors import UnreachableError
 from orchestrator.manifest.load import load_manifest
-from orchestrator.node_programs import source
 from orchestrator.nodes.facts import NicAddress, NicInfo, NodeFacts, Versions
 from orchestrator.remote.fake import FakeRunner, result
+from orchestrator.remote.node_programs import source
 
 PY = "/opt/venv/bin/python"
 YAML = f"""
@@ -120,7 +120,7 @@ class World:
         return FakeRunner(name, default=respond)
 
     def collective_job(self, name, spec, env):
-        """What the collective job prints (the report format of orchestrator/node_programs/collective_job.py):
+        """What the collective job prints (the report format of orchestrator/remote/node_programs/collective_job.py):
         every group works at ~1 GB/s, except that a node in ``collective_broken`` cannot join."""
         with self.lock:
             self.collective_jobs.append((name, spec, dict(env or {})))

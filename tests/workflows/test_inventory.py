@@ -14,12 +14,12 @@ import yaml
 
 from orchestrator.errors import CommandTimeoutError, UnreachableError
 from orchestrator.manifest.load import load_manifest
-from orchestrator.node_programs import source
 from orchestrator.nodes import inventory, probes
 from orchestrator.nodes.facts import NodeFacts
 from orchestrator.preflight.run import run_checks
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.remote.local import LocalRunner
+from orchestrator.remote.node_programs import source
 from tests.testbed import gpus as testbed_gpus
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "probes"

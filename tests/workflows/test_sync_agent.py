@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.node_programs import sync_agent as agent
 from orchestrator.nodes.probes import agent_argv
+from orchestrator.remote.node_programs import sync_agent as agent
 
 DEADLINE_S = 60
 

@@ -27,7 +27,7 @@ FOLDER = Path(__file__).resolve().parent
 
 @functools.cache
 def source(name: str) -> str:
-    """The text of ``orchestrator/node_programs/<name>.py``, exactly as the file holds it."""
+    """The text of ``orchestrator/remote/node_programs/<name>.py``, exactly as the file holds it."""
     path = FOLDER / f"{name}.py"
     if name.startswith("_") or not path.is_file():
         raise ValueError(f"no node program named {name!r} in {FOLDER}")
