@@ -4,7 +4,7 @@ data (tests/data/collective/job-<case>-rank<r>.out, see SOURCES.md there).
 
     /work/bin/heavy .venv/bin/python scripts/capture_collective_jobs.py [--out DIR] [--cases CASE ...]
 
-One bed of 3 hosts (c0, c1, c2). The job (orchestrator/node_programs/collective_job.py) runs inside each
+One bed of 3 hosts (c0, c1, c2). The job (orchestrator/remote/node_programs/collective_job.py) runs inside each
 host directly (nsenter, not SSH: only the job's own output is wanted), Gloo over eth0, with the
 spec `orch up` gives it (orchestrator/collective/plan.py: job_spec, the all-to-all included).
 Cases:
