@@ -131,9 +131,12 @@ def test_prefix_routing_smoke_reads_the_replicas_prefix_cache():
     got = smoke("prefix_routing.py")
     row = got["routers"]["session_affinity"]
     assert row["failed"] == 0 and row["ok"] == 4
-    # one replica: the engine's own counters, read per replica, count every prompt token queried
+    # The engine's own counters, read per replica, count this load and only it (not the warm-up):
+    # every prompt token queried, and one hit of each 256-token prefix (two whole 128-token blocks,
+    # vLLM's CPU block size: vllm/platforms/cpu.py) for its second turn, one request at a time.
     (replica,) = row["replicas"].values()
-    assert replica["requests"] == 4 and replica["queries"] > 0 and row["prefix_cache_hit_rate"] is not None
+    assert replica["requests"] == row["counted_requests"] == 4 and replica["queries"] == row["prompt_tokens"]
+    assert replica["hits"] == 2 * 256 and row["prefix_cache_hit_rate"] == round(512 / row["prompt_tokens"], 4), row
 
 
 @pytest.mark.ray
