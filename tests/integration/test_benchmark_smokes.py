@@ -18,6 +18,7 @@ engine start each, the bare-vLLM comparison of serve_overhead.py aside):
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -76,7 +77,7 @@ def smoke(script: str, *extra: str, env: dict | None = None, prefix: list[str] |
                               timeout=TIMEOUT_S, env=env, cwd=REPO)  # fmt: skip
         code, stderr = done.returncode, done.stderr
         figures = parse_output(done.stdout) if done.stdout.strip() else None
-    assert code == 0 and figures is not None, f"{script} exited {code}:\n{stderr[-4000:]}"
+    assert code == 0 and figures is not None, f"{script} exited {code}:\n{stderr[-4000:]}\n{json.dumps(figures)[-4000:]}"
     return figures
 
 
