@@ -59,21 +59,23 @@ class NodeChanges:
         return tuple(sorted(set(self.replaced) | set(self.changed)))
 
 
-def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+def flatten_settings(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    """``out[dotted.key] = leaf`` for every leaf of a manifest's nested settings (an empty mapping is a leaf)."""
     if isinstance(value, Mapping) and value:
         for key in sorted(value):
-            _flatten(value[key], f"{prefix}.{key}" if prefix else str(key), out)
+            flatten_settings(value[key], f"{prefix}.{key}" if prefix else str(key), out)
     else:
         out[prefix] = value
 
 
-def _show(value: Any) -> str:
+def show_setting(value: Any) -> str:
+    """A setting as the diff lines show it: strings as they are, anything else as sorted JSON."""
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 def _line(key: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
-    old = _show(a[key]) if key in a else "(unset)"
-    new = _show(b[key]) if key in b else "(unset)"
+    old = show_setting(a[key]) if key in a else "(unset)"
+    new = show_setting(b[key]) if key in b else "(unset)"
     return f"~ {key}: {old} -> {new}"
 
 
@@ -134,8 +136,8 @@ def _classify(old: Mapping[str, Any], new: Mapping[str, Any]) -> NodeChanges:
         full.append(f"~ head: {head_old} -> {head_new}")
     fa: dict[str, Any] = {}
     fb: dict[str, Any] = {}
-    _flatten({k: v for k, v in old.items() if k not in ("nodes", "source_path")}, "", fa)
-    _flatten({k: v for k, v in new.items() if k not in ("nodes", "source_path")}, "", fb)
+    flatten_settings({k: v for k, v in old.items() if k not in ("nodes", "source_path")}, "", fa)
+    flatten_settings({k: v for k, v in new.items() if k not in ("nodes", "source_path")}, "", fb)
     quiet: list[str] = []
     for key in _changed_keys(fa, fb):
         (quiet if key.startswith(NO_RAY_PREFIXES) else full).append(_line(key, fa, fb))
@@ -146,8 +148,8 @@ def _classify(old: Mapping[str, Any], new: Mapping[str, Any]) -> NodeChanges:
     for name in (n for n in new_nodes if n in old_nodes):
         na: dict[str, Any] = {}
         nb: dict[str, Any] = {}
-        _flatten(old_nodes[name], f"nodes.{name}", na)
-        _flatten(new_nodes[name], f"nodes.{name}", nb)
+        flatten_settings(old_nodes[name], f"nodes.{name}", na)
+        flatten_settings(new_nodes[name], f"nodes.{name}", nb)
         keys = _changed_keys(na, nb)
         if not keys:
             continue

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator.cluster.node_changes import NodeChanges, classify
+from orchestrator.cluster.node_changes import NodeChanges, classify, flatten_settings, show_setting
 from orchestrator.cluster.node_state import NodeState, current_by_name, node_problems
 from orchestrator.manifest.model import Manifest
 from orchestrator.state import ClusterRecord, redact_manifest
@@ -71,18 +71,6 @@ def _nodes_by_name(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
-    if isinstance(value, Mapping) and value:
-        for key in sorted(value):
-            _flatten(value[key], f"{prefix}.{key}" if prefix else str(key), out)
-    else:
-        out[prefix] = value
-
-
-def _show(value: Any) -> str:
-    return json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
-
-
 def manifest_diff(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
     """Readable lines of what differs between two manifests (``model_dump(mode="json")``):
     ``+ nodes.w3: added``, ``- nodes.w2: removed``, ``~ ray.port: 6379 -> 6380``."""
@@ -99,21 +87,21 @@ def manifest_diff(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list
             lines.append(f"- nodes.{name}: removed")
     fa: dict[str, Any] = {}
     fb: dict[str, Any] = {}
-    _flatten(a, "", fa)
-    _flatten(b, "", fb)
+    flatten_settings(a, "", fa)
+    flatten_settings(b, "", fb)
     for name in new_nodes:
         if name in old_nodes:
-            _flatten(old_nodes[name], f"nodes.{name}", fa)
-            _flatten(new_nodes[name], f"nodes.{name}", fb)
+            flatten_settings(old_nodes[name], f"nodes.{name}", fa)
+            flatten_settings(new_nodes[name], f"nodes.{name}", fb)
     for key in sorted(set(fa) | set(fb)):
         if key.startswith("source_path"):
             continue
         if key not in fa:
-            lines.append(f"~ {key}: (unset) -> {_show(fb[key])}")
+            lines.append(f"~ {key}: (unset) -> {show_setting(fb[key])}")
         elif key not in fb:
-            lines.append(f"~ {key}: {_show(fa[key])} -> (unset)")
+            lines.append(f"~ {key}: {show_setting(fa[key])} -> (unset)")
         elif fa[key] != fb[key]:
-            lines.append(f"~ {key}: {_show(fa[key])} -> {_show(fb[key])}")
+            lines.append(f"~ {key}: {show_setting(fa[key])} -> {show_setting(fb[key])}")
     return lines
 
 
