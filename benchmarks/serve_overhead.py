@@ -277,7 +277,7 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
     # run's own folder, first on the application's PYTHONPATH.
     hooks = workdir / f"hooks-{variant}"
     hooks.mkdir(exist_ok=True)
-    (hooks / f"{node_hooks.MODULE}.py").write_text(node_hooks.SOURCE)
+    (hooks / f"{node_hooks.MODULE}.py").write_text(node_hooks.source())
     app["runtime_env"]["env_vars"]["PYTHONPATH"] = str(hooks)
     if variant == "llmrouter":  # Serve LLM's builder, with the router override render_app gives it
         defaults = ServeDefaults()

@@ -4,7 +4,7 @@ data (tests/data/collective/job-<case>-rank<r>.out, see SOURCES.md there).
 
     /work/bin/heavy .venv/bin/python scripts/capture_collective_jobs.py [--out DIR] [--cases CASE ...]
 
-One bed of 3 hosts (c0, c1, c2). The job (orchestrator/collective/node_job.py) runs inside each
+One bed of 3 hosts (c0, c1, c2). The job (orchestrator/remote/node_programs/collective_job.py) runs inside each
 host directly (nsenter, not SSH: only the job's own output is wanted), Gloo over eth0, with the
 spec `orch up` gives it (orchestrator/collective/plan.py: job_spec, the all-to-all included).
 Cases:
@@ -28,7 +28,6 @@ from orchestrator.collective.plan import CollectivePlan, job_argv, job_spec
 from tests.testbed import HostSpec, TestbedFactory, check_capabilities
 
 REPO = Path(__file__).resolve().parent.parent
-JOB = REPO / "orchestrator" / "collective" / "node_job.py"
 SLOW_KBYTES_S = 8000
 CASES = ("mesh-pass", "mesh-blocked-pair", "mesh-slow-pair")
 
@@ -40,7 +39,7 @@ def run_case(bed, name: str, out: Path, port: int) -> None:
                           {h.name: h.address for h in hosts}, alltoall=True)  # fmt: skip
     procs = []
     for i, h in enumerate(hosts):
-        argv = job_argv(sys.executable, JOB.read_text(), job_spec(plan, i, port))
+        argv = job_argv(sys.executable, job_spec(plan, i, port))
         env = ["env", "GLOO_SOCKET_IFNAME=eth0", f"VLLM_HOST_IP={h.address}"]
         procs.append(subprocess.Popen(h.ns_exec + env + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for i, p in enumerate(procs):

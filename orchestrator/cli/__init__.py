@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import os
 import sys
 from pathlib import Path
@@ -79,10 +80,26 @@ def cli(ctx: click.Context, debug: bool, state_dir: Path | None) -> None:
     """orch deploys vLLM on a cluster of GPU machines through Ray."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    library_logging(debug)
     ctx.obj["state_dir"] = state_dir or default_state_dir()
 
 
 cli.help = (cli.help or "") + "\n\n\b\nExit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
+
+
+def library_logging(debug: bool) -> None:
+    """paramiko's own log (a traceback per failed handshake, from its transport threads) goes to
+    stderr with --debug only; without it orch's typed error says what happened, once."""
+    log = logging.getLogger("paramiko")
+    if not debug:
+        log.setLevel(logging.CRITICAL + 1)
+        return
+    log.setLevel(logging.DEBUG)
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("debug: %(name)s: %(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
 
 
 def main(argv: list[str] | None = None) -> int:

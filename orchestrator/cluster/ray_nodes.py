@@ -28,6 +28,7 @@ from typing import Any
 from orchestrator.manifest.model import Manifest
 from orchestrator.manifest.sections import NodeSpec
 from orchestrator.nodes.facts import NodeFacts
+from orchestrator.remote.node_programs import python_argv
 
 RAY_MODULE = "ray.scripts.scripts"  # `python -m ray.scripts.scripts` is the `ray` CLI of that python
 NODE_RESOURCE_PREFIX = "orch_node_"
@@ -114,27 +115,9 @@ def haproxy_enabled(env: Mapping[str, str]) -> bool:
     return env.get("RAY_SERVE_ENABLE_HA_PROXY") == "1"
 
 
-# Creates a directory 0700 owned by the invoking user, or accepts an existing one only when it is
-# a real directory (not a symlink) of that user, then makes it 0700: a directory planted by
-# someone else (a shared /tmp) is refused, never used.
-PRIVATE_DIR_SCRIPT = r"""
-import os, stat, sys
-path = sys.argv[1]
-os.makedirs(os.path.dirname(path), exist_ok=True)
-try:
-    os.mkdir(path, 0o700)
-except FileExistsError:
-    pass
-st = os.lstat(path)
-if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-    sys.exit(f"{path} exists and is not a directory of uid {os.getuid()}: refusing to use it")
-os.chmod(path, 0o700)
-"""
-
-
 def private_dir_argv(manifest: Manifest, node: NodeSpec, path: str) -> list[str]:
-    """Make ``path`` a 0700 directory of the SSH user on the node (see ``PRIVATE_DIR_SCRIPT``)."""
-    return [node.python_bin(manifest), "-c", PRIVATE_DIR_SCRIPT, path]
+    """Make ``path`` a 0700 directory of the SSH user on the node (``remote/node_programs/private_dir.py``)."""
+    return python_argv(node.python_bin(manifest), "private_dir", path)
 
 
 # A worker started together with its head waits this long for the head's GCS to listen:
@@ -150,7 +133,7 @@ WORKER_GCS_WAIT_S = 60
 # workers, Serve replicas and the vLLM engine processes they spawn (also once orphaned; vLLM
 # renames its processes, so their command line no longer says whose they are).
 #
-# The stop script kills, among the invoking user's processes only: those tagged with the id, those
+# The stop program (``remote/node_programs/stop_ray.py``) kills, among the invoking user's processes only: those tagged with the id, those
 # whose command line gives a long option a value that is the cluster's Ray temp dir T or a path
 # under ``T/`` (``--temp-dir T``, ``--temp_dir=T``, ``--session_dir=T/session_...``: whole
 # values, never a mere prefix, so /tmp/orch does not match /tmp/orch-other), and their
@@ -158,77 +141,6 @@ WORKER_GCS_WAIT_S = 60
 # someone else's vLLM, which `ray stop` (no filter) and `pkill -f vllm` would kill. A process it
 # may not inspect or kill is reported (``denied``), and the node then counts as not stopped.
 CLUSTER_ID_ENV = "ORCH_CLUSTER_ID"
-STOP_SCRIPT = r"""
-import importlib.util, json, os, sys, time
-try:
-    import psutil
-except ImportError:  # Ray vendors psutil under ray/thirdparty_files
-    spec = importlib.util.find_spec("ray")
-    sys.path.insert(0, os.path.join(list(spec.submodule_search_locations)[0], "thirdparty_files"))
-    import psutil
-cid, temp = sys.argv[1], os.path.normpath(sys.argv[2])
-if len(cid) < 16 or not all(c in "0123456789abcdef" for c in cid):
-    cid = None  # no id recorded (state lost): match the temp dir only
-def under_temp(value):
-    return value == temp or value.startswith(temp + "/")
-def names_temp(cmd):  # a long option's value (--opt=V or --opt V) is T or under T/
-    prev = ""
-    for arg in cmd:
-        if arg.startswith("--") and "=" in arg and under_temp(arg.split("=", 1)[1]):
-            return True
-        if prev.startswith("--") and "=" not in prev and under_temp(arg):
-            return True
-        prev = arg
-    return False
-me = os.getuid()
-spare = {os.getpid()} | {p.pid for p in psutil.Process().parents()}
-roots, denied = [], {}
-for p in psutil.process_iter(["cmdline", "uids"]):
-    if p.pid in spare:
-        continue
-    uids = p.info["uids"]
-    if uids is None or me not in (uids.real, uids.effective):
-        continue  # another user's process is never ours to stop
-    try:
-        if names_temp(p.info["cmdline"] or ()) or (cid is not None and p.environ().get("ORCH_CLUSTER_ID") == cid):
-            roots.append(p)
-    except psutil.AccessDenied:
-        denied[p.pid] = "cannot read its environment"
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        pass
-victims = {}
-for p in roots:
-    victims[p.pid] = p
-    try:
-        for c in p.children(recursive=True):
-            if c.pid not in spare and me in (c.uids().real, c.uids().effective):
-                victims[c.pid] = c
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        pass
-names = set()
-for p in list(victims.values()):
-    try:
-        names.add(p.name())
-        p.kill()
-    except psutil.NoSuchProcess:
-        pass
-    except psutil.AccessDenied:
-        denied[p.pid] = "not allowed to kill it"
-        del victims[p.pid]
-def dead(p):  # a zombie is dead; its parent (not us) reaps it
-    try:
-        return p.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-deadline = time.monotonic() + 15
-alive = list(victims.values())
-while alive and time.monotonic() < deadline:
-    alive = [p for p in alive if not dead(p)]
-    if alive:
-        time.sleep(0.1)
-print(json.dumps({"killed": len(victims) - len(alive), "alive": [p.pid for p in alive], "names": sorted(names),
-                  "denied": {str(k): v for k, v in sorted(denied.items())}}))
-"""
 
 
 def node_resource(name: str) -> str:
@@ -254,6 +166,12 @@ def node_token_path(cluster: str, home: str) -> str:
     own state (default ``~/.orch``) keeps the token: on a ``transport: local`` node the two would be
     one file, and `orch down` would delete the state's copy."""
     return f"{home.rstrip('/')}/.orch/nodes/{cluster}/ray-token"
+
+
+# `ray start --node-ip-address` replaces these with the machine's own address (the source address
+# of its default route): ray/_private/services.py, resolve_ip_for_localhost. Given one of them,
+# the address Ray reports for the node is known only once the node runs.
+RAY_LOCALHOST_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 def node_address(node: NodeSpec, facts: NodeFacts | None) -> str:
@@ -364,10 +282,10 @@ def worker_start_argv(manifest: Manifest, node: NodeSpec, facts: NodeFacts | Non
 def stop_argv(manifest: Manifest, node: NodeSpec, cluster_id: str | None) -> list[str]:
     """Kill (SIGKILL) every process of this cluster's Ray node here, vLLM engines included: the
     invoking user's processes tagged ``ORCH_CLUSTER_ID=<cluster_id>`` or naming the cluster's temp
-    dir, and their descendants (see ``STOP_SCRIPT``). Without an id (orch's state lost) only the
+    dir, and their descendants (``remote/node_programs/stop_ray.py``). Without an id (orch's state lost) only the
     temp dir is matched. Prints JSON ``{"killed": n, "alive": [pids], "names": [...],
     "denied": {pid: why}}`` (see ``parse_stop``)."""
-    return [node.python_bin(manifest), "-c", STOP_SCRIPT, cluster_id or "-", manifest.ray.temp_dir]
+    return python_argv(node.python_bin(manifest), "stop_ray", cluster_id or "-", manifest.ray.temp_dir)
 
 
 def parse_stop(text: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ all-to-all over all nodes. Pure: no I/O.
 Expert parallelism (vLLM's ``enable_expert_parallel`` over a DP x TP group) sends all-to-all
 traffic between every pair of GPUs of the group in every MoE layer, not only between neighbours of
 a ring as tensor parallelism's all-reduce does; one pair that cannot connect, or is much slower
-than the others, stalls the whole group. The job (``node_job.py``, mesh stage) forms every pair's
+than the others, stalls the whole group. The job (``remote/node_programs/collective_job.py``, mesh stage) forms every pair's
 group, checks one all-to-all in it and times it; this module reads both ends of each pair.
 
 Findings (codes in ``orchestrator.preflight.findings``):

@@ -1,7 +1,7 @@
 """The collective check of `orch up`: who takes part, with which backend, sizes, timeouts, and
 the argv, spec and environment of the job on each node. Pure: no I/O.
 
-The job itself is ``orchestrator/collective/node_job.py`` (its source is sent to the nodes).
+The job itself is ``orchestrator/remote/node_programs/collective_job.py`` (its source is sent to the nodes).
 Backend: NCCL on GPU clusters (the backend vLLM's tensor- and pipeline-parallel groups use
 there), Gloo on CPU clusters. Participants: every node with GPUs on a GPU cluster, every node
 on a CPU cluster; rank 0, the hub every worker is paired with, is the head when it takes part.
@@ -20,6 +20,7 @@ from typing import Any
 from orchestrator.cluster.ray_nodes import network_env, node_address, node_gpus
 from orchestrator.manifest.model import Manifest
 from orchestrator.nodes.facts import NodeFacts
+from orchestrator.remote.node_programs import python_argv
 
 # Every wait of the job (forming a group, one all-reduce) gives up after this many seconds. A
 # node that cannot reach its peers is named after about this long once all have joined.
@@ -49,9 +50,6 @@ SIZES: dict[str, tuple[tuple[int, int], ...]] = {
 # link is timed over fewer calls instead of running into the job's deadline (seen on the test bed
 # with a pair shaped to 8 MB/s: 16 MiB x 7 calls per group did not fit in 75 s).
 SIZE_BUDGET_S = 2.0
-
-FREE_PORT_SCRIPT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
-
 
 @dataclass(frozen=True)
 class CollectivePlan:
@@ -118,8 +116,9 @@ def job_spec(plan: CollectivePlan, rank: int, port: int) -> dict[str, Any]:
     }
 
 
-def job_argv(python: str, source: str, spec: Mapping[str, Any]) -> list[str]:
-    return [python, "-c", source, JOB_MARK, json.dumps(dict(spec), separators=(",", ":"))]
+def job_argv(python: str, spec: Mapping[str, Any]) -> list[str]:
+    """The job (``remote/node_programs/collective_job.py``) as ``python -c SOURCE orch-collective SPEC``."""
+    return python_argv(python, "collective_job", JOB_MARK, json.dumps(dict(spec), separators=(",", ":")))
 
 
 def job_env(manifest: Manifest, node_name: str, facts: NodeFacts | None, backend: str) -> dict[str, str]:
@@ -134,7 +133,7 @@ def job_env(manifest: Manifest, node_name: str, facts: NodeFacts | None, backend
 
 def free_port_argv(python: str) -> list[str]:
     """A TCP port free on the hub right now (the kernel's pick), for the job's rendezvous."""
-    return [python, "-c", FREE_PORT_SCRIPT]
+    return python_argv(python, "free_port")
 
 
 def parse_free_port(text: str) -> int:

@@ -4,7 +4,8 @@ No I/O here: functions build argv lists (never shell strings) and parse text tha
 brought back. Machine-readable output where the tool has it (``nvidia-smi --query-gpu`` CSV,
 ``ip -j addr``, JSON printed by small ``python -c`` scripts); where it has not (``nvidia-smi
 topo -m``, the ``nvidia-smi`` banner, ``ibstat``) the parsers are tested on real captured output
-(``tests/data/probes/SOURCES.md``). Parsers raise ``ProbeParseError`` on output they cannot read.
+(``tests/data/probes/SOURCES.md``). The ``python -c`` programs are modules of
+``orchestrator.remote.node_programs``. Parsers raise ``ProbeParseError`` on output they cannot read.
 nvidia-smi's own argv and parsers are in ``orchestrator.nodes.smi`` and re-exported here.
 """
 
@@ -15,13 +16,6 @@ import re
 
 from orchestrator.nodes.facts import IbPort, ModelPathInfo, NicAddress, NicInfo, Versions
 from orchestrator.nodes.parse_error import ProbeParseError
-from orchestrator.nodes.probe_scripts import (
-    CONNECT_SCRIPT,
-    IB_SYSFS_SCRIPT,
-    LISTEN_SCRIPT,
-    STORAGE_SCRIPT,
-    VERSIONS_SCRIPT,
-)
 from orchestrator.nodes.smi import (
     GPU_FIELDS,
     gpu_query_argv,
@@ -36,7 +30,7 @@ from orchestrator.nodes.smi import (
     supported_fields,
     topo_argv,
 )
-from orchestrator.sync.agent_source import agent_source
+from orchestrator.remote.node_programs import python_argv
 
 # Re-exported: nvidia-smi's argv and parsers (orchestrator.nodes.smi) are part of this module's API.
 __all__ = [
@@ -139,7 +133,7 @@ def parse_ibstat(text: str) -> list[IbPort]:
 
 
 def ib_sysfs_argv(python: str, root: str = "/sys/class/infiniband") -> list[str]:
-    return [python, "-c", IB_SYSFS_SCRIPT, root]
+    return python_argv(python, "ib_sysfs", root)
 
 
 def _strip_code(v: str | None) -> str | None:
@@ -150,7 +144,7 @@ def _strip_code(v: str | None) -> str | None:
 
 
 def parse_ib_sysfs(text: str) -> list[IbPort]:
-    """Parse the JSON of IB_SYSFS_SCRIPT ({device: {port: {state, phys_state, rate, link_layer}}})."""
+    """Parse the JSON of remote/node_programs/ib_sysfs.py ({device: {port: {state, phys_state, rate, link_layer}}})."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -180,7 +174,7 @@ def parse_ib_sysfs(text: str) -> list[IbPort]:
 
 
 def versions_argv(python: str) -> list[str]:
-    return [python, "-c", VERSIONS_SCRIPT]
+    return python_argv(python, "versions")
 
 
 def parse_versions(text: str) -> Versions:
@@ -219,7 +213,7 @@ def _last_json_line(text: str, what: str) -> dict:
 def storage_argv(python: str, disk_path: str, shm_path: str = "/dev/shm") -> list[str]:
     """/dev/shm total size and free bytes (for an unprivileged user) at ``disk_path`` or its
     nearest existing parent."""
-    return [python, "-c", STORAGE_SCRIPT, shm_path, disk_path]
+    return python_argv(python, "storage", shm_path, disk_path)
 
 
 def parse_storage(text: str) -> tuple[int | None, int | None, str | None, str | None]:
@@ -246,8 +240,8 @@ def parse_df_avail(text: str) -> int:
 
 
 def agent_argv(python: str, *args: str) -> list[str]:
-    """The model-sync agent (``orchestrator/sync/agent.py``, stdlib only) run on a node."""
-    return [python, "-c", agent_source(), *args]
+    """The model-sync agent (``orchestrator/remote/node_programs/sync_agent.py``, stdlib only) run on a node."""
+    return python_argv(python, "sync_agent", *args)
 
 
 def model_argv(python: str, path: str) -> list[str]:
@@ -298,11 +292,11 @@ def clock_offset(remote_epoch: float, local_sent: float, local_received: float) 
 
 
 def connect_argv(python: str, host: str, port: int, deadline_s: float, per_try_s: float) -> list[str]:
-    return [python, "-c", CONNECT_SCRIPT, host, str(port), str(deadline_s), str(per_try_s)]
+    return python_argv(python, "head_connect", host, str(port), str(deadline_s), str(per_try_s))
 
 
 def listen_argv(python: str, host: str, port: int, seconds: float, expect: int) -> list[str]:
-    return [python, "-c", LISTEN_SCRIPT, host, str(port), str(seconds), str(expect)]
+    return python_argv(python, "head_listen", host, str(port), str(seconds), str(expect))
 
 
 def parse_connect(text: str) -> tuple[bool, str | None]:

@@ -38,12 +38,16 @@ from orchestrator.errors import (
     UnreachableError,
 )
 from orchestrator.remote import known_hosts as kh
+from orchestrator.remote.banner import TappedSocket, not_ssh_reason
 from orchestrator.remote.runner import CommandResult
 from orchestrator.remote.ssh_channels import Forward, SshProcess, drain, wait_exit
 
-# paramiko logs every connection at INFO ('Connected (version 2.0, ...)') from its transport
-# threads; orch reports connection problems as typed errors, so only its warnings are kept.
-logging.getLogger("paramiko").setLevel(logging.WARNING)
+# paramiko logs from its transport threads: every connection at INFO, and a failed handshake at
+# ERROR with a traceback ('Exception (client): Error reading SSH protocol banner'), printed before
+# orch's own error. orch reports every connection problem as a typed error, so paramiko's log is
+# off unless `orch --debug` turned it on before this import (cli/__init__.py: library_logging).
+if logging.getLogger("paramiko").level == logging.NOTSET:
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL + 1)
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Grace between orch giving up on a command and the node's `timeout` killing it (TERM, then KILL).
@@ -146,8 +150,11 @@ class SshRunner:
         )
         preferred = kh.recorded_key_types(self.known_hosts, self.host, self.port)
 
+        taps: list[TappedSocket] = []
+
         def transport_factory(sock, disabled_algorithms=None):
-            t = paramiko.Transport(sock, disabled_algorithms=disabled_algorithms)
+            taps.append(TappedSocket(sock))  # what the port says, for the error when it is not sshd
+            t = paramiko.Transport(taps[-1], disabled_algorithms=disabled_algorithms)
             if preferred:
                 # Ask for the key type we have on record first, as OpenSSH does; otherwise a host
                 # with several host keys could offer another type and look "changed".
@@ -177,14 +184,16 @@ class SshRunner:
             raise
         except BaseException as exc:
             client.close()
-            raise self._connect_error(exc, authenticating=policy.verified) from exc
+            raise self._connect_error(exc, authenticating=policy.verified, tap=taps[-1] if taps else None) from exc
         self.accepted_new_key = policy.accepted_new_key
         t = client.get_transport()
         if t is not None and self.keepalive_s:
             t.set_keepalive(self.keepalive_s)
         return client
 
-    def _connect_error(self, exc: BaseException, authenticating: bool = False) -> BaseException:
+    def _connect_error(
+        self, exc: BaseException, authenticating: bool = False, tap: TappedSocket | None = None
+    ) -> BaseException:
         where, t = self.where, self.connect_timeout
         unreachable_hint = (
             f"check that {self.host} is up, that sshd listens on port {self.port} and that no firewall "
@@ -234,6 +243,14 @@ class SshRunner:
         if isinstance(exc, OSError):
             return UnreachableError(
                 f"{self.node}: cannot reach {where}: {exc.strerror or exc}", hint=unreachable_hint, node=self.node
+            )
+        not_ssh = not_ssh_reason(tap.received, tap.eof) if tap is not None and not authenticating else None
+        if isinstance(exc, (paramiko.SSHException, EOFError)) and not_ssh:
+            return UnreachableError(
+                f"{self.node}: {where} is not an SSH server: {not_ssh}",
+                hint=f"give the port sshd listens on at {self.host} (try `ssh -p PORT {self.user}@{self.host}`); "
+                "the SSH port is ssh.port of the manifest, --port of `orch init`",
+                node=self.node,
             )
         if isinstance(exc, (paramiko.SSHException, EOFError)):
             return UnreachableError(

@@ -40,14 +40,18 @@ class by its import path (``INGRESS_CLASS``, made on first use in the replica, w
 imported anyway) and passes the config as a dict, which the replica validates into an
 ``LLMConfig``. That holds on the Ray release it was compared with (``CHECKED_RAY``, the one
 setup.cfg pins; tests/unit/test_serve_node_hooks.py builds both ways and compares every option);
-any other release or config builds through Serve LLM's functions as before. Pure: the file's
-text, its place and the rendered values."""
+any other release or config builds through Serve LLM's functions as before.
+
+The module itself is ``orchestrator/remote/node_programs/orch_serve_hooks.py`` (a real module, written
+whole to the nodes); this one holds its names, its place on the nodes and the rendered values.
+Pure, but for reading that file."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from orchestrator.remote import node_programs
 from orchestrator.serve.app_shape import llm_configs
 
 MODULE = "orch_serve_hooks"
@@ -59,10 +63,11 @@ INGRESS_CLASS = f"{MODULE}.LLMServerIngress"
 CHECKED_RAY = "2.60.0"
 # Model sources Serve LLM's per-node task downloads from (download_utils.is_remote_path).
 REMOTE_SOURCES = ("s3://", "gs://", "abfss://", "azure://", "pyarrow-")
-# The line the callback logs in the replica's log (tests and `orch logs` readers look for it).
+# The line the callback logs in the replica's log (tests and `orch logs` readers look for it); this
+# and the lines and names below are the node module's own (a test checks that they agree).
 SKIPPED_LINE = "orch: Serve LLM's per-node model task skipped"
 # The vLLM worker extension orch names for a CPU engine (``worker_extension_cls``): resolving it in
-# the engine's worker process asks Linux for the AMX tile registers (see ``AmxTileData`` below).
+# the engine's worker process asks Linux for the AMX tile registers (``_amx_tile_data`` in the module).
 AMX_CLASS = f"{MODULE}.AmxTileData"
 # The lines the worker logs when it resolves the class (tests and `orch logs` readers look for them).
 AMX_GRANTED_LINE = "orch: AMX tile data enabled for this vLLM worker"
@@ -72,226 +77,10 @@ AMX_REFUSED_LINE = "orch: the kernel refused AMX tile data to this vLLM worker"
 LLM_SERVER_MODULE = "ray.llm._internal.serve.core.server.llm_server"
 TELEMETRY_PUSH = "push_telemetry_report_for_all_models"
 
-SOURCE = f'''"""Written by orch (orchestrator/serve/node_hooks.py) on every node of its cluster; `orch down`
-removes it. Ray Serve LLM loads this class by name (callback_config) in each engine replica."""
 
-import logging
-import sys
-
-from ray.llm._internal.common.callbacks.base import CallbackBase
-
-
-class SkipNodeInit(CallbackBase):
-    """Skips Serve LLM's per-node model task: orch renders no cloud mirror, so the task would
-    only return the model id, after a fresh worker imported torch on every node.
-
-    And turns off Serve LLM's telemetry push in this replica. After its engine starts, every
-    LLMServer waits, with no timeout, for a detached actor of Ray's (``llm_serve_telemetry``, made
-    by the first replica that asks). A replica stopped while it was making that actor (a
-    rollout interrupted at that moment) leaves it DEPENDENCIES_UNREADY for good, and every later
-    engine replica of the cluster then hangs at start (measured on orch's test bed). The push
-    only records usage tags, which a cluster started with --disable-usage-stats (orch's) never
-    reports."""
-
-    async def on_before_node_init(self) -> None:
-        self.ctx.run_init_node = False
-        logging.getLogger("ray.serve").info(
-            "{SKIPPED_LINE} (the model is %s: no cloud mirror to download from)",
-            self.llm_config.model_loading_config.model_source or self.llm_config.model_loading_config.model_id,
-        )
-        server = sys.modules.get("{LLM_SERVER_MODULE}")
-        if server is not None and hasattr(server, "{TELEMETRY_PUSH}"):
-            setattr(server, "{TELEMETRY_PUSH}", _no_telemetry_push)
-
-
-def _no_telemetry_push(*args, **kwargs) -> None:
-    return None
-
-
-# The Ray release whose Serve LLM the light build below was compared with, field by field
-# (tests/unit/test_serve_node_hooks.py builds both). Any other release, or any field orch does
-# not render, builds through Serve LLM's own functions.
-CHECKED_RAY = "{CHECKED_RAY}"
-INGRESS_CLASS = "{INGRESS_CLASS}"
-AMX_CLASS = "{AMX_CLASS}"
-_LIGHT_KEYS = {{"model_loading_config", "accelerator_config", "accelerator_type", "engine_kwargs", "callback_config",
-               "placement_group_config", "deployment_config"}}
-
-
-def build_openai_app(builder_config: dict):
-    """Ray Serve LLM's build_openai_app under direct streaming, without the LLMRouter hop: the
-    LLMServer deployment (vLLM's own app) is the ingress and HAProxy balances over its replicas.
-
-    Serve runs this in a build task at every apply. Serve LLM's builder imports vLLM there (10 s
-    measured) only to compute the deployment's options; for what orch renders, the same options
-    follow from the config alone (``_light_options``), and the replica class is named by its
-    import path, so the task imports Ray Serve only and the replica imports vLLM as it would."""
-    config = _light_config(builder_config)
-    return _build_light(config) if config is not None else _build_with_serve_llm(builder_config)
-
-
-def _light_config(builder_config: dict):
-    """The one llm_config, when it is what orch renders (explicit bundles, CPU or GPU, no request
-    router) on the checked Ray; else None."""
-    import ray
-
-    configs = builder_config.get("llm_configs")
-    if ray.__version__ != CHECKED_RAY or set(builder_config) != {{"llm_configs"}} or not isinstance(configs, list):
-        return None
-    if len(configs) != 1 or not isinstance(configs[0], dict) or not set(configs[0]) <= _LIGHT_KEYS:
-        return None
-    config = configs[0]
-    group, deployment = config.get("placement_group_config"), config.get("deployment_config") or {{}}
-    if not isinstance(group, dict) or set(group) != {{"strategy", "bundles"}} or not group["bundles"]:
-        return None
-    if (config.get("accelerator_config") or {{}}).get("kind", "cpu") not in ("cpu", "gpu"):
-        return None
-    return None if not isinstance(deployment, dict) or "request_router_config" in deployment else config
-
-
-def _direct_streaming_or_refuse() -> None:
-    from ray.llm._internal.serve import constants
-
-    if not constants.RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING:
-        raise ValueError("orch_serve_hooks:build_openai_app needs RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1 in the "
-                         "application's runtime_env (orch renders it); use ray.serve.llm:build_openai_app without it")
-
-
-def _light_options(llm_config: dict, runtime_env: dict) -> dict:
-    """LLMServer.get_deployment_options and build_llm_deployment's name and defaults
-    (ray/llm/_internal/serve/core/server/llm_server.py and server/builder.py, Ray {CHECKED_RAY}),
-    for a CPU or GPU config with explicit placement bundles, as orch renders it."""
-    import copy
-
-    from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_config_defaults
-    from ray.llm._internal.serve import constants
-    from ray.llm._internal.serve.core.configs.accelerators import format_ray_accelerator_resource
-
-    options = copy.deepcopy(llm_config.get("deployment_config") or {{}})
-    actor_options = options.get("ray_actor_options", {{}})
-    replica = {{"CPU": actor_options.get("num_cpus", 1), "GPU": actor_options.get("num_gpus", 0),
-               **actor_options.get("resources", {{}})}}
-    if "memory" in actor_options:
-        replica["memory"] = actor_options["memory"]
-    group = llm_config["placement_group_config"]
-    bundles = [dict(b) for b in group["bundles"]]
-    if llm_config.get("accelerator_type"):
-        for bundle in bundles:
-            bundle.setdefault(format_ray_accelerator_resource(llm_config["accelerator_type"]), 0.001)
-    # the replica actor sits in the first bundle, beside the first engine worker
-    first = bundles[0]
-    bundles[0] = {{k: first.get(k, 0) + replica.get(k, 0) for k in set(first) | set(replica)}}
-    options["placement_group_bundles"] = bundles
-    options["placement_group_strategy"] = group["strategy"]
-    default_env = dict(runtime_env)
-    if constants.ENABLE_WORKER_PROCESS_SETUP_HOOK:
-        default_env["worker_process_setup_hook"] = "ray.llm._internal.serve._worker_process_setup_hook"
-    actor_options["runtime_env"] = {{**default_env, **actor_options.get("runtime_env", {{}})}}
-    options["ray_actor_options"] = actor_options
-    model_id = llm_config["model_loading_config"]["model_id"]
-    options["name"] = "LLMServer:" + options.get("name", model_id.replace("/", "--").replace(".", "_"))
-    defaults = {{"max_ongoing_requests": constants.DEFAULT_MAX_ONGOING_REQUESTS,
-                "health_check_period_s": constants.DEFAULT_HEALTH_CHECK_PERIOD_S,
-                "health_check_timeout_s": constants.DEFAULT_HEALTH_CHECK_TIMEOUT_S,
-                "autoscaling_config": {{"target_ongoing_requests": constants.DEFAULT_MAX_TARGET_ONGOING_REQUESTS}}}}
-    return maybe_apply_llm_deployment_config_defaults(defaults, options)
-
-
-def _build_light(llm_config: dict):
-    import ray
-    from ray import serve
-
-    _direct_streaming_or_refuse()
-    options = _light_options(llm_config, ray.get_runtime_context().runtime_env)
-    return serve.deployment(**options)(INGRESS_CLASS).bind(llm_config=llm_config)
-
-
-def _build_with_serve_llm(builder_config: dict):
-    from ray import serve
-    from ray.llm._internal.serve.core.ingress import builder
-    from ray.llm._internal.serve.core.server.builder import build_llm_deployment
-    from ray.llm._internal.serve.core.server.llm_server import LLMServer
-
-    args = builder.LLMServingArgs.model_validate(builder_config)
-    _direct_streaming_or_refuse()
-    if len(args.llm_configs) != 1:
-        raise ValueError(f"orch_serve_hooks:build_openai_app serves exactly one model, got {{len(args.llm_configs)}}")
-    builder._validate_direct_streaming_ingress_config(args.ingress_deployment_config, args.ingress_cls_config)
-    llm_config = args.llm_configs[0]
-    # As _build_direct_streaming_llm_deployment, less the RoundRobinRouter it sets for LLMRouter's
-    # picks: Serve refuses any request_router_class on an ingress deployment that HAProxy
-    # balances itself ("A custom `request_router_config.request_router_class` is not supported
-    # on the ingress deployment when HAProxy is enabled", ray/serve/_private/application_state.py).
-    return build_llm_deployment(llm_config, deployment_cls=serve.ingress()(llm_config.server_cls or LLMServer))
-
-
-def _ingress_class():
-    """Serve LLM's LLMServer as the ingress, constructed from the config's dict (the light build
-    passes the dict: building an LLMConfig needs torch and transformers)."""
-    from ray import serve
-    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
-    from ray.llm._internal.serve.core.server.llm_server import LLMServer
-
-    class LLMServerFromDict(LLMServer):
-        async def __init__(self, llm_config, **kwargs):
-            if isinstance(llm_config, dict):
-                llm_config = LLMConfig.model_validate(llm_config)
-            await super().__init__(llm_config, **kwargs)
-
-    LLMServerFromDict.__name__ = LLMServerFromDict.__qualname__ = "LLMServer"
-    return serve.ingress()(LLMServerFromDict)
-
-
-def _amx_tile_data():
-    """vLLM's worker extension for a CPU engine, resolved by name in the engine's worker process
-    (``worker_extension_cls``; ``WorkerWrapperBase.init_worker`` in ``vllm/v1/worker/worker_base.py``)
-    before the model loads. It adds no method: resolving it is the point.
-
-    On a CPU with AMX (Intel Sapphire Rapids and later) vLLM's CPU attention picks its AMX kernels
-    from the CPU's flags alone (``_get_attn_isa`` in ``vllm/v1/attention/backends/cpu_attn.py``:
-    ``torch.cpu._is_amx_tile_supported()``), but Linux kills, with SIGILL, a process that uses the
-    tile registers without first asking for them (``arch_prctl(ARCH_REQ_XCOMP_PERM)``; the
-    permission is per process and a spawned process starts without it). vLLM 0.32 never asks: the
-    worker gets the permission only when oneDNN happens to ask first, inside a linear layer of more
-    than 4 tokens (``tinygemm_kernel`` through ``at::native::cpublas::brgemm``). An engine whose
-    first forward pass is a prompt of up to 4 tokens (a user's "hi") dies at it: ``Worker proc
-    VllmWorker-0 died unexpectedly (exit code: -4)``, and every later request gets a 500 from the
-    dead engine. Measured with bare vLLM on such a CPU; docs/rollout.md, "AMX"."""
-    import logging
-
-    log = logging.getLogger("vllm")
-    try:
-        import torch
-
-        supported = bool(torch.cpu._is_amx_tile_supported())
-        granted = supported and bool(torch.cpu._init_amx())
-    except (ImportError, AttributeError, RuntimeError) as exc:
-        supported, granted = False, False
-        log.warning("orch: could not check the CPU for AMX tiles (%s)", exc)
-    if granted:
-        log.info("{AMX_GRANTED_LINE}")
-    elif supported:
-        log.warning("{AMX_REFUSED_LINE}: vLLM's CPU attention will fail at its first AMX kernel "
-                    "(a Linux kernel before 5.16, or a hypervisor without AMX state)")
-
-    class AmxTileData:
-        """orch's vLLM worker extension: the AMX tile registers were asked for when it was resolved."""
-
-    return AmxTileData
-
-
-# The classes made on first use, once per process: the ingress in the replica (the build task
-# imports this module without vLLM), AmxTileData in each vLLM worker of a CPU engine.
-_MADE_ON_FIRST_USE = {{INGRESS_CLASS.rsplit(".", 1)[1]: _ingress_class, AMX_CLASS.rsplit(".", 1)[1]: _amx_tile_data}}
-
-
-def __getattr__(name: str):
-    make = _MADE_ON_FIRST_USE.get(name)
-    if make is None:
-        raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
-    globals()[name] = cls = make()
-    return cls
-'''
+def source() -> str:
+    """The module's text, written whole to every node (``orchestrator/remote/node_programs/orch_serve_hooks.py``)."""
+    return node_programs.source(MODULE)
 
 
 def app_needs_module(app: Mapping[str, Any]) -> bool:

@@ -1,6 +1,6 @@
 """What `orch model sync` must do, decided from what every node holds. Pure: no I/O.
 
-Inputs are the fingerprints the sync agent (``orchestrator/sync/agent.py``) reports: the source
+Inputs are the fingerprints the sync agent (``orchestrator/remote/node_programs/sync_agent.py``) reports: the source
 folder's files (relative path, size, sha256) and, per node, the final folder's files, the staging
 folder's files (what an interrupted sync left) and the free bytes of the model store.
 

@@ -32,6 +32,7 @@ from orchestrator.cluster.node_state import NodeState, current_by_name
 from orchestrator.cluster.ray_nodes import (
     CLUSTER_ID_ENV,
     GCS_WAIT_ENV,
+    RAY_LOCALHOST_NAMES,
     WORKER_GCS_WAIT_S,
     collective_interface,
     haproxy_dir,
@@ -357,6 +358,10 @@ def _up(manifest: Manifest, deps: ClusterDeps, options: UpOptions) -> UpResult:
         else:
             final = _read_states(runners[head.name], manifest, token, deps)
         by_name = current_by_name(final)
+        ray_head = by_name[head.name].address if head.name in by_name and by_name[head.name].address else head_address
+        if ray_head != head_address:  # one address everywhere: the one Ray uses and the table shows
+            deps.progress(f"head {head.name} at {ray_head}:{manifest.ray.port} (Ray's own address for {head_address})")
+            head_address = common["head_address"] = ray_head
         deps.state.record_cluster(
             name,
             manifest.fingerprint(),
@@ -426,6 +431,8 @@ def _carry_out(
 
     with deps.open_dashboard(runners[head.name], manifest.ray.dashboard_port, token) as dash:
         where = f" (head {head.name} at {head_address}:{manifest.ray.port})" if head.name in plan.start else ""
+        if head.name in plan.start and head_address in RAY_LOCALHOST_NAMES:
+            where = f" (head {head.name})"  # Ray binds its own address, not loopback: told once it runs
         deps.progress(f"starting Ray on {', '.join(plan.start)}{where}")
         for name in plan.start:
             nic = collective_interface(manifest, manifest.node(name), facts.get(name))

@@ -1,7 +1,7 @@
 """The collective check of `orch up` on the nodes: the I/O edge of ``orchestrator.collective``.
 
 After preflight's static checks pass and before Ray starts: ask the hub for a free TCP port,
-start the job (``collective/node_job.py``) on every node at once over the runners, with the
+start the job (``remote/node_programs/collective_job.py``) on every node at once over the runners, with the
 environment Ray and vLLM get, wait for all of them, and judge their reports (pure,
 ``collective.verdict``). Bounded: each job reports and exits by ``plan.deadline_s``; orch waits
 ``RUNNER_GRACE_S`` more per node, then gives up on it (the node's `timeout` kills the job).
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from orchestrator.collective.plan import (
@@ -33,7 +32,6 @@ from orchestrator.preflight.findings import Finding
 from orchestrator.remote.runner import Runner, fan_out
 from orchestrator.state import StateStore
 
-JOB_SOURCE = Path(__file__).resolve().parent.parent / "collective" / "node_job.py"
 Progress = Callable[[str], None]
 CollectiveCheck = Callable[[Manifest, Mapping[str, Runner], Mapping[str, Any], Progress], "CollectiveReport | None"]
 
@@ -95,13 +93,12 @@ def run_collective_check(
 
 def _run_jobs(manifest: Manifest, plan: CollectivePlan, runners: Mapping[str, Runner], facts: Mapping[str, Any],
               port: int) -> dict[str, NodeRun]:  # fmt: skip
-    source = JOB_SOURCE.read_text()
     rank_of = {n: i for i, n in enumerate(plan.ranks)}
 
     def one(r: Runner) -> NodeRun:
         node = manifest.node(r.node)
         f = facts.get(r.node)
-        argv = job_argv(node.python_bin(manifest), source, job_spec(plan, rank_of[r.node], port))
+        argv = job_argv(node.python_bin(manifest), job_spec(plan, rank_of[r.node], port))
         env = job_env(manifest, r.node, f if isinstance(f, NodeFacts) else None, plan.backend)
         res = r.run(argv, timeout=plan.deadline_s + RUNNER_GRACE_S, env=env)
         return NodeRun(r.node, res.exit_code, res.stdout, res.stderr)

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.errors import UnreachableError
+from orchestrator.errors import AuthenticationError, OrchError, UnreachableError
 from orchestrator.manifest.load import load_manifest
 from orchestrator.manifest.model import Manifest
 from orchestrator.nodes.facts import NodeFacts
@@ -74,9 +74,22 @@ def probe_hosts(settings: StarterSettings, deps: InitDeps) -> tuple[list[Starter
     if failed:
         raise UnreachableError(
             "cannot probe " + "; ".join(f"{manifest.node(o.node).host} ({o.error.message})" for o in failed) + "; nothing was written",
-            hint=failed[0].error.hint or "check `ssh USER@HOST` from this machine",
+            hint=_init_hint(failed[0].error, manifest.node(failed[0].node).host, settings),
             node=failed[0].node,
         )
     facts: dict[str, NodeFacts] = {o.node: o.value for o in outcomes}
     nodes = [starter_node(spec.name, spec.host, spec.role, facts[spec.name], deps.resolve(spec.host)) for spec in manifest.nodes]
     return nodes, accelerator_of(nodes)
+
+
+def _init_hint(error: OrchError, host: str, settings: StarterSettings) -> str:
+    """The runner's hints name the manifest's fields; `orch init` has no manifest yet (it is what
+    it writes), so a connection or login failure points at init's own flags."""
+    user, port = settings.user or "root", settings.port or 22
+    if isinstance(error, UnreachableError):
+        return (f"check that {host} is up and that sshd listens on port {port} (`ssh -p {port} {user}@{host}` "
+                "from this machine); --port gives the SSH port, --user the login")  # fmt: skip
+    if isinstance(error, AuthenticationError):
+        return (f"make sure your public key is in ~{user}/.ssh/authorized_keys on {host} (ssh-copy-id), or pass "
+                "--identity-file / --user")  # fmt: skip
+    return error.hint or f"check `ssh -p {port} {user}@{host}` from this machine"

@@ -33,8 +33,8 @@ from orchestrator.manifest.model import Manifest, NodeSpec
 from orchestrator.nodes import probes
 from orchestrator.nodes.facts import NodeFacts
 from orchestrator.plan.model_ref import HUB_REF, resolve_ref
+from orchestrator.remote.node_programs import sync_agent as agent
 from orchestrator.remote.runner import Process, Runner, fan_out
-from orchestrator.sync import agent
 from orchestrator.sync.plan import (
     ModelPaths,
     NodeHolding,

@@ -25,7 +25,7 @@ def install_serve_hooks(runner: Runner, manifest: Manifest, home: str) -> str:
     where the rendered application's PYTHONPATH finds it; return its path there. Idempotent (an
     atomic rewrite of the same text)."""
     path = node_hooks.hooks_path(manifest.name, home)
-    runner.put_file(path, node_hooks.SOURCE.encode(), 0o644)
+    runner.put_file(path, node_hooks.source().encode(), 0o644)
     return path
 
 

@@ -5,9 +5,9 @@ The probing of real hosts is tests/integration/test_init.py."""
 from __future__ import annotations
 
 from orchestrator.cli import main
-from tests.cli.unreachable import closed_port, orch_piped
+from tests.cli.unreachable import closed_port, closing_port, http_port, orch_piped
 
-__all__ = ["closed_port"]
+__all__ = ["closed_port", "closing_port", "http_port"]
 
 
 def test_init_writes_a_commented_manifest_that_validates(tmp_path, capsys):
@@ -38,6 +38,35 @@ def test_init_with_an_unreachable_host_writes_nothing_and_exits_4(tmp_path, clos
     assert res.returncode == 4, res.stderr
     assert "error: cannot probe 127.0.0.1 (node0: cannot reach 127.0.0.1:" in res.stderr and "nothing was written" in res.stderr
     assert not (tmp_path / "c.yaml").exists()
+
+
+def test_init_on_a_port_that_is_not_ssh_names_the_port_and_what_answered(tmp_path, http_port):
+    # A web server on the port: paramiko logs 'Exception (client): Error reading SSH protocol
+    # banner' and a traceback from its transport thread; without --debug only orch's error shows,
+    # naming host:port and what it heard, and the hint names init's flags, not a manifest file.
+    res = orch_piped(tmp_path, "init", "c.yaml", "--hosts", "127.0.0.1", "--port", str(http_port), "--user", "orch-test")
+    assert res.returncode == 4, res.stderr
+    assert res.stderr.splitlines() == [
+        "- probing 1 host(s) over SSH: 127.0.0.1",
+        f"error: cannot probe 127.0.0.1 (node0: 127.0.0.1:{http_port} is not an SSH server: it answered "
+        "'HTTP/1.1 400 Bad Request' instead of an SSH banner); nothing was written",
+        f"hint: check that 127.0.0.1 is up and that sshd listens on port {http_port} (`ssh -p {http_port} "
+        "orch-test@127.0.0.1` from this machine); --port gives the SSH port, --user the login",
+    ]
+    assert not (tmp_path / "c.yaml").exists()
+
+
+def test_init_on_a_port_that_closes_at_once_says_so_without_paramikos_traceback(tmp_path, closing_port):
+    res = orch_piped(tmp_path, "init", "c.yaml", "--hosts", "127.0.0.1", "--port", str(closing_port))
+    assert res.returncode == 4, res.stderr
+    assert "Traceback" not in res.stderr and "Exception (client)" not in res.stderr, res.stderr
+    assert (f"error: cannot probe 127.0.0.1 (node0: 127.0.0.1:{closing_port} is not an SSH server: it accepted the "
+            "connection and closed it without sending an SSH banner); nothing was written") in res.stderr  # fmt: skip
+
+
+def test_debug_shows_paramikos_own_log(tmp_path, closing_port):
+    res = orch_piped(tmp_path, "--debug", "init", "c.yaml", "--hosts", "127.0.0.1", "--port", str(closing_port))
+    assert "debug: paramiko.transport: Exception (client): Error reading SSH protocol banner" in res.stderr, res.stderr
 
 
 def test_init_refuses_a_bad_host_list(tmp_path, capsys):

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,57 @@ def closed_port() -> Iterator[int]:
         yield sock.getsockname()[1]
     finally:
         sock.close()
+
+
+class NotSshServer:
+    """A real TCP server on 127.0.0.1 that is not sshd: it reads what the client sends first
+    (paramiko's 'SSH-2.0-paramiko_...' banner) and answers ``reply`` (empty: closes at once),
+    as a web server does on a port mistaken for SSH's."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply = reply
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed: the test is over
+                return
+            with conn:
+                if self.reply:
+                    conn.settimeout(5)
+                    try:
+                        conn.recv(256)
+                        conn.sendall(self.reply)
+                    except OSError:
+                        pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    """A loopback port where an HTTP server answers: 400 to anything that is not HTTP."""
+    server = NotSshServer(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+    try:
+        yield server.port
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def closing_port() -> Iterator[int]:
+    """A loopback port that accepts a connection and closes it without a word."""
+    server = NotSshServer(b"")
+    try:
+        yield server.port
+    finally:
+        server.close()
 
 
 def unreachable_manifest(folder: Path, port: int, name: str = "gone", worker: str = "worker-with-a-long-name") -> Path:

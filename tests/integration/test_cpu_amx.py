@@ -52,7 +52,7 @@ def _cpu_has_amx() -> bool:
 def test_first_prompt_of_two_tokens_is_answered_on_an_amx_cpu(tiny_model_dir, tmp_path):
     folder = tmp_path / "python"
     folder.mkdir()
-    (folder / f"{node_hooks.MODULE}.py").write_text(node_hooks.SOURCE)
+    (folder / f"{node_hooks.MODULE}.py").write_text(node_hooks.source())
     script = tmp_path / "engine.py"
     script.write_text(ENGINE)
     # One compute thread, unpinned, as orch renders a CPU engine on a 2-core node (serve.config).

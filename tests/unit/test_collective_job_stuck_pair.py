@@ -1,4 +1,4 @@
-"""The collective job (orchestrator/collective/node_job.py) run for real: three processes, Gloo over
+"""The collective job (orchestrator/remote/node_programs/collective_job.py) run for real: three processes, Gloo over
 loopback, the job's own source and the spec orch builds. Rank 1 is a node that never takes part in
 the all-to-all mesh (its spec asks for none), so its pairs with ranks 0 and 2 wait for a peer that
 never comes, up to the group timeout. The pair of ranks 0 and 2 must still form and pass: each
@@ -18,9 +18,8 @@ import sys
 
 import pytest
 
-from orchestrator.collective.node_job import MARK
 from orchestrator.collective.plan import CollectivePlan, job_argv, job_spec
-from orchestrator.workflows.collective import JOB_SOURCE
+from orchestrator.remote.node_programs.collective_job import MARK
 
 pytest.importorskip("torch.distributed")
 
@@ -38,14 +37,13 @@ def test_a_pair_that_never_forms_does_not_hold_up_the_other_pairs_of_its_ranks()
                           interfaces={"n0": "lo", "n1": "lo", "n2": "lo"}, addresses={}, alltoall=True)  # fmt: skip
     port = _free_port()
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
-    source = JOB_SOURCE.read_text()
     procs = []
     for rank in range(3):
         spec = {**job_spec(plan, rank, port), "timeout_s": TIMEOUT_S, "join_timeout_s": 60, "deadline_s": 120,
                 "sizes": [1024], "iters": [2]}  # fmt: skip
         if rank == 1:
             spec["alltoall"] = False  # this rank never forms its mesh pairs
-        procs.append(subprocess.Popen(job_argv(sys.executable, source, spec), env=env, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen(job_argv(sys.executable, spec), env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True))  # fmt: skip
     reports = []
     for p in procs:

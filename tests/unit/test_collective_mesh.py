@@ -1,5 +1,5 @@
 """The all-to-all between every pair of nodes (orchestrator/collective/mesh.py, the mesh stage of
-node_job.py): judged on the job's real output captured on the 3-host test bed
+remote/node_programs/collective_job.py): judged on the job's real output captured on the 3-host test bed
 (scripts/capture_collective_jobs.py), the all-to-all bus bandwidth against nccl-tests' own
 alltoall_perf tables, NCCL's all-to-all errors from public issues (tests/data/collective/SOURCES.md)."""
 
@@ -13,9 +13,9 @@ import pytest
 
 from orchestrator.collective.figures import NodeRun, addresses, error_line, split_output
 from orchestrator.collective.nccl_log import alg_bandwidth, alltoall_bus_bandwidth, bus_bandwidth, parse_nccl_tests
-from orchestrator.collective.node_job import rounds
 from orchestrator.collective.plan import CollectivePlan
 from orchestrator.collective.verdict import judge, recorded_summary, summary_line
+from orchestrator.remote.node_programs.collective_job import rounds
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "collective"
 RANKS = ("c0", "c1", "c2")

@@ -1,4 +1,4 @@
-"""How the collective job times one size of one group (orchestrator/collective/node_job.py,
+"""How the collective job times one size of one group (orchestrator/remote/node_programs/collective_job.py,
 ``Job.time_op``): run for real, two ranks of a Gloo group over loopback in this process (threads),
 observed through a wrapper that only counts the calls it passes on. No time is asserted: the
 budget is set so that every size is either far over it (0 s) or far under it (1e9 s).
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.collective.node_job import WARMUP, Job
 from orchestrator.collective.plan import SIZES
+from orchestrator.remote.node_programs.collective_job import WARMUP, Job
 
 GLOO_SIZES = [s for s, _ in SIZES["gloo"]]
 GLOO_ITERS = [i for _, i in SIZES["gloo"]]

@@ -1,5 +1,5 @@
 """HAProxy's files (Ray 2.60 writes an admin socket of `mode 666 level admin`) go into a 0700
-folder of the cluster's temp dir that orch makes (``PRIVATE_DIR_SCRIPT``) before `ray start`."""
+folder of the cluster's temp dir that orch makes (``remote/node_programs/private_dir.py``) before `ray start`."""
 
 from __future__ import annotations
 

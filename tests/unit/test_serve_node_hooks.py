@@ -21,7 +21,7 @@ from orchestrator.serve import node_hooks
 def on_the_node_path(tmp_path, monkeypatch):
     folder = tmp_path / ".orch" / "nodes" / "c1" / "python"
     folder.mkdir(parents=True)
-    (folder / f"{node_hooks.MODULE}.py").write_text(node_hooks.SOURCE)
+    (folder / f"{node_hooks.MODULE}.py").write_text(node_hooks.source())
     monkeypatch.syspath_prepend(str(folder))
     yield folder
     sys.modules.pop(node_hooks.MODULE, None)

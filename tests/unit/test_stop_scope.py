@@ -1,4 +1,4 @@
-"""The stop script of `orch down` (``ray_nodes.STOP_SCRIPT``) against real processes: it kills
+"""The stop script of `orch down` (``remote/node_programs/stop_ray.py``) against real processes: it kills
 this cluster's processes and their descendants, and leaves alone decoys of another cluster of the
 same name (another id, a temp dir that shares a prefix), another user's processes, and reports a
 process it may not inspect instead of dying part-way.

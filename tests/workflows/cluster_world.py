@@ -15,12 +15,13 @@ from pathlib import Path
 
 from orchestrator.cluster.dashboard import DashboardUnavailable
 from orchestrator.cluster.node_state import NodeState
-from orchestrator.cluster.ray_nodes import PRIVATE_DIR_SCRIPT, STOP_SCRIPT, node_resource
-from orchestrator.collective.plan import FREE_PORT_SCRIPT, JOB_MARK
+from orchestrator.cluster.ray_nodes import node_resource
+from orchestrator.collective.plan import JOB_MARK
 from orchestrator.errors import UnreachableError
 from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes.facts import NicAddress, NicInfo, NodeFacts, Versions
 from orchestrator.remote.fake import FakeRunner, result
+from orchestrator.remote.node_programs import source
 
 PY = "/opt/venv/bin/python"
 YAML = f"""
@@ -32,6 +33,15 @@ nodes:
   - {{name: w2, host: 10.0.0.3, gpus: 8, interface: eth1}}
 ray: {{port: 26379, dashboard_port: 28265, temp_dir: /tmp/orch-tb}}
 """
+
+
+# What `ray start --node-ip-address ADDR` reports: loopback names become the machine's own address
+# (ray/_private/services.py: resolve_ip_for_localhost -> get_node_ip_address); others stay.
+MACHINE_ADDRESS = "192.0.2.44"
+
+
+def ray_node_ip(given: str) -> str:
+    return MACHINE_ADDRESS if given in ("localhost", "127.0.0.1", "::1") else given
 
 
 def manifest_of(text: str = YAML):
@@ -93,9 +103,9 @@ class World:
                 return result("/home/ops\n")
             if argv[:3] == (PY, "-m", "ray.scripts.scripts"):
                 return world.ray(name, argv[3:], env)
-            if argv[:3] == (PY, "-c", STOP_SCRIPT):
+            if argv[:3] == (PY, "-c", source("stop_ray")):
                 return world.stop(name, argv[3:])
-            if argv[:3] == (PY, "-c", PRIVATE_DIR_SCRIPT):
+            if argv[:3] == (PY, "-c", source("private_dir")):
                 world.private_dirs.append((name, argv[3]))
                 return result()
             if argv[0] in ("mkdir", "rmdir"):
@@ -107,7 +117,7 @@ class World:
             if argv[:3] == ("rm", "-rf", "--"):
                 world.dirs.append(argv)
                 return result()
-            if argv[:3] == (PY, "-c", FREE_PORT_SCRIPT):
+            if argv[:3] == (PY, "-c", source("free_port")):
                 return result("41234\n")
             if argv[:2] == (PY, "-c") and len(argv) > 3 and argv[3] == JOB_MARK:
                 return world.collective_job(name, json.loads(argv[4]), env)
@@ -118,7 +128,7 @@ class World:
         return FakeRunner(name, default=respond)
 
     def collective_job(self, name, spec, env):
-        """What the collective job prints (the report format of orchestrator/collective/node_job.py):
+        """What the collective job prints (the report format of orchestrator/remote/node_programs/collective_job.py):
         every group works at ~1 GB/s, except that a node in ``collective_broken`` cannot join."""
         with self.lock:
             self.collective_jobs.append((name, spec, dict(env or {})))
@@ -215,7 +225,7 @@ class World:
                 serial = self.serial
             gpus = float(args[args.index("--num-gpus") + 1])
             self.running[name] = NodeState(
-                node_id=f"id-{name}-{serial}", name=name, address=args[args.index("--node-ip-address") + 1],
+                node_id=f"id-{name}-{serial}", name=name, address=ray_node_ip(args[args.index("--node-ip-address") + 1]),
                 state="ALIVE", is_head="--head" in args, resources_total={"GPU": gpus, "CPU": 4.0, node_resource(name): 1000.0},
                 start_time_ms=serial,
             )  # fmt: skip
@@ -284,7 +294,7 @@ class World:
         return calls
 
     def verb(self, argv):
-        if argv[:3] == (PY, "-c", STOP_SCRIPT):
+        if argv[:3] == (PY, "-c", source("stop_ray")):
             return "stop"
         if argv[:4] == (PY, "-m", "ray.scripts.scripts", "start"):
             return "start"

@@ -27,7 +27,7 @@ from orchestrator.workflows.cluster import (
 )
 from orchestrator.workflows.down import down
 from orchestrator.workflows.node_files import install_token, node_home, remove_token
-from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
+from tests.workflows.cluster_world import MACHINE_ADDRESS, PY, YAML, Clock, World, manifest_of
 
 
 @pytest.fixture()
@@ -74,6 +74,22 @@ def test_fresh_up_starts_every_node_and_records(env):
     assert any("3/3 nodes ALIVE" in m for m in messages)
     assert all(t == "t0k3n" for _, _, t in world.dashboard_opens)
     assert "t0k3n" not in json.dumps(res.to_dict()) and all("t0k3n" not in m for m in messages)
+
+
+def test_a_loopback_head_is_shown_and_recorded_at_the_address_ray_uses(tmp_path):
+    """Issue 44: `orch up` printed `head local at 127.0.0.1:6379` and then a table with another
+    address (Ray replaces a loopback --node-ip-address with the machine's own). One address, the
+    one Ray reports, in the progress, the result and the record."""
+    manifest = manifest_of(f"name: tb\npython: {PY}\nnodes:\n  - {{name: head, host: 127.0.0.1, role: head, gpus: 8}}\n")
+    world, clock, messages = World(manifest), Clock(), []
+    deps = ClusterDeps(state=StateStore(tmp_path / "state", clock=clock), open_runners=world.open_runners,
+                       gather=world.gather, check=lambda m, f: [], open_dashboard=world.open_dashboard, clock=clock,
+                       sleep=clock.sleep, token_factory=lambda: "t0k3n", progress=messages.append)  # fmt: skip
+    res = up(manifest, deps)
+    assert [s.address for s in res.nodes] == [MACHINE_ADDRESS]
+    shown = [m for m in messages if "127.0.0.1" in m or MACHINE_ADDRESS in m]
+    assert shown == [f"head head at {MACHINE_ADDRESS}:6379 (Ray's own address for 127.0.0.1)"], messages
+    assert res.head_address == MACHINE_ADDRESS and deps.state.get_cluster("tb").head_address == MACHINE_ADDRESS
 
 
 def test_head_and_workers_start_at_the_same_time(env):

@@ -19,7 +19,6 @@ from orchestrator.collective.plan import MESH_DEADLINE_S, SIZES, job_argv, job_s
 from orchestrator.collective.verdict import judge
 from orchestrator.state import StateStore
 from orchestrator.workflows.cluster import ClusterDeps, PreflightStopped, UpOptions, up
-from orchestrator.workflows.collective import JOB_SOURCE
 from tests.workflows.cluster_world import YAML, Clock, World, manifest_of
 
 
@@ -108,7 +107,7 @@ def test_collective_job_runs_for_real(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
-    procs = {n: subprocess.Popen(job_argv(sys.executable, JOB_SOURCE.read_text(), job_spec(plan, i, port)), env=env,
+    procs = {n: subprocess.Popen(job_argv(sys.executable, job_spec(plan, i, port)), env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i, n in enumerate(plan.ranks)}  # fmt: skip
     runs = {}

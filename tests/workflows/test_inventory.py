@@ -16,17 +16,10 @@ from orchestrator.errors import CommandTimeoutError, UnreachableError
 from orchestrator.manifest.load import load_manifest
 from orchestrator.nodes import inventory, probes
 from orchestrator.nodes.facts import NodeFacts
-from orchestrator.nodes.probe_scripts import (
-    CONNECT_SCRIPT,
-    IB_SYSFS_SCRIPT,
-    LISTEN_SCRIPT,
-    STORAGE_SCRIPT,
-    VERSIONS_SCRIPT,
-)
 from orchestrator.preflight.run import run_checks
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.remote.local import LocalRunner
-from orchestrator.sync.agent_source import agent_source
+from orchestrator.remote.node_programs import source
 from tests.testbed import gpus as testbed_gpus
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "probes"
@@ -67,20 +60,20 @@ def gpu_node(name: str, address: str, *, gpus: int = 8, remote_clock: str = "179
     r.on(("nvidia-smi",), result(read("smi_banner_535_cuda122_akash_12.txt")))
     r.on(("nvidia-smi", "topo", "-m"), result(read("topo_8gpu_nv12_nccl_1435_excerpt.txt")))
     r.on(("ip", "-j", "addr"), result(ip_json(address)))
-    r.on(script(IB_SYSFS_SCRIPT), result("{}\n"))
-    r.on(script(VERSIONS_SCRIPT), result(json.dumps(
+    r.on(script(source("ib_sysfs")), result("{}\n"))
+    r.on(script(source("versions")), result(json.dumps(
         {"python": "3.11.2", "ray": "2.60.0", "torch": "2.8.0", "transformers": "4.57.1", "vllm": "0.29.0",
          "vllm_dist": "vllm", "nccl": "2.27.3"}) + "\n"))
-    r.on(script(STORAGE_SCRIPT), result(json.dumps(
+    r.on(script(source("storage")), result(json.dumps(
         {"shm_bytes": 64 * GIB, "disk_free_bytes": 900 * GIB, "disk_path": "/models"}) + "\n"))
-    r.on(script(agent_source()), result(json.dumps(
+    r.on(script(source("sync_agent")), result(json.dumps(
         {"path": "/models/llama", "exists": True, "config_sha256": "a" * 64, "index_sha256": "b" * 64,
          "index_kind": "safetensors-index", "total_bytes": 1000, "file_count": 3}) + "\n"))
     r.on(("date", "+%s.%N"), result(remote_clock))
     if reach is not None:
-        r.on(script(CONNECT_SCRIPT), result(reach + "\n"))
+        r.on(script(source("head_connect")), result(reach + "\n"))
     if listen is not None:
-        r.on(script(LISTEN_SCRIPT), result(listen + "\n"))
+        r.on(script(source("head_listen")), result(listen + "\n"))
     return r
 
 
@@ -123,7 +116,7 @@ def test_gather_facts_parses_every_probe():
     assert f.clock_offset_s == pytest.approx(1795945049.264391983 - 1795945049.05)
     assert f.head_port_reachable is None  # no head address given
     # the model path and disk come from the manifest; the interpreter is the manifest's python
-    (model_call,) = [c for c in r.calls if c.argv[1:3] == ("-c", agent_source())]
+    (model_call,) = [c for c in r.calls if c.argv[1:3] == ("-c", source("sync_agent"))]
     assert model_call.argv[0] == "python3" and model_call.argv[3:] == ("fingerprint", "/models/llama")
     assert all(isinstance(a, str) for c in r.calls for a in c.argv)
     assert json.loads(f.to_json())["gpus"][0]["memory_total_mib"] == 81559
@@ -145,7 +138,7 @@ def test_broken_driver_and_timeouts_are_recorded_per_probe():
     m = manifest()
     r = gpu_node("w1", "192.0.2.11", first=[
         (Prefix("nvidia-smi"), result(read("smi_failed_driver_selfhosted_40.txt"), exit_code=9)),
-        (script(agent_source()), CommandTimeoutError("w1: `python3 -c ...` did not finish within 60s")),
+        (script(source("sync_agent")), CommandTimeoutError("w1: `python3 -c ...` did not finish within 60s")),
     ])
     f = inventory.gather_facts(r, m.node("w1"), m, clock=ticking())
     assert f.nvidia_smi is False
@@ -182,7 +175,7 @@ def test_gather_facts_with_head_address_tests_the_port_from_a_worker():
     m = manifest()
     r = gpu_node("w1", "192.0.2.11", reach='{"ok": false, "error": "timeout"}')
     f = inventory.gather_facts(r, m.node("w1"), m, head_address="192.0.2.10", clock=ticking())
-    (call,) = [c for c in r.calls if c.argv[1:3] == ("-c", CONNECT_SCRIPT)]
+    (call,) = [c for c in r.calls if c.argv[1:3] == ("-c", source("head_connect"))]
     assert call.argv[3:5] == ("192.0.2.10", "6379")
     assert f.head_port_reachable is False and f.head_address == "192.0.2.10"
     assert f.errors["head_port"] == "TCP connect to 192.0.2.10:6379 failed: timeout"
@@ -201,7 +194,7 @@ def test_gather_all_three_nodes_one_unreachable_one_blocked():
     assert list(facts) == ["head", "w1", "w2"]
     # The head's address is its interface's address, not the manifest host name.
     assert facts["head"].head_address == "192.0.2.10"
-    (listen,) = [c for c in head.calls if c.argv[1:3] == ("-c", LISTEN_SCRIPT)]
+    (listen,) = [c for c in head.calls if c.argv[1:3] == ("-c", source("head_listen"))]
     assert listen.argv[3:5] == ("0.0.0.0", "6379") and listen.argv[6] == "2"  # expects both workers
     assert facts["w1"].head_port_reachable is True
     assert facts["w2"].head_port_reachable is False

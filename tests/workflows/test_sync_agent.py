@@ -10,14 +10,12 @@ import os
 import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from orchestrator.nodes.probes import agent_argv
-from orchestrator.sync import agent
+from orchestrator.remote.node_programs import sync_agent as agent
 
 DEADLINE_S = 60
 
@@ -167,12 +165,10 @@ def test_a_node_whose_next_hop_dies_still_completes_its_own_copy(tmp_path):
     assert sha256sum(tmp_path / "a" / "m") == sha256sum(src)
 
 
-def test_the_joined_agent_runs_where_orch_is_not_installed(tmp_path):
-    """Both parts of the agent go to the node as one program: it must run in an isolated
-    interpreter (-I: no site-packages, not the checkout) from a folder without orch in it."""
-    from orchestrator.sync.agent_source import agent_source
-
-    src = agent_source()
+def test_the_agent_runs_where_orch_is_not_installed(tmp_path):
+    """The agent goes to the node as one program: it must run in an isolated interpreter (-I: no
+    site-packages, not the checkout) from a folder without orch in it."""
+    src = agent_argv(sys.executable)[2]
     assert src.startswith("# orch-sync-agent")  # what `ps` shows on the nodes
     assert "from orchestrator" not in src and "import orchestrator" not in src
     (tmp_path / "m").mkdir()
@@ -182,47 +178,3 @@ def test_the_joined_agent_runs_where_orch_is_not_installed(tmp_path):
     assert res.returncode == 0, res.stderr
     files = json.loads(res.stdout.splitlines()[-1])["files"]
     assert files == [["w.bin", 1000, hashlib.sha256(b"\0" * 1000).hexdigest()]]
-
-
-def test_the_agent_source_is_parsed_by_one_thread_at_a_time(monkeypatch):
-    """`orch model sync` asks for the agent from several threads at once (the source's
-    fingerprint beside each node's inspection). CPython 3.11's ast.parse is not safe in two
-    threads at once ("SystemError: AST constructor recursion depth mismatch", seen in
-    `orch model sync --dry-run` under load): the first call parses once, the others wait for it."""
-    from orchestrator.sync import agent_source as mod
-
-    inside, most, calls = [0], [0], [0]
-    real_parse = mod.ast.parse
-    gate = threading.Lock()
-
-    def slow_parse(source, *args, **kwargs):
-        with gate:
-            inside[0] += 1
-            calls[0] += 1
-            most[0] = max(most[0], inside[0])
-        time.sleep(0.2)  # wide enough for every thread below to arrive while one is parsing
-        try:
-            return real_parse(source, *args, **kwargs)
-        finally:
-            with gate:
-                inside[0] -= 1
-
-    monkeypatch.setattr(mod.ast, "parse", slow_parse)
-    mod._build.cache_clear()
-    try:
-        start = threading.Barrier(6)
-        results: list[str] = []
-
-        def ask() -> None:
-            start.wait()
-            results.append(mod.agent_source())
-
-        threads = [threading.Thread(target=ask) for _ in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(DEADLINE_S)
-    finally:
-        mod._build.cache_clear()
-    assert len(results) == 6 and len(set(results)) == 1
-    assert (most[0], calls[0]) == (1, 1)

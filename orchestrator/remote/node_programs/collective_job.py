@@ -1,8 +1,8 @@
 """The collective check's job on one node. Runs THERE, with the node's python: stdlib + torch only.
 
-orch never imports this module: ``orchestrator.workflows.collective`` reads its source and runs it
-as ``python -c SOURCE orch-collective SPEC_JSON`` on every node (``orchestrator.collective.plan``
-builds the argv and the spec). One process per node; rank 0 is the hub (the head).
+orch's own code never imports this module: ``orchestrator.collective.plan.job_argv`` runs it whole
+as ``python -c SOURCE orch-collective SPEC_JSON`` on every node (``node_programs.python_argv``;
+``orchestrator.workflows.collective`` starts it). One process per node; rank 0 is the hub (the head).
 
 1. rendezvous: the hub hosts a TCPStore on its address; every other rank joins it and says so.
    The hub waits up to ``join_timeout_s`` for the joins (torch starts at each node's own pace);
