@@ -52,8 +52,12 @@ def main() -> int:
     ap.add_argument("--model")
     ap.add_argument("--tokenizer", required=True, help="the served model's folder (exact prompt lengths)")
     ap.add_argument("--runs", type=int, default=1)
-    args, extra = ap.parse_known_args()
-    extra = [a for a in extra if a != "--"]
+    # Everything after "--" is orch bench's: split it off before argparse, which would otherwise
+    # take the first of those words for the optional CLUSTER_YAML positional.
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, unknown = ap.parse_known_args(argv[:cut])
+    extra = [*unknown, *argv[cut + 1 :]]
     target = [args.cluster_yaml] if args.cluster_yaml else ["--url", args.url, "--model", args.model]
     runs = [one_run(target, args.tokenizer, extra) for _ in range(args.runs)]
     print(json.dumps({"sweep": " ".join(SWEEP), "runs": runs}))

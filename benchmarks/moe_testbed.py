@@ -1,6 +1,14 @@
 """MoE on the test bed: the tiny MoE served TP=2, DP=2 and DP=2 + EP, same load, one run (needs root).
 
+What this hardware cannot do (vLLM 0.32's CPU build on CPU test hosts): the ``dp2_ep`` layout never
+serves (expert parallelism segfaults in the CPU MoE kernel at the first request, docs/moe.md), so
+its entry is the rollout's error, not figures; ``dp2`` serves only through the test bed's collective
+stand-in (tests/testbed/vllm_gpu_standin); and no figure here is a GPU figure: both "GPUs" are the
+machine's two shared cores. ``--layouts tp2`` (the suite's smoke run,
+tests/integration/test_benchmark_smokes.py) is the part that runs everywhere.
+
     .venv/bin/python benchmarks/moe_testbed.py [--requests 32] [--concurrency 8] [--output-tokens 32]
+        [--layouts tp2,dp2,dp2_ep] [--dp-timeout 420] [--keep-logs DIR]
     .venv/bin/python benchmarks/moe_layouts.py --part testbed     # the same, inside moe_layouts' JSON
 
 Part (b) of ``benchmarks/moe_layouts.py`` (issue 23 item 7b). Makes a 2-host test bed (one

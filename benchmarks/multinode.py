@@ -1,6 +1,7 @@
 """TP=2 across two hosts vs TP=1 on one host: the shape of the multi-node figure (needs root).
 
     .venv/bin/python benchmarks/multinode.py [--requests 32] [--concurrency 8] [--output-tokens 32]
+        [--layouts tp1_one_host,tp2_two_hosts]
 
 Makes a 2-host test bed (network namespaces, one described H100 per host, the vLLM device-key
 stand-in of tests/testbed so vLLM's CPU build runs its Ray executor), brings it up with orch's
@@ -39,12 +40,16 @@ from orchestrator.plan.tinymodel import build_tiny_model  # noqa: E402
 from orchestrator.workflows.rollout import RolloutOptions  # noqa: E402
 from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: E402
 
+# label -> TP of the tiny model's one replica; the second replaces the first in place (no room for both)
+LAYOUTS = {"tp1_one_host": 1, "tp2_two_hosts": 2}
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=32)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--output-tokens", type=int, default=32)
+    p.add_argument("--layouts", default=",".join(LAYOUTS), help="which layouts to run (comma-separated labels)")
     args = p.parse_args()
     reason = check_capabilities()
     if reason:
@@ -57,15 +62,16 @@ def main() -> int:
     try:
         bed = factory.make([HostSpec("1xH100-80GB", vllm_gpu=True) for _ in range(2)])
         with served_on_bed(bed, work, model) as (_, served):
-            for label, tp, options in (("tp1_one_host", 1, None), ("tp2_two_hosts", 2, RolloutOptions(timeout_s=900, allow_downtime=True))):
+            for label in [label for label in LAYOUTS if label in args.layouts.split(",")]:
+                tp, options = LAYOUTS[label], RolloutOptions(timeout_s=900, allow_downtime=True)
                 t0 = time.monotonic()
                 result = served.rollout(options, tp=tp, replicas=1, max_model_len=2048)
                 ready_s = time.monotonic() - t0
                 measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
                 out[label] = {"rollout_s": round(ready_s, 1), "action": result.action,
                               **measure(served.endpoint, served.api_key, args.concurrency, args.requests, args.output_tokens)}  # fmt: skip
-        a, b = out["tp1_one_host"], out["tp2_two_hosts"]
-        out["tp2_over_tp1_tok_s"] = round(b["output_tok_s"] / a["output_tok_s"], 3) if a["output_tok_s"] else None
+        a, b = out.get("tp1_one_host", {}), out.get("tp2_two_hosts", {})
+        out["tp2_over_tp1_tok_s"] = round(b["output_tok_s"] / a["output_tok_s"], 3) if a.get("output_tok_s") and b else None
     finally:
         factory.close_all()
     print(json.dumps(out, indent=1))

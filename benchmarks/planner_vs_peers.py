@@ -1,6 +1,6 @@
 """orch's planner against three public estimators on the same public vLLM start-up logs.
 
-    python benchmarks/planner_vs_peers.py [--venv DIR] [--keep]
+    python benchmarks/planner_vs_peers.py [--venv DIR] [--keep] [--orch-only]
 
 Installs the peers into a throwaway venv (``pip install llm-d-planner[estimation]==0.3.3
 hf-mem==0.5.6 aiconfigurator==0.12.0``), runs them and orch on every row of
@@ -243,10 +243,32 @@ def summary(rows: list[dict], preds: dict[str, dict], which: str) -> dict:
     return {"rows": len(errs), "of": n, "median": round(statistics.median(errs), 4), "max": round(max(errs), 4)}
 
 
+def run_peers(job: dict, venv: Path | None, keep: bool) -> dict | None:
+    """The three peers' predictions for every row, run in a throwaway venv; None when their run failed
+    (its stderr printed as the JSON)."""
+    root = venv or Path(tempfile.mkdtemp(prefix="orch-peers-"))
+    try:
+        py = make_venv(root)
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+            json.dump(job, fh)
+        script = root / "peers.py"
+        script.write_text(PEER_SCRIPT)
+        done = subprocess.run([str(py), str(script), fh.name], capture_output=True, text=True, timeout=1800, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(root)})
+        if done.returncode != 0:
+            print(json.dumps({"error": "the peers' run failed", "stderr": done.stderr[-2000:]}))
+            return None
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        if not keep and venv is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--venv", type=Path, default=None, help="where to create the throwaway venv [default: a temporary folder]")
     ap.add_argument("--keep", action="store_true", help="keep the venv")
+    ap.add_argument("--orch-only", action="store_true",
+                    help="orch's column only: no venv, no peers installed (seconds, no network; the suite's smoke run)")
     args = ap.parse_args()
     rows = json.loads((DATA / "vllm_logs.json").read_text())["rows"]
     models = sorted({r["model"] for r in rows})
@@ -259,23 +281,11 @@ def main() -> int:
         "aic_systems": AIC_SYSTEMS,
         "batch": {r["id"]: batch_of(r) for r in rows},
     }
-    root = args.venv or Path(tempfile.mkdtemp(prefix="orch-peers-"))
-    try:
-        py = make_venv(root)
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-            json.dump(job, fh)
-        script = root / "peers.py"
-        script.write_text(PEER_SCRIPT)
-        done = subprocess.run([str(py), str(script), fh.name], capture_output=True, text=True, timeout=1800, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(root)})
-        if done.returncode != 0:
-            print(json.dumps({"error": "the peers' run failed", "stderr": done.stderr[-2000:]}))
-            return 1
-        peers = json.loads(done.stdout.strip().splitlines()[-1])
-    finally:
-        if not args.keep and args.venv is None:
-            shutil.rmtree(root, ignore_errors=True)
+    peers = {"versions": {}, "errors": {}, "rows": {}} if args.orch_only else run_peers(job, args.venv, args.keep)
+    if peers is None:
+        return 1
     tools: dict[str, dict[str, dict]] = {"orch": {r["id"]: orch_prediction(r) for r in rows}}
-    for tool in ("llm-d-planner", "hf-mem", "aiconfigurator"):
+    for tool in () if args.orch_only else ("llm-d-planner", "hf-mem", "aiconfigurator"):
         tools[tool] = {rid: res.get(tool, {"error": "missing"}) for rid, res in peers["rows"].items()}
     report = {
         "peer_versions": peers["versions"],

@@ -136,7 +136,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--sync-model", is_flag=True, help="First copy the model to <model_store>/<name> on every node (`orch model sync`); without it nothing is copied.")
 @click.option("--sync-from", default="local", show_default=True, help="With --sync-model: where the model is, local (this machine, same path) or a node name.")
-@click.option("--request-router", type=click.Choice(["default", "prefix-affinity", "session-affinity"]), default=None,
+@click.option("--request-router", type=click.Choice(["default", "session-affinity"]), default=None,
               help="How Serve picks a replica per request [default: the manifest's serve.request_router].")
 @click.option("--slo-gate", is_flag=True, help="Before the switch, the candidate must meet the manifest's slo: at the load "
               "level recorded for the live revision (`orch bench`/`orch accept`); else the rollout fails and the live revision keeps serving.")

@@ -299,15 +299,28 @@ class RaySettings(_Frozen):
 
 
 # How Serve picks the LLMServer replica of each request (docs/rollout.md, "Request routing"):
-# "default" is what Serve LLM sets under direct streaming (round robin), "prefix_affinity" Ray
-# Serve LLM's PrefixCacheAffinityRouter (requests sharing a prompt prefix go to the same replica).
-REQUEST_ROUTERS = ("default", "prefix_affinity", "session_affinity")
+# "default": HAProxy's own balancing over the replicas; "session_affinity": Ray Serve's
+# ConsistentHashRouter on the request's x-session-id (orchestrator.serve.routing).
+REQUEST_ROUTERS = ("default", "session_affinity")
+
+
+def _refuse_prefix_affinity(value: Any) -> Any:
+    # Offered once: Ray 2.60's PrefixCacheAffinityRouter never learns a prefix behind orch's
+    # ingress (serve/routing.py says why), so a manifest that still names it is told so, not
+    # merely "must be 'default' or 'session_affinity'".
+    if value == "prefix_affinity":
+        raise ValueError(
+            "prefix_affinity is no longer offered: Ray Serve LLM's PrefixCacheAffinityRouter never learns a prefix "
+            "behind orch's HAProxy ingress and sends every request to one replica; use session_affinity and send one "
+            "x-session-id per shared prefix (docs/rollout.md, 'Request routing')"
+        )
+    return value
 
 
 class ServeSettings(_Frozen):
     http_port: Port = 8000
     api_key_env: Annotated[str, Strict(), AfterValidator(_check_env_name)] = "ORCH_API_KEY"
-    request_router: Literal["default", "prefix_affinity", "session_affinity"] = "default"
+    request_router: Annotated[Literal["default", "session_affinity"], BeforeValidator(_refuse_prefix_affinity)] = "default"
     # Serve's autoscaling, sized from the recorded per-replica goodput (`slo:`) and bounded by
     # the cluster's GPUs (serve/scaling.py); false: the plan's fixed replica count.
     autoscaling: Annotated[bool, Strict()] = False

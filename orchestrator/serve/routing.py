@@ -19,12 +19,15 @@ deployment is the one that decides (ray/llm/_internal/serve/core/ingress/router.
   LLMRouter (the Lua router hook, ``ingress_request_router.lua.tmpl``). Requests of one session
   (a conversation, a tenant, a shared system prompt) go to one replica, whose prefix cache holds
   their common prefix; requests without the header spread uniformly.
-- ``prefix_affinity`` (Ray Serve LLM's ``PrefixCacheAffinityRouter``) is refused: it learns which
+- ``prefix_affinity`` (Ray Serve LLM's ``PrefixCacheAffinityRouter``) is not offered (``orch rollout
+  --request-router`` lists only the two above; a manifest that names it is refused at load with the
+  reason, manifest/sections.py) and refused here for any other caller: it learns which
   replica holds which prompt in ``on_request_routed``, and the pick-only path LLMRouter uses never
   calls it, so its prefix tree stays empty, every request falls to the "smallest tenant" branch
   and LLMRouter takes the first of those: one replica gets every request (measured on the test
-  bed: of two replicas, one finished all 64 requests of the load, the other none;
-  benchmarks/prefix_routing.py). Without
+  bed: of two replicas, one finished all 64 requests of the load, the other none). Configured on
+  the ingress deployment without LLMRouter (orch's builder), Serve refuses it when HAProxy is on
+  (``CUSTOM_INGRESS_REQUEST_ROUTER_UNSUPPORTED_ERROR``, ray/serve/_private/build_app.py). Without
   ``RAY_SERVE_INGRESS_REQUEST_ROUTER_FORWARD_BODY=1`` HAProxy does not even send it the prompt.
   docs/rollout.md, "Request routing", has the whole finding.
 """

@@ -206,3 +206,15 @@ def test_a_dry_run_says_each_step_before_the_slow_validation(capsys, monkeypatch
         "- rendering the Serve application (the cluster is not up: sized on the manifest)",
         "- validating the Serve application with Ray Serve LLM's own models (imports ray.serve.llm and vLLM: the slow step)",
     ]
+
+
+def test_request_router_offers_only_what_runs_and_refuses_prefix_affinity_with_exit_2(capsys):
+    # Issue 44: `--request-router prefix-affinity` was offered by --help and always refused by the
+    # renderer (serve/routing.py: Ray 2.60's LLMRouter never feeds PrefixCacheAffinityRouter a prefix).
+    rc = main(["rollout", "--help"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "[default|session-affinity]" in text and "prefix-affinity" not in text
+    rc = main(["rollout", "--model", "llama3-405b", "--model-path", "/models/x", "--max-model-len", "8192", str(M405),
+               "--dry-run", "--request-router", "prefix-affinity"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "'prefix-affinity' is not one of 'default', 'session-affinity'" in err, err

@@ -1096,4 +1096,13 @@ def test_the_objective_falls_back_to_targets_and_a_router_must_be_known():
           request_router: prefix  # !
         """)
     assert len(problems) == 1 and problems[0].startswith("cluster.yaml:4: serve.request_router: ")
-    assert "must be 'default' or 'prefix_affinity' or 'session_affinity' (got 'prefix')" in problems[0], problems
+    assert "must be 'default' or 'session_affinity' (got 'prefix')" in problems[0], problems
+    # The router orch once offered gets its reason, at its line, not the bare list of choices.
+    problems = problems_of("""\
+        name: x
+        nodes: [{name: a, host: h, role: head, gpus: 1}]
+        serve: {http_port: 8000,
+          request_router: prefix_affinity}
+        """)
+    assert len(problems) == 1 and problems[0].startswith("cluster.yaml:4: serve.request_router: prefix_affinity is no longer offered: ")
+    assert "sends every request to one replica; use session_affinity" in problems[0], problems
