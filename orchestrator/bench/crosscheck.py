@@ -130,12 +130,15 @@ def _has_label(samples: Sequence[prom.Sample], key: str, value: str) -> bool:
 
 def settled(before_text: str, after_text: str, expected: int, model: str | None = None) -> bool:
     """Whether the after-page already counts ``expected`` more finished requests than the before-page
-    (Ray exports its metrics every few seconds, so a scrape right after the run can lag)."""
+    (Ray exports its metrics every few seconds, so a scrape right after the run can lag). A page with
+    no vLLM metrics yet is not settled while requests are expected: Ray exports a fresh engine's
+    first figures late, and reading such a page gave a cross-check with nothing in it (the caller's
+    settle timeout bounds the wait for a page that never gets them)."""
     before = prom.parse_text(before_text)
     after = prom.parse_text(after_text)
     where = {"model_name": model} if model and _has_label(after, "model_name", model) else None
     h_after = prom.histogram(after, prom.TPOT, where)
     if h_after is None:
-        return True  # nothing to wait for: the page has no vLLM metrics
+        return expected <= 0
     delta = h_after.minus(prom.histogram(before, prom.TPOT, where))
     return delta.count >= expected

@@ -48,3 +48,28 @@ def test_a_midpoint_sum_is_flagged_and_does_not_decide():
 def test_no_server_data_is_no_verdict():
     c = compare_figure("ttft", SERVER, page(SERVER), page(SERVER), prom.TTFT)
     assert c.server_count == 0 and c.agrees is None
+
+
+def _metrics(name: str) -> str:
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parent.parent / "data" / "metrics" / name).read_text()
+
+
+def test_a_page_without_the_engines_figures_yet_is_not_settled():
+    # Ray's metrics page of a fresh Serve LLM engine (captured) has no vLLM series until its first
+    # export: a bench level that finished 4 requests must keep scraping, not read an empty page.
+    from orchestrator.bench.crosscheck import settled
+
+    idle = _metrics("ray-serve-llm-0.32-idle.txt")
+    assert not settled(idle, idle, 4)
+    assert settled(idle, idle, 0)
+
+
+def test_settled_when_the_after_page_counts_the_levels_requests():
+    # vLLM 0.32's own pages: request_time_per_output_token_seconds_count 2.0 before, 10.0 after.
+    from orchestrator.bench.crosscheck import settled
+
+    before, after = _metrics("vllm-0.32-before.txt"), _metrics("vllm-0.32-after.txt")
+    assert settled(before, after, 8, "tiny")
+    assert not settled(before, after, 9, "tiny")
