@@ -142,7 +142,9 @@ def test_firewall_between_head_and_one_worker_names_that_worker(bed, tmp_path):
     stopped, elapsed = stopped_with_fault(bed, manifest, tmp_path / "state", w1)
     found = [(f.code, f.node) for f in stopped.findings if f.severity == "fail"]
     assert found == [("COLLECTIVE_INIT_FAILED", "c1")], stopped.findings
-    message = stopped.findings[-1].message
+    # The failing finding's own message: on a loaded machine the c0<->c2 pair may also add a
+    # bandwidth warning after it (seen in a fresh-clone run: 0.036 GB/s beside the heavy tests).
+    (message,) = [f.message for f in stopped.findings if f.severity == "fail"]
     assert "c1: could not join the rendezvous on c0" in message and "timed out" in message  # torch's own line
     report = stopped.collective
     assert [p.ok for p in report.pairs] == [False, True] and report.all.skipped
