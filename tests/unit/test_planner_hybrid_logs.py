@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.plan.capacity import PlanOptions, stage_capacities
+from orchestrator.plan.catalog import spec_from_config
 from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.shape import make_shape
+from orchestrator.plan.tinymodel import TINY_CONFIG
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "planner"
 ROWS = json.loads((DATA / "hybrid_logs.json").read_text())["rows"]
@@ -91,18 +93,21 @@ def test_a_long_context_that_vllm_ran_is_planned_as_fitting():
     assert 1.0 <= plan.max_concurrency <= 1.3
 
 
+def _cpu_engine_plan(spec):
+    """The plan for the CPU engine runs below: one CPU node, 0.25 GiB of KV cache, 1,024 batched
+    tokens, max_model_len 4,096, vLLM 0.32 (the settings each run's log was made with)."""
+    cpu = make_shape(gpu_type_name="cpu", gpus_per_node=0, nodes=1)
+    return plan_model(spec, cpu, PlanOptions(max_model_len=4096, kv_cache_gib=0.25, max_num_batched_tokens=1024, vllm_version="0.32.0"))
+
+
 def test_the_cpu_engine_of_a_sliding_window_model_prints_what_the_plan_says():
     # tests/data/planner/vllm-0.32-cpu-tiny-swa.log: the tiny Llama with layers [sliding 64, full] x 2
     # on vLLM 0.32's CPU backend, 0.25 GiB of KV cache, 1,024 batched tokens, max_model_len 4,096
     log = (DATA / "vllm-0.32-cpu-tiny-swa.log").read_text()
     assert "CPU KV cache size: 199,728 tokens, Maximum concurrency for 4,096 tokens per request: 48.76x" in log
-    from orchestrator.plan.catalog import spec_from_config
-    from orchestrator.plan.tinymodel import TINY_CONFIG
-
     cfg = {**TINY_CONFIG, "model_type": "llama", "layer_types": ["sliding_attention", "full_attention"] * 2, "sliding_window": 64}
     spec = spec_from_config(cfg, "tiny-swa", name="tiny-swa")
-    cpu = make_shape(gpu_type_name="cpu", gpus_per_node=0, nodes=1)
-    plan = plan_model(spec, cpu, PlanOptions(max_model_len=4096, kv_cache_gib=0.25, max_num_batched_tokens=1024, vllm_version="0.32.0"))
+    plan = _cpu_engine_plan(spec)
     assert plan.layer_types == "2 sliding-window (64) + 2 full attention"
     # the CPU platform's block of 128 tokens: 0.25 GiB // (2 layers x 128 x 512 B) = 2,048 blocks, a request
     # takes cdiv(4096, 128) = 32 + cdiv(63 + 1024, 128) + 1 = 10 of them: 48.76x, int(48.76 x 4096) = 199,728
@@ -118,8 +123,7 @@ def test_the_cpu_engine_of_a_pure_mamba2_model_prints_what_the_plan_says():
     log = (DATA / "vllm-0.32-cpu-tiny-mamba2.log").read_text()
     assert "CPU KV cache size: 27,979,776 tokens, Maximum concurrency for 4,096 tokens per request: 6831.00x" in log
     spec = resolve_model(str(DATA / "configs" / "tiny-mamba2" / "config.json"))
-    cpu = make_shape(gpu_type_name="cpu", gpus_per_node=0, nodes=1)
-    plan = plan_model(spec, cpu, PlanOptions(max_model_len=4096, kv_cache_gib=0.25, max_num_batched_tokens=1024, vllm_version="0.32.0"))
+    plan = _cpu_engine_plan(spec)
     assert plan.layer_types == "2 Mamba2"
     assert plan.vllm_lines == {"kv_cache_size_tokens": 27979776, "max_concurrency": 6831.0, "max_model_len": 4096}
 
@@ -132,7 +136,6 @@ def test_the_cpu_engine_of_a_gated_deltanet_hybrid_prints_what_the_plan_says():
     log = (DATA / "vllm-0.32-cpu-tiny-gdn.log").read_text()
     assert "CPU KV cache size: 441,505 tokens, Maximum concurrency for 4,096 tokens per request: 107.79x" in log
     spec = resolve_model(str(DATA / "configs" / "tiny-gdn" / "config.json"))
-    cpu = make_shape(gpu_type_name="cpu", gpus_per_node=0, nodes=1)
-    plan = plan_model(spec, cpu, PlanOptions(max_model_len=4096, kv_cache_gib=0.25, max_num_batched_tokens=1024, vllm_version="0.32.0"))
+    plan = _cpu_engine_plan(spec)
     assert plan.layer_types == "3 Gated DeltaNet + 1 full attention"
     assert plan.vllm_lines == {"kv_cache_size_tokens": 441505, "max_concurrency": 107.79, "max_model_len": 4096}
