@@ -1,6 +1,6 @@
 """`orch status [CLUSTER_YAML]`: nodes and serving. CLI only.
 
-The report is built by ``orchestrator.workflows.cluster.status_nodes`` (a ``StatusReport`` from
+The report is built by ``orchestrator.workflows.status_nodes.status_nodes`` (a ``StatusReport`` from
 ``orchestrator.status.nodes``), then the serving section (``orchestrator.workflows.status``).
 Rendering is one function per section (``render_nodes``, ``render_serving`` in
 ``cli/status_serving.py``), assembled by ``render_report``.
@@ -31,8 +31,8 @@ def collect(manifest: Manifest, state_dir: Path, accept_new_host_keys: bool = Fa
     ``capacity_cache`` keeps each replica's start-up KV-cache line across --watch refreshes, so a
     replica's log is read once."""
     from orchestrator.status.serving import node_refs
-    from orchestrator.workflows.cluster import status_nodes
     from orchestrator.workflows.status import ServingOptions, StatusDeps, gather_serving, start_probe
+    from orchestrator.workflows.status_nodes import status_nodes
 
     deps = cluster_deps(manifest, state_dir, accept_new_host_keys, lambda _m: None)
     serving_deps, options = StatusDeps.from_cluster(deps, capacity_cache), ServingOptions()

@@ -59,15 +59,14 @@ from orchestrator.errors import (
 )
 from orchestrator.manifest.model import Manifest
 from orchestrator.manifest.sections import NodeSpec
-from orchestrator.nodes import inventory, probes
-from orchestrator.nodes.facts import NodeFacts, Versions
+from orchestrator.nodes import inventory
+from orchestrator.nodes.facts import NodeFacts
 from orchestrator.preflight import findings as preflight
 from orchestrator.preflight.findings import Finding
 from orchestrator.preflight.run import run_checks
 from orchestrator.remote.runner import Runner, fan_out
 from orchestrator.runbooks import runbook
 from orchestrator.state import StateStore
-from orchestrator.status.nodes import StatusReport, build_nodes_section
 from orchestrator.workflows.collective import CollectiveCheck, collective_stage, run_collective_check
 from orchestrator.workflows.node_drain import Drained, check_room, drain_workers, read_actors, refuse_downtime
 from orchestrator.workflows.node_files import install_serve_hooks, install_token, node_home
@@ -463,47 +462,3 @@ def _stop_removed(old: Manifest, removed: tuple[str, ...], deps: ClusterDeps) ->
 
 # ------------------------------------------------------------------------------ status
 
-
-def probe_versions(runner: Runner, manifest: Manifest) -> Versions:
-    """Reachability and software versions of one node in one short command."""
-    node = manifest.node(runner.node)
-    res = runner.run(probes.versions_argv(node.python_bin(manifest)), timeout=60).check(node.name)
-    return probes.parse_versions(res.stdout)
-
-
-def status_nodes(manifest: Manifest, deps: ClusterDeps) -> StatusReport:
-    """The nodes part of `orch status`: every node probed over SSH (in parallel) while the head's
-    dashboard is read through the tunnel. Dead or unreachable nodes are shown as such."""
-    name, head = manifest.name, manifest.head
-    record = deps.state.get_cluster(name)
-    token = deps.state.read_token(name)
-    with deps.open_runners(manifest) as runners:
-        dash: dict[str, Any] = {}
-
-        def read_head(r: Runner) -> Versions:
-            versions = probe_versions(r, manifest)
-            try:
-                with deps.open_dashboard(r, manifest.ray.dashboard_port, token) as client:
-                    dash["states"] = client.nodes_with_usage()
-                    dash["ray_version"] = client.ray_version()
-            except (ClusterError, RemoteError) as exc:
-                dash["error"] = exc.message
-            return versions
-
-        outcomes = fan_out(
-            list(runners.values()), lambda r: read_head(r) if r.node == head.name else probe_versions(r, manifest)
-        )
-    reach: dict[str, Versions | str] = {}
-    for o in outcomes:
-        reach[o.node] = o.value if o.ok else o.error.message
-    if head.name in reach and isinstance(reach[head.name], str) and "error" not in dash and "states" not in dash:
-        dash["error"] = "not read: the head does not answer over SSH"  # its SSH error is on the head's row
-    section = build_nodes_section(manifest, dash.get("states"), reach, dash.get("error"), dash.get("ray_version"))
-    # a model recorded as ready on a cluster recorded as up is what the cluster should serve
-    revision = deps.state.current_revision(name) if record is not None and record.state == "up" else None
-    report = StatusReport(name, section, recorded=record.to_dict() if record else None,
-                          expected_model=revision.model if revision is not None else None)  # fmt: skip
-    # what the nodes expose that orch cannot close (Ray has no setting for it): said whenever
-    # Ray runs there, not about a cluster with no node up
-    report = report.with_section("warnings", exposure_warnings(manifest) if section.alive else [])
-    return report.with_section("collective", deps.state.load_collective(name))

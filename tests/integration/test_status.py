@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.cluster.dashboard import DashboardRefused
-from orchestrator.workflows.cluster import status_nodes
+from orchestrator.workflows.status_nodes import status_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray]
 

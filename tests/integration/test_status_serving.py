@@ -17,8 +17,8 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.status.serving import node_refs
-from orchestrator.workflows.cluster import status_nodes
 from orchestrator.workflows.status import ServingOptions, StatusDeps, gather_serving
+from orchestrator.workflows.status_nodes import status_nodes
 from tests.fixtures.serving import MAX_MODEL_LEN
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]

@@ -22,11 +22,11 @@ from orchestrator.workflows.cluster import (
     ClusterDeps,
     PreflightStopped,
     UpOptions,
-    status_nodes,
     up,
 )
 from orchestrator.workflows.down import down
 from orchestrator.workflows.node_files import install_token, node_home, remove_token
+from orchestrator.workflows.status_nodes import status_nodes
 from tests.workflows.cluster_world import MACHINE_ADDRESS, PY, YAML, Clock, World, manifest_of
 
 
