@@ -64,6 +64,29 @@ LAYOUTS = (
 )
 
 
+def run_layouts(served, layouts, requests: int, concurrency: int, output_tokens: int, dp_timeout_s: float = 420.0) -> dict:
+    """Roll out each layout of ``layouts`` (in LAYOUTS' order) on ``served`` (a ServedTiny of an up
+    cluster whose model is the tiny MoE) and measure the ones that serve: label -> the rollout's
+    outcome, seconds and action, and the load's figures (or the rollout's error). The suite's smoke
+    run calls this on tests/integration/test_moe_dp.py's DP group, whose rollout matches ``dp2``
+    (a no-op rollout, then the load)."""
+    out: dict = {}
+    for label, layout in [(label, layout) for label, layout in LAYOUTS if label in layouts]:
+        timeout = dp_timeout_s if "dp" in layout else 900.0
+        options = RolloutOptions(timeout_s=timeout, allow_downtime=True)
+        t0 = time.monotonic()
+        try:
+            result = served.rollout(options, replicas=1, max_model_len=1024, **layout)
+        except OrchError as exc:
+            out[label] = {"served": False, "rollout_s": round(time.monotonic() - t0, 1), "error": exc.message[:1500]}
+            continue
+        ready_s = time.monotonic() - t0
+        measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
+        out[label] = {"served": True, "rollout_s": round(ready_s, 1), "action": result.action,
+                      **measure(served.endpoint, served.api_key, concurrency, requests, output_tokens)}  # fmt: skip
+    return out
+
+
 def testbed_part(requests: int = 32, concurrency: int = 8, output_tokens: int = 32, dp_timeout_s: float = 420.0,
                  layouts: tuple[str, ...] = tuple(label for label, _ in LAYOUTS), keep_logs: Path | None = None) -> dict:  # fmt: skip
     """Both layouts on one fresh 2-host bed, the same load; see the module docstring. ``layouts``:
@@ -81,19 +104,7 @@ def testbed_part(requests: int = 32, concurrency: int = 8, output_tokens: int = 
     try:
         bed = factory.make([HostSpec("1xH100-80GB", vllm_gpu=True) for _ in range(2)])
         with served_on_bed(bed, work, model) as (_, served):
-            for label, layout in [(label, layout) for label, layout in LAYOUTS if label in layouts]:
-                timeout = dp_timeout_s if "dp" in layout else 900.0
-                options = RolloutOptions(timeout_s=timeout, allow_downtime=True)
-                t0 = time.monotonic()
-                try:
-                    result = served.rollout(options, replicas=1, max_model_len=1024, **layout)
-                except OrchError as exc:
-                    out[label] = {"served": False, "rollout_s": round(time.monotonic() - t0, 1), "error": exc.message[:1500]}
-                    continue
-                ready_s = time.monotonic() - t0
-                measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
-                out[label] = {"served": True, "rollout_s": round(ready_s, 1), "action": result.action,
-                              **measure(served.endpoint, served.api_key, concurrency, requests, output_tokens)}  # fmt: skip
+            out.update(run_layouts(served, layouts, requests, concurrency, output_tokens, dp_timeout_s))
         a = out.get("tp2", {})
         for label in ("dp2", "dp2_ep"):
             b = out.get(label, {})

@@ -44,6 +44,23 @@ from tests.testbed import HostSpec, TestbedFactory, check_capabilities  # noqa: 
 LAYOUTS = {"tp1_one_host": 1, "tp2_two_hosts": 2}
 
 
+def run_layouts(served, labels, requests: int, concurrency: int, output_tokens: int, max_model_len: int = 2048) -> dict:
+    """Roll out each layout of ``labels`` (in LAYOUTS' order) on ``served`` (a ServedTiny of an up
+    cluster) and measure it: label -> rollout seconds, the rollout's action and the load's figures.
+    The suite's smoke run calls this on tests/integration/test_gpu_path.py's spanning replica,
+    whose TP=2 rollout matches ``tp2_two_hosts`` (a no-op rollout, then the load)."""
+    out: dict = {}
+    for label in [label for label in LAYOUTS if label in labels]:
+        tp, options = LAYOUTS[label], RolloutOptions(timeout_s=900, allow_downtime=True)
+        t0 = time.monotonic()
+        result = served.rollout(options, tp=tp, replicas=1, max_model_len=max_model_len)
+        ready_s = time.monotonic() - t0
+        measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
+        out[label] = {"rollout_s": round(ready_s, 1), "action": result.action,
+                      **measure(served.endpoint, served.api_key, concurrency, requests, output_tokens)}  # fmt: skip
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=32)
@@ -62,14 +79,7 @@ def main() -> int:
     try:
         bed = factory.make([HostSpec("1xH100-80GB", vllm_gpu=True) for _ in range(2)])
         with served_on_bed(bed, work, model) as (_, served):
-            for label in [label for label in LAYOUTS if label in args.layouts.split(",")]:
-                tp, options = LAYOUTS[label], RolloutOptions(timeout_s=900, allow_downtime=True)
-                t0 = time.monotonic()
-                result = served.rollout(options, tp=tp, replicas=1, max_model_len=2048)
-                ready_s = time.monotonic() - t0
-                measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
-                out[label] = {"rollout_s": round(ready_s, 1), "action": result.action,
-                              **measure(served.endpoint, served.api_key, args.concurrency, args.requests, args.output_tokens)}  # fmt: skip
+            out.update(run_layouts(served, args.layouts.split(","), args.requests, args.concurrency, args.output_tokens))
         a, b = out.get("tp1_one_host", {}), out.get("tp2_two_hosts", {})
         out["tp2_over_tp1_tok_s"] = round(b["output_tok_s"] / a["output_tok_s"], 3) if a.get("output_tok_s") and b else None
     finally:

@@ -103,6 +103,10 @@ VARIANT_ENV: dict[str, dict | None] = {
 }
 NOT_ORCH_BASED = ("defaults", "haproxy")  # variants that replace orch's env instead of adding to it
 MARK = "ORCH_SERVE_OVERHEAD_RUN"
+# --fast-start (the suite's smoke run): both engines eager (no torch.compile) with a 0.25 GiB KV
+# cache, the test engines' settings (tests/fixtures/serving.py, docs/testing.md): about 40 s less
+# per engine start. Their figures are not comparable with the default runs'.
+FAST_KV_CACHE_BYTES = 1 << 28
 TARGET_TOK_S, TARGET_TTFT = 0.9, 1.2
 # vLLM's CPU backend batches 128 sequences per worker for its API server (vllm/engine/arg_utils.py
 # get_batch_defaults; Serve LLM starts the engine with that usage context): what orch's plan says.
@@ -204,9 +208,12 @@ def nice_by_role(table: dict) -> dict[str, list[int]]:
 # ---- servers ---------------------------------------------------------------------------------
 
 
-def start_bare(model: Path, port: int, env: dict, log: Path) -> subprocess.Popen:
+def start_bare(model: Path, port: int, env: dict, log: Path, fast: bool = False) -> subprocess.Popen:
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "tiny",
             "--max-model-len", "1024", "--dtype", "bfloat16", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    if fast:  # VLLM_CPU_KVCACHE_SPACE, when set, replaces the byte count (vllm/platforms/cpu.py)
+        argv += ["--enforce-eager", "--kv-cache-memory-bytes", str(FAST_KV_CACHE_BYTES)]
+        env = {k: v for k, v in env.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
     return subprocess.Popen(argv, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -218,7 +225,8 @@ def serve_env_for(variant: str) -> dict[str, str]:
     return {**SERVE_ENV_DEFAULTS, **NODE_DEATH_ENV_DEFAULTS, **(VARIANT_ENV[variant] or {})}
 
 
-def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: Path, key: str | None) -> tuple[subprocess.Popen, str]:
+def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: Path, key: str | None,
+                fast: bool = False) -> tuple[subprocess.Popen, str]:  # fmt: skip
     from orchestrator.cluster.ray_nodes import node_resource
     from orchestrator.serve import node_hooks
     from orchestrator.serve.config import (
@@ -285,6 +293,9 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
         app["deployments"] = [{"name": ROUTER_DEPLOYMENT, "max_surge_percent": defaults.max_surge_percent,
                                "graceful_shutdown_wait_loop_s": defaults.router_drain_s,
                                "graceful_shutdown_timeout_s": defaults.graceful_shutdown_timeout_s}]  # fmt: skip
+    if fast:  # eager, and the cache as bytes (the variable would replace them, in the engine's env and Ray's)
+        app["args"]["llm_configs"][0]["engine_kwargs"].update(enforce_eager=True, kv_cache_memory_bytes=FAST_KV_CACHE_BYTES)
+        app["runtime_env"]["env_vars"].pop("VLLM_CPU_KVCACHE_SPACE", None)
     if variant == "bind":  # vLLM's own thread binding (auto: the engine worker pinned to cores but one)
         app["runtime_env"]["env_vars"].pop("VLLM_CPU_OMP_THREADS_BIND")
     if variant == "noaccesslog":  # no access-log line per request in the replica
@@ -549,6 +560,8 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="CPU seconds per process role for every measurement")
     parser.add_argument("--router", action="store_true", help="time the request router's answer (as HAProxy asks it) during Serve measurements")
     parser.add_argument("--keep-logs", action="store_true", help="keep the server logs and Ray temp dirs (printed as workdir)")
+    parser.add_argument("--fast-start", action="store_true",
+                        help="both engines eager with a 0.25 GiB KV cache (quick to start; figures not comparable with default runs)")
     args = parser.parse_args()
 
     from orchestrator.plan.tinymodel import build_tiny_model
@@ -556,23 +569,25 @@ def main() -> int:
     model = build_tiny_model()
     marker = secrets.token_hex(8)
     env = {**os.environ, MARK: marker, "VLLM_CPU_KVCACHE_SPACE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    if args.fast_start:  # the Ray nodes' env reaches the engine: the bytes, not the variable
+        env.pop("VLLM_CPU_KVCACHE_SPACE")
     env.pop("RAY_ADDRESS", None)
     workdir = Path(tempfile.mkdtemp(prefix="orch-overhead-"))
     key = "bench-" + secrets.token_hex(16)
     procs: list[subprocess.Popen] = []
-    out: dict = {"load": {"levels": args.levels, "requests": "max(64, 2 x level)", "output_tokens": args.output_tokens, "ignore_eos": True,
+    out: dict = {"load": {"levels": args.levels, "requests": "max(64, 2 x level)", "output_tokens": args.output_tokens, "ignore_eos": True, "fast_start": args.fast_start,
                           "rounds": args.rounds, "order": "bare first in even rounds, Serve first in odd"},
                  "cpus": os.cpu_count(), "model": "tiny (orchestrator.plan.tinymodel)", "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                  "variants": {}}  # fmt: skip
     failed = True
     try:
         bare_port = free_port()
-        procs.append(start_bare(model, bare_port, env, workdir / "bare.log"))
+        procs.append(start_bare(model, bare_port, env, workdir / "bare.log", fast=args.fast_start))
         bare_url = f"http://127.0.0.1:{bare_port}"
         wait_http(bare_url + "/health", 600)
         for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
             vkey = None if variant in NOT_ORCH_BASED else key
-            proc, serve_url = start_serve(variant, model, free_port(), env, workdir, vkey)
+            proc, serve_url = start_serve(variant, model, free_port(), env, workdir, vkey, fast=args.fast_start)
             procs.append(proc)
             endpoints = {"bare": (bare_url, None), "serve": (serve_url, vkey)}
             direct = replica_url(workdir, variant) if args.replica else None

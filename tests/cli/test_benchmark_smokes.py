@@ -74,7 +74,23 @@ def test_parse_output_takes_one_object_or_one_per_line_and_refuses_the_rest():
 
 
 def test_every_benchmark_script_has_a_smoke_run():
-    from tests.integration.test_benchmark_smokes import SMOKED
+    from tests.integration.test_benchmark_smokes import SMOKED, SMOKED_ON_MODULE_BEDS
 
     scripts = {p.name for p in (REPO / "benchmarks").glob("*.py")}
-    assert SMOKED_HERE | set(SMOKED) | HELPERS == scripts, "a benchmark script without a smoke run (or a stale name)"
+    assert SMOKED_HERE | set(SMOKED) | set(SMOKED_ON_MODULE_BEDS) | HELPERS == scripts, "a benchmark script without a smoke run (or a stale name)"
+    for script, test in SMOKED_ON_MODULE_BEDS.items():  # the named test exists and runs the script's measuring part
+        path, name = test.split("::")
+        source = (REPO / path).read_text()
+        assert f"def {name}(" in source and f"from {script[:-3]} import run_layouts" in source, (script, test)
+
+
+def test_the_scripts_smoked_on_module_beds_parse_their_arguments():
+    """multinode.py and moe_testbed.py: their smoke runs call ``run_layouts`` in-process; here their
+    command line (imports and argument parser) runs as a user runs it."""
+    import subprocess
+
+    from tests.integration.test_benchmark_smokes import SMOKED_ON_MODULE_BEDS
+
+    for script in SMOKED_ON_MODULE_BEDS:
+        done = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--help"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "--layouts" in done.stdout, (script, done.stderr[-2000:])

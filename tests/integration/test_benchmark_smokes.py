@@ -5,15 +5,18 @@ benchmark fails the suite the day it lands. The scripts that need no root are sm
 tests/cli/test_benchmark_smokes.py, which also checks that every script in benchmarks/ is run by
 one of the two (``SMOKED`` here).
 
-What they cost `make test` (each script makes and tears down its own test bed; at most one vLLM
-engine start each, the bare-vLLM comparison of serve_overhead.py aside):
+What they cost `make test` (each script here makes and tears down its own test bed; at most one
+vLLM engine start each, the bare-vLLM comparison of serve_overhead.py aside):
 - light part (SSH and beds only, run beside the heavy part): fanout, preflight, model_sync,
   collective_check;
 - heavy part: bring_up (Ray, no engine); bench_agreement against the suite's bare vLLM server
   (``vllm_server``, shared with tests/integration/test_bench_vllm.py: no engine start of its
-  own); prefix_routing, multinode and moe_testbed (one rollout each, a few short requests);
-  serve_overhead (bare vLLM and one Ray Serve cluster, one round at concurrency 1, in a network
-  namespace the test makes).
+  own); prefix_routing (one rollout, a few short requests); serve_overhead (bare vLLM and one Ray
+  Serve cluster, both eager with a small KV cache (``--fast-start``), one round at concurrency 1,
+  in a network namespace the test makes);
+- multinode and moe_testbed: their measuring part (``run_layouts``) on the beds of
+  tests/integration/test_gpu_path.py and test_moe_dp.py, whose served layouts they match
+  (``SMOKED_ON_MODULE_BEDS``): no bed and no engine start of their own.
 """
 
 from __future__ import annotations
@@ -47,9 +50,14 @@ SMOKED = {
     "bring_up.py": ["--nodes", "1"],
     "bench_agreement.py": [],  # the vllm_server's URL, added by its test
     "prefix_routing.py": ["--smoke"],
-    "multinode.py": ["--layouts", "tp2_two_hosts", "--requests", "2", "--concurrency", "1", "--output-tokens", "4"],
-    "moe_testbed.py": ["--layouts", "tp2", "--requests", "2", "--concurrency", "1", "--output-tokens", "4"],
-    "serve_overhead.py": ["--rounds", "1", "--levels", "1", "--output-tokens", "4"],
+    "serve_overhead.py": ["--rounds", "1", "--levels", "1", "--output-tokens", "4", "--fast-start"],
+}
+# Scripts whose measuring part runs on a bed a module already serves on (the script's rollout there
+# is a no-op, so it costs no engine start): script -> the test that runs it. Their `--help` runs in
+# tests/cli/test_benchmark_smokes.py.
+SMOKED_ON_MODULE_BEDS = {
+    "multinode.py": "tests/integration/test_gpu_path.py::test_multinode_benchmark_measures_the_spanning_replica",
+    "moe_testbed.py": "tests/integration/test_moe_dp.py::test_moe_testbed_benchmark_measures_the_dp_group",
 }
 TIMEOUT_S = 840.0  # under setup.cfg's 900 s per test
 
@@ -138,22 +146,6 @@ def test_prefix_routing_smoke_reads_the_replicas_prefix_cache():
     (replica,) = row["replicas"].values()
     assert replica["requests"] == row["counted_requests"] == 4 and replica["queries"] == row["prompt_tokens"]
     assert replica["hits"] == 2 * 256 and row["prefix_cache_hit_rate"] == round(512 / row["prompt_tokens"], 4), row
-
-
-@pytest.mark.ray
-@pytest.mark.vllm
-def test_multinode_smoke():
-    got = smoke("multinode.py")
-    row = got["tp2_two_hosts"]
-    assert row["ok"] == 2 and row["output_tok_s"] > 0 and "tp1_one_host" not in got
-
-
-@pytest.mark.ray
-@pytest.mark.vllm
-def test_moe_testbed_smoke():
-    got = smoke("moe_testbed.py")
-    row = got["tp2"]
-    assert row["served"] is True and row["ok"] == 2, row
 
 
 @pytest.mark.ray

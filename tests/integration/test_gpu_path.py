@@ -253,6 +253,23 @@ def test_tp2_replica_spans_both_hosts_and_answers_with_the_key(spanning):
     assert _complete(spanning.served.endpoint, None).status_code == 401
 
 
+def test_multinode_benchmark_measures_the_spanning_replica(spanning):
+    """The smoke run of benchmarks/multinode.py (tests/integration/test_benchmark_smokes.py lists
+    it): its measuring part on this module's spanning replica. Its ``tp2_two_hosts`` layout is the
+    rollout this module made (TP=2 over two hosts), so the script's rollout is a no-op and only its
+    load runs: no bed and no engine start of its own (the script's bed-making part,
+    ``bed_serving.served_on_bed``, is run by the prefix_routing smoke)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from multinode import run_layouts
+
+    got = run_layouts(spanning.served, ["tp2_two_hosts"], requests=2, concurrency=1, output_tokens=4, max_model_len=MAX_MODEL_LEN)
+    row = got["tp2_two_hosts"]
+    assert row["action"] == "noop" and row["ok"] == 2 and row["failed"] == 0 and row["output_tok_s"] > 0, row
+    assert "tp1_one_host" not in got
+
+
 def test_tensor_parallel_traffic_uses_the_chosen_interface(spanning):
     bed = spanning.bed
     workers = spanning.workers()

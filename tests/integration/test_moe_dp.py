@@ -283,6 +283,26 @@ class Traffic:
         return next((at for at, good in self.results if at > t and good), None)
 
 
+def test_moe_testbed_benchmark_measures_the_dp_group(dp_served, moe_bed):
+    """The smoke run of benchmarks/moe_testbed.py (tests/integration/test_benchmark_smokes.py lists
+    it): its measuring part on this module's serving DP group. Its ``dp2`` layout is rollout B of
+    this module (the tiny MoE, DP=2 without EP, the same engine settings), so the script's rollout
+    is a no-op and only its load runs: no bed and no engine start of its own."""
+    import sys
+
+    from tests.fixtures.serving import ServedTiny
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from moe_testbed import run_layouts
+
+    cluster, model, key = moe_bed
+    served = ServedTiny(cluster=cluster, manifest_path=cluster.manifest_path, api_key=key, model_path=model)
+    got = run_layouts(served, ("dp2",), requests=2, concurrency=1, output_tokens=4)
+    row = got["dp2"]
+    assert row["served"] is True and row["action"] == "noop" and row["ok"] == 2 and row["failed"] == 0, row
+    assert set(got) == {"dp2"}
+
+
 def test_killing_one_rank_restarts_the_whole_group_and_requests_resume(dp_served, capsys, monkeypatch, measured):
     cluster = dp_served.cluster
     monkeypatch.setenv("ORCH_API_KEY", dp_served.api_key)

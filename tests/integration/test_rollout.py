@@ -16,6 +16,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from orchestrator.plan.engine_features import LoraOptions
 from tests.fixtures.serving import MAX_MODEL_LEN, TEST_KV_CACHE_GIB
 from tests.wait import wait_until
 
@@ -154,8 +155,13 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     """Issue 5: a new revision comes up beside the old one (candidate route, real completion),
     then the live application takes it with a Serve surge; a client sending requests the whole
     time (every 5 s while the candidate loads, every 0.05 s from the switch on) sees no failure.
-    The change (max_num_seqs) leaves what later tests read (max_model_len,
-    the application's name, the key) as it was. Issue 24: the rollout runs with --slo-gate under
+    The change (max_num_seqs, and LoRA slots: ``--enable-lora --max-loras 2 --max-lora-rank 8``)
+    leaves what later tests read (max_model_len, the application's name, the key, the KV cache) as
+    it was. Issue 43: the LoRA revision's engine starts (vLLM's CPU backend runs LoRA through
+    ``PunicaWrapperCPU``), answers, and logs the KV cache the plan rendered (on CPU the cache is the
+    fixed size orch gives the engine, so the logged tokens equal the plan's exactly: the LoRA slots
+    take host memory, not the cache); it shares this test's engine starts instead of two of its
+    own. Issue 24: the rollout runs with --slo-gate under
     a generous slo:, so the candidate (which starts anyway) is also the gate's passing case: `orch
     bench` of the live revision records its levels, the candidate carries the recorded one (the level
     of most req/s that meets the objective)."""
@@ -202,7 +208,8 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
         return 0.05 if any(SWITCH_MARK in line for _, line in served_tiny.log[since:]) else STEADY_PAUSE_S
 
     with BackgroundClient(served_tiny, pause_s=pause) as client:
-        res = served_tiny.rollout(gated, manifest=load_manifest_file(slo_path), max_num_seqs=64)
+        res = served_tiny.rollout(gated, manifest=load_manifest_file(slo_path), max_num_seqs=64,
+                                  lora=LoraOptions(max_loras=2, max_lora_rank=8))
     measured(f"side by side with the SLO gate: {served_tiny.timeline(since)}")
     assert res.action == "side_by_side", res.decision
     assert client.fail == 0, (client.fail, client.errors[:5])
@@ -228,6 +235,14 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     engine = app.deployed_config["args"]["llm_configs"][0]["engine_kwargs"]
     assert engine["max_num_seqs"] == 64 and engine["max_model_len"] == MAX_MODEL_LEN
     assert [r.state for d in app.deployments for r in d.replicas] == ["RUNNING"] * sum(len(d.replicas) for d in app.deployments)
+    # LoRA: the slots asked for, sized by the plan, and the engine's own "KV cache size: N tokens"
+    # line equal to the plan the rollout stored
+    assert (engine["enable_lora"], engine["max_loras"], engine["max_lora_rank"]) == (True, 2, 8)
+    assert res.plan["features"]["lora_gib_per_gpu"] > 0
+    cal = res.calibration
+    assert cal is not None, res.calibration_note
+    assert cal["measured"]["kv_tokens"] == res.plan["kv_cache_tokens"] == cal["predicted"]["kv_tokens"], cal
+    assert _chat(served_tiny.endpoint, served_tiny.api_key).status_code == 200
 
 
 def test_slo_gate_refuses_a_candidate_that_misses_the_slo_and_the_old_revision_serves_throughout(served_tiny, measured):
