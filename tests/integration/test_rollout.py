@@ -375,10 +375,13 @@ def test_orch_killed_mid_deploy_leaves_the_old_revision_serving_and_the_next_rol
     manifest, state = served_tiny.manifest, StateStore(served_tiny.cluster.state_dir)
     current = state.current_revision(manifest.name)
     number = max(r.number for r in state.list_revisions(manifest.name)) + 1  # the one the killed orch records
-    # The request that serves now (an earlier test may have changed max_num_seqs): the repairing
-    # rollout asks for it, so it has nothing to deploy after the repair.
-    seqs = current.config["args"]["llm_configs"][0]["engine_kwargs"].get("max_num_seqs")
-    serving_now = {"max_num_seqs": seqs} if seqs else {}
+    # The request that serves now (the side-by-side test changes max_num_seqs and adds LoRA slots):
+    # the repairing rollout asks for it, so it has nothing to deploy after the repair.
+    engine = current.config["args"]["llm_configs"][0]["engine_kwargs"]
+    seqs = engine.get("max_num_seqs")
+    serving_now: dict = {"max_num_seqs": seqs} if seqs else {}
+    if engine.get("enable_lora"):
+        serving_now["lora"] = LoraOptions(max_loras=engine["max_loras"], max_lora_rank=engine["max_lora_rank"])
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                **{manifest.serve.api_key_env: served_tiny.api_key})  # fmt: skip
