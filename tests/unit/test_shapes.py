@@ -60,6 +60,9 @@ def local():
 
 def test_the_registry_holds_both_shapes_and_tp_pp_is_the_default():
     assert list(shapes.SHAPES)[:2] == ["tp_pp", "dp"] and shapes.DEFAULT_SHAPE == "tp_pp"
+    assert shapes.get_shape("dp") is shapes.SHAPES["dp"]
+    with pytest.raises(ServeConfigError, match="unknown application shape 'pp_tp'"):
+        shapes.get_shape("pp_tp")
     assert shape_of_plan(ServingPlan(tp=2, pp=2, max_model_len=1)).name == "tp_pp"
     # the boundary: one rank is no data-parallel group, two are
     assert shape_of_plan(ServingPlan(tp=1, pp=1, max_model_len=1, dp=1)).name == "tp_pp"
@@ -141,12 +144,11 @@ class ToyShape(AppShape):
 @pytest.fixture
 def toy():
     """Register the toy shape for one test (writing the class is all it takes), then remove it."""
-    shape_cls = type("RegisteredToy", (ToyShape,), {}, name="toy")
+    type("RegisteredToy", (ToyShape,), {}, name="toy")  # class RegisteredToy(ToyShape, name="toy")
     try:
         yield shapes.SHAPES["toy"]
     finally:
         shapes.SHAPES.pop("toy", None)
-        assert isinstance(shape_cls, type)
 
 
 def test_rendering_dispatches_to_a_new_shape(local, toy):
@@ -223,3 +225,19 @@ def test_two_shapes_claiming_one_plan_is_an_error(toy):
             shape_of_plan(ServingPlan(tp=3, pp=1, max_model_len=1))
     finally:
         shapes.SHAPES.pop("greedy")
+
+
+@pytest.mark.parametrize("size", [0, -1, "2", 2.0])
+def test_the_dp_shape_refuses_a_dp_size_dpserver_refuses(size):
+    """DPServer.get_deployment_options (Ray 2.60, data_parallel/dp_server.py) raises
+    "Invalid data_parallel_size: ..., expecting positive integer" unless it is an int > 0; the DP
+    shape says so before anything is applied, naming the field in the DP application."""
+    pytest.importorskip("ray.serve.llm")
+    from orchestrator.serve.ray_io.validate import validate_app
+
+    app = copy.deepcopy(DP_APP)
+    app["args"]["llm_config"]["engine_kwargs"]["data_parallel_size"] = size
+    with pytest.raises(ServeConfigError, match=r"applications\[moe-dp\]\.args\.llm_config\.engine_kwargs\.data_parallel_size: "):
+        validate_app(app, check_engine_args=False)
+    app["args"]["llm_config"]["engine_kwargs"]["data_parallel_size"] = 1  # the smallest it takes
+    validate_app(app, check_engine_args=False)
