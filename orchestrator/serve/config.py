@@ -8,7 +8,8 @@ interfaces, RAY_ADDRESS, the CPU engine's threads), the deployment settings (``S
 and the body of the deploy request. The rendered config carries an API-key placeholder; the real
 key only exists in the body of the PUT (``RenderedApp.with_api_key``).
 
-Beside it: ``app_shape`` (where the llm config sits in either shape), ``placement`` (bundles, stage pins), ``engine_args`` (--engine-arg, dtype),
+Beside it: ``shapes`` (the registry of application shapes: builder, where the llm config sits, placement,
+capacity unit), ``placement`` (bundles, stage pins), ``engine_args`` (--engine-arg, dtype),
 ``fingerprint`` (what makes two configs the same revision; the key masked), ``validate`` (Ray
 Serve LLM's own ``LLMConfig``), ``node_hooks`` (the callback that skips Serve LLM's per-node
 model task, and the PYTHONPATH that finds it on the nodes).
@@ -28,12 +29,11 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.plan.capacity import cpu_kv_cache_bytes
 from orchestrator.resources import read_text
 from orchestrator.serve import node_hooks
-from orchestrator.serve.app_shape import DP_IMPORT_PATH, OPENAI_IMPORT_PATH, llm_config_of
 from orchestrator.serve.engine_args import check_engine_arg_key, vllm_dtype
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint
 from orchestrator.serve.in_flight import SOURCE_FLAG, InFlight, in_flight
-from orchestrator.serve.placement import placement
 from orchestrator.serve.routing import router_class
+from orchestrator.serve.shapes import OPENAI_IMPORT_PATH, llm_config_of, shape_of_plan
 
 TEMPLATE_NAME = "serve-app.yaml.j2"
 IMPORT_PATH = OPENAI_IMPORT_PATH
@@ -71,10 +71,6 @@ class ServingPlan:
     def workers(self) -> int:
         """vLLM workers of one engine (a DP rank's, or the whole replica's without DP)."""
         return self.tp * self.pp
-
-    @property
-    def data_parallel(self) -> bool:
-        return self.dp > 1
 
     @property
     def tp_spans_nodes(self) -> bool:
@@ -267,25 +263,13 @@ def cluster_ray_address(manifest: Any) -> str | None:
     return f"{host}:{port}"
 
 
-def app_import_path(data_parallel: bool, hooks: bool, request_router: str | None) -> str:
-    """The application's builder: Serve LLM's DP builder for a DP plan; orch's builder on the
-    nodes (no LLMRouter hop, ``serve.node_hooks``) when the application already imports orch's
-    module there and Serve LLM's default router would decide; Serve LLM's ``build_openai_app``
-    otherwise (a chosen request router needs LLMRouter; a bucket model source has no orch folder
-    on its PYTHONPATH)."""
-    if data_parallel:
-        return DP_IMPORT_PATH
-    if hooks and request_router is None:
-        return node_hooks.BUILDER_IMPORT_PATH
-    return IMPORT_PATH
-
-
 def serve_in_flight(plan: ServingPlan, defaults: ServeDefaults) -> InFlight:
     """Serve's max_ongoing_requests for the engine deployment (serve.in_flight): the engine's batch
-    with headroom unless set. A data-parallel plan is rendered as ``build_dp_openai_app``: each
-    DPServer replica is one rank, one engine, so its batch is that engine's max_num_seqs (the group
-    takes dp x that)."""
-    return in_flight(plan.max_num_seqs, dp=plan.dp, ranks_per_serve_replica=1,
+    with headroom unless set. The plan's shape says how many DP ranks the engine behind one Serve
+    replica holds: one for ``build_dp_openai_app`` (each DPServer replica is one rank, so its batch
+    is that engine's max_num_seqs and the group takes dp x that)."""
+    ranks = shape_of_plan(plan).ranks_per_serve_replica(plan)
+    return in_flight(plan.max_num_seqs, dp=plan.dp, ranks_per_serve_replica=ranks,
                      override=defaults.max_ongoing_requests, override_source=defaults.max_ongoing_source)  # fmt: skip
 
 
@@ -314,15 +298,12 @@ def render_app(
         raise ServeConfigError(f"invalid plan: tp={plan.tp} pp={plan.pp}", hint="tp and pp are at least 1")
     if plan.dp < 1:
         raise ServeConfigError(f"invalid plan: dp={plan.dp}", hint="a data-parallel group has at least 1 rank")
-    if plan.data_parallel and plan.pp > 1:
-        # vLLM places a DP rank's pipeline stages itself; Serve LLM's DPServer hands each rank its
-        # bundles by node, which orch's stage pins would contradict. The planner never plans it.
-        raise ServeConfigError(f"data parallel {plan.dp} with pipeline parallel {plan.pp}: orch deploys DP groups without PP",
-                               hint="plan DP x TP (--dp with --tp), or TP x PP without --dp")  # fmt: skip
+    shape = shape_of_plan(plan)
+    shape.check_plan(plan)
     if stage_nodes is not None and len(stage_nodes) != plan.pp:
         raise ServeConfigError(f"{len(stage_nodes)} stage nodes given for pp={plan.pp}",
                                hint="give one node per pipeline stage (stage_nodes_for picks them)")  # fmt: skip
-    bundles, strategy = placement(plan, accelerator, stage_nodes, node_resource, defaults.cpus_per_cpu_worker)
+    bundles, strategy = shape.placement(plan, accelerator, stage_nodes, node_resource, defaults.cpus_per_cpu_worker)
     dtype = vllm_dtype(plan.dtype)
     engine_extra: dict[str, Any] = {}
     if plan.kv_cache_dtype and plan.kv_cache_dtype != "auto":
@@ -352,10 +333,12 @@ def render_app(
     env_vars = serving_env(manifest, plan, defaults, node_cores)
     if hooks:  # the callback that skips Serve LLM's per-node model task imports from orch's folder
         env_vars["PYTHONPATH"] = node_hooks.pythonpath(manifest.name, env_vars.get("PYTHONPATH"))
-    import_path = app_import_path(plan.data_parallel, hooks, request_router)
+    import_path = shape.import_path(hooks=hooks, request_router=request_router)
     context = {
         "import_path": import_path,
-        "dp": plan.dp,
+        "shape_engine_kwargs": shape.engine_kwargs(plan),
+        "args_key": shape.args_key,
+        "args_is_list": shape.args_is_list,
         "expert_parallel": plan.expert_parallel,
         "app_name": target.app_name,
         "route_prefix": target.route_prefix,

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.serve.app_shape import is_dp_app
+from orchestrator.serve.shapes import llm_config_of, shape_of_app
 
 NOOP = "noop"
 FRESH = "fresh"
@@ -47,9 +47,6 @@ CANDIDATE_ROUTE_PREFIX = "/_orch/r"
 # Downtime estimate of an in-place change when no cold load was measured for this model.
 DISK_GIB_PER_S = 1.0  # sequential read of safetensors from a local NVMe/network store, per node
 ENGINE_START_S = {"gpu": 90.0, "cpu": 120.0}  # process start, imports, CUDA graphs / CPU warm-up
-
-# Serve's placement strategy for a gang (a data-parallel group): DPServer.get_deployment_options.
-GANG_STRATEGY = "PACK"
 
 # Resources the Serve replica actor adds to bundle 0 (LLMServer.get_deployment_options merges
 # ray_actor_options' num_cpus, default 1, into the first bundle).
@@ -107,14 +104,10 @@ def engine_change(live_config: Mapping[str, Any] | None, desired_config: Mapping
     with no surge between them: the public route has no engine until the new one is up."""
     if not live_config:
         return None
-    old, new = is_dp_app(live_config), is_dp_app(desired_config)
-    if old == new:
+    old, new = shape_of_app(live_config), shape_of_app(desired_config)
+    if old.name == new.name:
         return None
-
-    def kind(dp: bool) -> str:
-        return "a data-parallel application (DPServer, one replica per rank)" if dp else "a tensor/pipeline-parallel application (LLMServer)"
-
-    return f"the switch turns {kind(old)} into {kind(new)}: Serve replaces the engine deployment without a surge"
+    return f"the switch turns {old.description} into {new.description}: Serve replaces the engine deployment without a surge"
 
 
 def decide(
@@ -189,21 +182,17 @@ def replica_bundles(llm_config: Mapping[str, Any]) -> tuple[list[dict[str, float
     return bundles, str(pg.get("strategy") or "PACK")
 
 
-def copy_demand(llm_config: Mapping[str, Any]) -> tuple[list[list[dict[str, float]]], str]:
-    """One placement group per replica of the rendered llm_config. A data-parallel llm_config
-    (``engine_kwargs.data_parallel_size`` > 1): one group per DP group, as Serve reserves it
-    (``deployment_scheduler.py``: the per-replica bundles, actor CPU merged, repeated for each of
-    the gang's ranks, strategy PACK), so a DP group is the unit of capacity."""
+def copy_demand(app: Mapping[str, Any]) -> tuple[list[list[dict[str, float]]], str]:
+    """The placement groups a copy of the rendered application asks Ray for, as its shape counts
+    them (``shapes.AppShape.capacity_groups``): one per replica of a tensor/pipeline-parallel
+    application; one per DP group of a data-parallel one, whose ranks Serve reserves together."""
+    llm_config = llm_config_of(app)
     bundles, strategy = replica_bundles(llm_config)
     dep = llm_config.get("deployment_config") or {}
     replicas = dep.get("num_replicas")
     if not isinstance(replicas, int):
         replicas = int((dep.get("autoscaling_config") or {}).get("min_replicas", 1) or 1)
-    dp = (llm_config.get("engine_kwargs") or {}).get("data_parallel_size", 1)
-    if isinstance(dp, int) and dp > 1:
-        gang = [dict(b) for _ in range(dp) for b in bundles]
-        return [list(gang) for _ in range(max(1, replicas))], GANG_STRATEGY
-    return [list(bundles) for _ in range(max(1, replicas))], strategy
+    return shape_of_app(app).capacity_groups(bundles, strategy, replicas, llm_config)
 
 
 def _fits_on(free: Mapping[str, float], demand: Mapping[str, float]) -> bool:

@@ -26,12 +26,12 @@ from orchestrator.plan.engine_features import LoraOptions, SpeculativeOptions
 from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, ParallelPlan
 from orchestrator.plan.shape import ClusterShape
-from orchestrator.serve.app_shape import llm_configs
 from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, ServingPlan, render_app, serve_in_flight
 from orchestrator.serve.in_flight import SOURCE_FLAG, SOURCE_MANIFEST
 from orchestrator.serve.location import ModelLocation
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
 from orchestrator.serve.scaling import autoscaling_for
+from orchestrator.serve.shapes import llm_configs
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.cluster.ray_nodes import NODE_RESOURCE_PREFIX
-from orchestrator.serve.app_shape import llm_configs
 from orchestrator.serve.placement import NODE_PIN_KEY
+from orchestrator.serve.shapes import llm_configs
 
 API_KEY_PLACEHOLDER = "<redacted>"
 

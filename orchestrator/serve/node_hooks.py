@@ -52,11 +52,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.remote import node_programs
-from orchestrator.serve.app_shape import llm_configs
+from orchestrator.serve.shapes import ORCH_BUILDER_IMPORT_PATH, llm_configs
 
 MODULE = "orch_serve_hooks"
 CALLBACK_CLASS = f"{MODULE}.SkipNodeInit"
-BUILDER_IMPORT_PATH = f"{MODULE}:build_openai_app"
+BUILDER_IMPORT_PATH = ORCH_BUILDER_IMPORT_PATH  # "<MODULE>:build_openai_app", one of the tp_pp shape's builders
 # The class the light build names as the replica's (loaded by import path in the replica).
 INGRESS_CLASS = f"{MODULE}.LLMServerIngress"
 # The Ray release the light build was checked against: the one orch pins (setup.cfg).

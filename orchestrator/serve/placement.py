@@ -59,24 +59,27 @@ def stage_nodes_for(plan: ServingPlan, free_gpus: Mapping[str, float]) -> tuple[
     return tuple(fitting[: plan.pp])
 
 
-def placement(
+def rank_bundles(plan: ServingPlan, accelerator: str, cpus_per_cpu_worker: float = 1) -> tuple[list[dict], str]:
+    """(bundles, strategy) of one data-parallel rank: its TP workers' bundles.
+
+    Serve gang-schedules a DP group: one placement group of dp x these bundles with the gang's
+    PACK (Ray 2.60 deployment_scheduler.py), which fills a node before the next, so ranks spread
+    over the nodes as the plan counted them (GPUs per node / TP ranks each). DPServer drops a
+    per-replica strategy (with a warning); PACK says what happens. DPServer then hands each rank
+    its bundles sorted by node, keeping a rank's TP workers together (data_parallel/dp_server.py)."""
+    unit = {"CPU": cpus_per_cpu_worker} if accelerator == "cpu" else {"GPU": 1}
+    return [dict(unit) for _ in range(plan.workers)], "PACK"
+
+
+def replica_placement(
     plan: ServingPlan,
     accelerator: str,
     stage_nodes: Sequence[str] | None,
     node_resource: Callable[[str], str],
     cpus_per_cpu_worker: float = 1,
 ) -> tuple[list[dict], str]:
-    """(bundles, strategy): one bundle per vLLM worker, in rank order (stage 0 first). For a
-    data-parallel plan: one DP rank's bundles (its TP workers)."""
-    if plan.dp > 1:
-        # Serve gang-schedules a DP group: one placement group of dp x these bundles with the
-        # gang's PACK (Ray 2.60 deployment_scheduler.py), which fills a node before the next, so
-        # ranks spread over the nodes as the plan counted them (GPUs per node / TP ranks each).
-        # DPServer drops a per-replica strategy (with a warning); PACK says what happens.
-        # DPServer then hands each rank its bundles sorted by node, keeping a rank's TP workers
-        # together (data_parallel/dp_server.py).
-        unit = {"CPU": cpus_per_cpu_worker} if accelerator == "cpu" else {"GPU": 1}
-        return [dict(unit) for _ in range(plan.workers)], "PACK"
+    """(bundles, strategy) of a tensor x pipeline parallel replica: one bundle per vLLM worker,
+    in rank order (stage 0 first)."""
     if accelerator == "cpu":
         # Serve LLM forces vLLM's mp executor on CPU: the whole replica lives on one node.
         return [{"CPU": cpus_per_cpu_worker} for _ in range(plan.workers)], "STRICT_PACK"

@@ -13,7 +13,7 @@ deployment is the one that decides (ray/llm/_internal/serve/core/ingress/router.
   (``balance leastconn``, Ray's ``RAY_SERVE_HAPROXY_BALANCE_ALGORITHM``). Serve LLM's builder
   would set ``RoundRobinRouter`` for LLMRouter to ask (core/ingress/builder.py:
   ``_get_direct_streaming_serve_options``), one more hop per request that decides nothing more.
-  (A bucket model source keeps Serve LLM's builder: ``serve.config.app_import_path``.)
+  (A bucket model source keeps Serve LLM's builder: ``serve.shapes.TpPpShape.import_path``.)
 - ``session_affinity``: Ray Serve's ``ConsistentHashRouter``: a consistent-hash ring over the
   request's session id, which HAProxy forwards from the client's ``x-session-id`` header to
   LLMRouter (the Lua router hook, ``ingress_request_router.lua.tmpl``). Requests of one session

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import engine_metrics as prom
+from orchestrator.serve.shapes import rank_log_keywords, rank_logs
 
 # ----------------------------------------------------------------------------- KV capacity
 
@@ -93,11 +94,9 @@ def parse_kv_capacity(lines: Iterable[str]) -> KvCapacity | None:
     return found
 
 
-# Ray Serve LLM's DPServer, when a data-parallel rank's replica starts (Ray 2.60,
-# ray/llm/_internal/serve/serving_patterns/data_parallel/dp_server.py), in the replica's worker log:
-# "DPServer replica initialized: dp_rank=1, dp_size=2, gang_id=0c6edda3"
-_DP_RANK = re.compile(r"DPServer replica initialized: dp_rank=(?P<rank>\d+), dp_size=(?P<size>\d+), gang_id=(?P<gang>\S+)")
-DP_RANK_KEYWORD = "DPServer replica initialized"
+# The line a replica logs when it starts as a rank of a group, per application shape
+# (serve.shapes: DPServer's "DPServer replica initialized: dp_rank=1, dp_size=2, gang_id=0c6edda3").
+DP_RANK_KEYWORDS = tuple(rank_log_keywords())
 
 
 @dataclass(frozen=True)
@@ -117,8 +116,9 @@ class DpRank:
 def parse_dp_rank(lines: Iterable[str]) -> DpRank | None:
     """The last DP rank a replica's log says it is (None: not a DPServer replica, or not yet)."""
     found = None
+    patterns = rank_logs()
     for raw in lines:
-        m = _DP_RANK.search(raw)
+        m = next((m for p in patterns if (m := p.search(raw))), None)
         if m:
             found = DpRank(int(m["rank"]), int(m["size"]), m["gang"].rstrip(".,"), raw.strip())
     return found

@@ -25,8 +25,8 @@ from typing import Any
 
 from orchestrator import engine_metrics as prom
 from orchestrator.runbooks import runbook
-from orchestrator.serve.app_shape import is_engine_deployment, llm_configs, model_of_deployment
 from orchestrator.serve.ray_io.readiness import ProbeResult
+from orchestrator.serve.shapes import is_engine_deployment, llm_configs, model_of_deployment, shape_of_deployment
 from orchestrator.status.engine_stats import (
     LiveMetrics,
     kv_capacity_from_metrics,
@@ -216,8 +216,10 @@ def _deployment_view(
 def _gang_problems(view: DeploymentView) -> list[Problem]:
     """A data-parallel group serves only while every one of its ranks runs: Serve's DPServer
     deployment restarts the whole group when one rank fails (``RESTART_GANG``). One problem per
-    group that is not whole and RUNNING, naming each rank that is not, and where it is."""
-    if not view.name.startswith("DPServer"):
+    group that is not whole and RUNNING, naming each rank that is not, and where it is. (Any
+    shape whose replicas form gangs: ``shapes.AppShape.gang``.)"""
+    shape = shape_of_deployment(view.name)
+    if shape is None or not shape.gang:
         return []
     groups: dict[str, list[ReplicaView]] = {}
     for r in view.replicas:

@@ -20,7 +20,7 @@ from orchestrator.doctor.matching import LogLine
 from orchestrator.errors import RemoteError
 from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
-from orchestrator.status.engine_stats import DP_RANK_KEYWORD
+from orchestrator.status.engine_stats import DP_RANK_KEYWORDS
 from orchestrator.status.serving import model_of_deployment
 
 KV_KEYWORDS = ["KV cache size", "Maximum concurrency", " blocks: ",
@@ -31,7 +31,7 @@ KV_KEYWORDS = ["KV cache size", "Maximum concurrency", " blocks: ",
                "Automatically detected platform", "cpu_worker.py", "cpu_model_runner.py", "gpu_worker.py",
                "gpu_model_runner.py", "total_gpu_memory",
                # which data-parallel rank a DPServer replica is (orchestrator.status.engine_stats.parse_dp_rank)
-               DP_RANK_KEYWORD]  # fmt: skip
+               *DP_RANK_KEYWORDS]  # fmt: skip
 # The capacity line comes early in the log; read up to 64 MiB of it (only matching lines travel)
 # and skip counting line numbers, which would read the file twice.
 KV_SCAN_LIMITS = ScanLimits(max_files=4, tail_lines=10**8, max_bytes=64 * 1024 * 1024, count_prefix_bytes=0,

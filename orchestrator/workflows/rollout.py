@@ -222,7 +222,7 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         status = apis.serve.status()
         current, serving = serving_now(deps.state, manifest.name, status)
         fingerprint = desired.rendered.fingerprint(api_key)
-        groups, strategy = decisions.copy_demand(desired.rendered.llm_config)
+        groups, strategy = decisions.copy_demand(desired.rendered.app)
         room = decisions.fits(groups, strategy, decisions.free_resources(nodes))
         downtime = decisions.estimate_cold_load_s(manifest.accelerator, desired.weights_gib_per_node, serving.cold_load_s)
         live = status.app(serving.app_name) if serving.live and serving.app_name else None

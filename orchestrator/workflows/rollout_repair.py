@@ -19,10 +19,10 @@ from __future__ import annotations
 from orchestrator.errors import RolloutFailed, StateError
 from orchestrator.manifest.model import Manifest
 from orchestrator.runbooks import runbook
-from orchestrator.serve.app_shape import api_key_of
 from orchestrator.serve.config import PUBLIC_ROUTE
 from orchestrator.serve.fingerprint import config_fingerprint
 from orchestrator.serve.ray_io.client import ServeStatus
+from orchestrator.serve.shapes import api_key_of
 from orchestrator.state import Revision
 from orchestrator.workflows.rollout_steps import (
     ClusterApis,

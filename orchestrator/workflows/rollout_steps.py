@@ -29,10 +29,10 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.polling import poll_until
 from orchestrator.remote.runner import Runner, fan_out
 from orchestrator.serve import decisions, node_hooks
-from orchestrator.serve.app_shape import llm_config_of, llm_configs
 from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body
 from orchestrator.serve.ray_io.client import APP_RUNNING, AppStatus, ServeApiError, ServeStatus, failure_messages
 from orchestrator.serve.ray_io.readiness import ProbeResult
+from orchestrator.serve.shapes import llm_config_of, llm_configs
 from orchestrator.state import Revision, StateStore
 from orchestrator.workflows.node_files import install_serve_hooks, node_home
 from orchestrator.workflows.secrets import fill_secrets, placeholder_paths, unfilled

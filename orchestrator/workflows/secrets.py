@@ -22,14 +22,13 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.serve.app_shape import DP_LLM_CONFIG_PATH, LLM_CONFIGS_PATH
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, mask_api_key
+from orchestrator.serve.shapes import config_paths
 from orchestrator.state import REDACTED, redact_secrets
 
 PLACEHOLDERS = frozenset({REDACTED, API_KEY_PLACEHOLDER})
-API_KEY_PATH = f"{LLM_CONFIGS_PATH}.engine_kwargs.api_key"
-# The same in a data-parallel application (build_dp_openai_app's one llm_config).
-DP_API_KEY_PATH = f"{DP_LLM_CONFIG_PATH}.engine_kwargs.api_key"
+# Where the endpoint's key sits, in every application shape (serve.shapes).
+API_KEY_PATHS = frozenset(f"{path}.engine_kwargs.api_key" for path in config_paths())
 
 
 def _is_placeholder(value: Any) -> bool:
@@ -76,7 +75,7 @@ def placeholder_paths(obj: Any, skip: frozenset[str] = frozenset(), _path: str =
 def unfilled(app: Mapping[str, Any]) -> list[str]:
     """The placeholders of a config about to be completed with the API key (the key's own
     placeholder is expected there)."""
-    return placeholder_paths(app, skip=frozenset({API_KEY_PATH, DP_API_KEY_PATH}))
+    return placeholder_paths(app, skip=API_KEY_PATHS)
 
 
 def for_display(obj: Any) -> Any:

@@ -101,4 +101,5 @@ def test_the_walk_finds_a_direct_a_lazy_and_a_transitive_import():
 
 def test_the_i_o_modules_are_not_in_the_pure_list():
     assert "orchestrator.serve.desired" in PURE and "orchestrator.plan.model_ref" in PURE
+    assert "orchestrator.serve.shapes" in PURE  # the registry of application shapes: Ray only by dotted name
     assert not any(m.startswith(("orchestrator.serve.ray_io", "orchestrator.workflows")) for m in PURE)

@@ -22,7 +22,7 @@ from orchestrator.serve.config import (
 )
 from orchestrator.serve.engine_args import check_engine_arg_key, parse_engine_arg, vllm_dtype
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint, key_digest, mask_api_key
-from orchestrator.serve.placement import placement, ray_accelerator_type, stage_nodes_for
+from orchestrator.serve.placement import ray_accelerator_type, replica_placement, stage_nodes_for
 
 
 def test_a_planner_plan_as_a_dict_gets_the_documented_defaults():
@@ -67,11 +67,11 @@ def test_placement_layouts():
     def res(node: str) -> str:
         return f"node:{node}"
 
-    cpu = placement(ServingPlan(tp=2, pp=1, max_model_len=1), "cpu", None, res, cpus_per_cpu_worker=2)
+    cpu = replica_placement(ServingPlan(tp=2, pp=1, max_model_len=1), "cpu", None, res, cpus_per_cpu_worker=2)
     assert cpu == ([{"CPU": 2}, {"CPU": 2}], "STRICT_PACK")
-    replicas_pp = placement(ServingPlan(tp=2, pp=2, max_model_len=1, replicas=2), "gpu", None, res)
+    replicas_pp = replica_placement(ServingPlan(tp=2, pp=2, max_model_len=1, replicas=2), "gpu", None, res)
     assert replicas_pp == ([{"GPU": 1}] * 4, "PACK")
-    pinned = placement(ServingPlan(tp=1, pp=2, max_model_len=1), "gpu", ["a", "b"], res)
+    pinned = replica_placement(ServingPlan(tp=1, pp=2, max_model_len=1), "gpu", ["a", "b"], res)
     assert pinned == ([{"GPU": 1, "node:a": 0.001}, {"GPU": 1, "node:b": 0.001}], "PACK")
 
 
@@ -272,7 +272,7 @@ def test_a_cpu_plan_without_a_kv_size_gets_the_defaults_kv_space():
 
 def test_a_cpu_worker_gets_one_cpu_unless_told_otherwise():
     # ServeDefaults.cpus_per_cpu_worker's default (1): the same when placement is called without it.
-    assert placement(ServingPlan(tp=3, pp=1, max_model_len=1), "cpu", None, str) == ([{"CPU": 1}] * 3, "STRICT_PACK")
+    assert replica_placement(ServingPlan(tp=3, pp=1, max_model_len=1), "cpu", None, str) == ([{"CPU": 1}] * 3, "STRICT_PACK")
 
 
 def test_a_vendor_prefix_in_any_case_is_dropped_as_ray_does():

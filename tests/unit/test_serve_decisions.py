@@ -60,6 +60,11 @@ CPU_LLM = {
 }
 
 
+def tp_app(llm_config):
+    """A tensor/pipeline-parallel application around one rendered llm_config."""
+    return {"import_path": "ray.serve.llm:build_openai_app", "args": {"llm_configs": [llm_config]}}
+
+
 def _pinned_405b(nodes=("a", "b")):
     bundles = [{"GPU": 1, f"orch_node_{n}": 0.001} for n in nodes for _ in range(8)]
     return {"placement_group_config": {"strategy": "PACK", "bundles": bundles}, "deployment_config": {"num_replicas": 1}}
@@ -68,12 +73,12 @@ def _pinned_405b(nodes=("a", "b")):
 def test_replica_actor_cpu_is_merged_into_the_first_bundle():
     bundles, strategy = r.replica_bundles(CPU_LLM)
     assert bundles == [{"CPU": 2.0}] and strategy == "STRICT_PACK"
-    groups, _ = r.copy_demand({**CPU_LLM, "deployment_config": {"num_replicas": 3}})
+    groups, _ = r.copy_demand(tp_app({**CPU_LLM, "deployment_config": {"num_replicas": 3}}))
     assert len(groups) == 3
 
 
 def test_cpu_copy_fits_while_logical_cpus_remain():
-    groups, strategy = r.copy_demand(CPU_LLM)
+    groups, strategy = r.copy_demand(tp_app(CPU_LLM))
     assert r.fits(groups, strategy, {"local": {"CPU": 6.0}})
     assert not r.fits(groups, strategy, {"local": {"CPU": 1.5}})
     # STRICT_PACK: the two CPUs must be on one node, not split.
@@ -81,7 +86,7 @@ def test_cpu_copy_fits_while_logical_cpus_remain():
 
 
 def test_pinned_stages_need_their_own_nodes_free():
-    groups, strategy = r.copy_demand(_pinned_405b())
+    groups, strategy = r.copy_demand(tp_app(_pinned_405b()))
     free = {"a": {"GPU": 8.0, "CPU": 10.0, "orch_node_a": 1000.0}, "b": {"GPU": 8.0, "CPU": 10.0, "orch_node_b": 1000.0}}
     assert r.fits(groups, strategy, free)
     busy = {**free, "b": {**free["b"], "GPU": 0.0}}  # the serving copy holds b's GPUs
@@ -151,11 +156,11 @@ def test_replica_bundles_defaults_and_the_actor_cpu_of_the_config():
 
 def test_copy_demand_counts_replicas_from_autoscaling_too():
     one = {"placement_group_config": {"strategy": "STRICT_PACK", "bundles": [{"CPU": 1}]}}
-    assert r.copy_demand(one) == ([[{"CPU": 2.0}]], "STRICT_PACK")
+    assert r.copy_demand(tp_app(one)) == ([[{"CPU": 2.0}]], "STRICT_PACK")
     auto = {**one, "deployment_config": {"autoscaling_config": {"min_replicas": 2, "max_replicas": 4}}}
-    assert r.copy_demand(auto) == ([[{"CPU": 2.0}], [{"CPU": 2.0}]], "STRICT_PACK")
+    assert r.copy_demand(tp_app(auto)) == ([[{"CPU": 2.0}], [{"CPU": 2.0}]], "STRICT_PACK")
     zero = {**one, "deployment_config": {"num_replicas": "auto", "autoscaling_config": {"min_replicas": 0}}}
-    assert len(r.copy_demand(zero)[0]) == 1  # a copy needs at least one replica
+    assert len(r.copy_demand(tp_app(zero))[0]) == 1  # a copy needs at least one replica
 
 
 def test_strategies_place_bundles_as_ray_documents_them():

@@ -19,10 +19,10 @@ from orchestrator.cluster.ray_nodes import node_resource
 from orchestrator.errors import ServeConfigError
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.serve import decisions
-from orchestrator.serve.app_shape import DP_IMPORT_PATH, api_key_of, is_dp_app, llm_config_of, llm_config_path
 from orchestrator.serve.config import AppTarget, RenderedApp, ServingPlan, render_app
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint
 from orchestrator.serve.ray_io.validate import validate_app
+from orchestrator.serve.shapes import DP_IMPORT_PATH, api_key_of, llm_config_of, shape_of_app
 from orchestrator.workflows.secrets import fill_secrets, unfilled
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,14 +63,14 @@ def test_a_dp_plan_renders_the_dp_builder_with_one_llm_config(h100):
     assert llm["deployment_config"]["num_replicas"] == 1
     # Each replica is one rank's engine: its own batch (max_num_seqs 128) with the 1.25 headroom.
     assert llm["deployment_config"]["max_ongoing_requests"] == 160
-    assert is_dp_app(app) and llm_config_path(app) == "args.llm_config" and llm_config_of(app) is llm
+    assert shape_of_app(app).name == "dp" and shape_of_app(app).config_path == "args.llm_config" and llm_config_of(app) is llm
     validate_app(app)
 
 
 def test_expert_parallel_without_dp_stays_on_the_openai_builder(h100):
     app = render_app(h100, dp_plan(dp=1, tp=8), TARGET, node_resource=node_resource).app
     # orch's build_openai_app (Serve LLM's, less the LLMRouter hop), not the DP builder
-    assert app["import_path"] == "orch_serve_hooks:build_openai_app" and not is_dp_app(app)
+    assert app["import_path"] == "orch_serve_hooks:build_openai_app" and shape_of_app(app).name == "tp_pp"
     kw = app["args"]["llm_configs"][0]["engine_kwargs"]
     assert kw["enable_expert_parallel"] is True and "data_parallel_size" not in kw
     plain = render_app(h100, dp_plan(dp=1, tp=8, expert_parallel=False), TARGET, node_resource=node_resource).app
@@ -123,8 +123,8 @@ def test_the_key_lives_in_the_put_copy_only_and_secrets_are_checked_in_the_dp_sh
 
 
 def test_a_dp_group_is_the_unit_of_capacity(h100):
-    llm = render_app(h100, dp_plan(dp=2, replicas=2), TARGET, node_resource=node_resource).llm_config
-    groups, strategy = decisions.copy_demand(llm)
+    app = render_app(h100, dp_plan(dp=2, replicas=2), TARGET, node_resource=node_resource).app
+    groups, strategy = decisions.copy_demand(app)
     # Serve reserves each gang as one placement group: the per-rank bundles (replica actor's CPU
     # merged into bundle 0, as LLMServer does) repeated for each rank, PACK.
     assert strategy == "PACK" and groups == [[{"GPU": 1, "CPU": 1.0}, {"GPU": 1, "CPU": 1.0}]] * 2
@@ -144,7 +144,7 @@ def test_the_captured_deployment_is_one_gang_of_two_ranks():
     # What Serve made of num_replicas: 1 with data_parallel_size: 2 (DPServer.get_deployment_options).
     assert dep["num_replicas"] == 2
     assert dep["gang_scheduling_config"] == {"gang_size": 2, "gang_placement_strategy": "PACK", "runtime_failure_policy": "RESTART_GANG"}
-    groups, strategy = decisions.copy_demand(CAPTURED["deployed_app_config"]["args"]["llm_config"])
+    groups, strategy = decisions.copy_demand(CAPTURED["deployed_app_config"])
     assert len(groups) == 1 and len(groups[0]) == dep["gang_scheduling_config"]["gang_size"]
     assert strategy == dep["gang_scheduling_config"]["gang_placement_strategy"]
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from orchestrator.cluster.node_state import NodeState
 from orchestrator.manifest.load import load_manifest
 from orchestrator.remote.fake import FakeRunner, Prefix, result
-from orchestrator.serve.app_shape import is_dp_app, llm_config_of
 from orchestrator.serve.desired import RolloutRequest
 from orchestrator.serve.ray_io.client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
 from orchestrator.serve.ray_io.readiness import ProbeResult
+from orchestrator.serve.shapes import llm_config_of, shape_of_app
 from orchestrator.state import StateStore
 from orchestrator.workflows.desired import desired_for_model
 from orchestrator.workflows.rollout import ClusterApis, RolloutOptions, ServingDeps, execute
@@ -112,13 +112,14 @@ class FakeServe:
             st = script[min(i, len(script) - 1)]
             dep_status = {"RUNNING": "HEALTHY", "DEPLOY_FAILED": "DEPLOY_FAILED"}.get(st, "UPDATING")
             # A data-parallel application's engine deployment is DPServer:<model>, one replica per rank.
-            ranks = (llm_config_of(cfg).get("engine_kwargs") or {}).get("data_parallel_size", 1) if is_dp_app(cfg) else 1
+            shape = shape_of_app(cfg)
+            ranks = (llm_config_of(cfg).get("engine_kwargs") or {}).get("data_parallel_size", 1) if shape.gang else 1
             reps = tuple(ReplicaStatus(f"r{k + 1}", "RUNNING" if st == "RUNNING" else "STARTING", node_id="n-head",
                                        log_file_path=f"/serve/replica_{name}{f'_{k}' if k else ''}.log") for k in range(ranks))  # fmt: skip
             message = self.message if st == "DEPLOY_FAILED" else ""
             if self.messages.get(name):
                 message = self.messages[name][min(i, len(self.messages[name]) - 1)]
-            dep = DeploymentStatus("DPServer:tiny" if is_dp_app(cfg) else "LLMServer:tiny", dep_status, message=message, replicas=reps)
+            dep = DeploymentStatus(f"{shape.engine_class}:tiny", dep_status, message=message, replicas=reps)
             out[name] = AppStatus(name, st, route_prefix=cfg["route_prefix"], last_deployed_time_s=self.deployed[name],
                                   deployments=(dep,), deployed_config=cfg)  # fmt: skip
         self._keep()

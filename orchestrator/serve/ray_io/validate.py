@@ -1,19 +1,21 @@
 """Validation of a rendered Serve application with Ray Serve LLM's own models, before anything
 is applied (lazy: imports ray.serve.llm, vllm, torch only when called). A bad field fails here
-with orch's error form, naming the field path. A data-parallel application (``build_dp_openai_app``)
-is checked against its builder's ``DPOpenAiServingArgs`` as well."""
+with orch's error form, naming the field path. An application whose shape names Ray's model of its
+``args`` (``serve.shapes``: the data-parallel ``build_dp_openai_app``'s ``DPOpenAiServingArgs``)
+is checked against that model as well."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
 import logging
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from orchestrator.errors import ServeConfigError
-from orchestrator.serve.app_shape import is_dp_app, llm_config_path, llm_configs
+from orchestrator.serve.shapes import AppShape, shape_of_app
 
 _FIELD_HINTS = {
     "engine_kwargs": "an engine argument vLLM does not accept: check --max-model-len/--dtype/--engine-arg",
@@ -56,10 +58,11 @@ def validate_app(app: Mapping[str, Any], check_engine_args: bool = True) -> None
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    configs = llm_configs(app)
+    shape = shape_of_app(app)
+    configs = shape.llm_configs(app)
     if len(configs) != 1:
         raise ServeConfigError(f"application {app.get('name')!r} must serve exactly one model, has {len(configs)}")
-    prefix = f"applications[{app.get('name')}].{llm_config_path(app)}"
+    prefix = f"applications[{app.get('name')}].{shape.config_path}"
     try:
         llm_config = LLMConfig.model_validate(copy.deepcopy(configs[0]))
     except ValidationError as exc:
@@ -70,44 +73,38 @@ def validate_app(app: Mapping[str, Any], check_engine_args: bool = True) -> None
             hint=_FIELD_HINTS.get(first_field, "fix the named field"),
             problems=[f"{path}: {msg}" for path, msg in problems],
         ) from exc
-    if is_dp_app(app):
-        _check_dp_args(app, llm_config, prefix)
+    if shape.args_class:
+        _check_args(app, shape, llm_config)
+    shape.check_engine_kwargs(llm_config.engine_kwargs, prefix)
     if check_engine_args:
         _check_engine_kwargs(llm_config, prefix)
 
 
-def _check_dp_args(app: Mapping[str, Any], llm_config: Any, prefix: str) -> None:
-    """A data-parallel application: its ``args`` must be what ``build_dp_openai_app`` validates
-    (``DPOpenAiServingArgs``: one ``llm_config``, no list), and the DP size one ``DPServer``
-    accepts (``DPServer.get_deployment_options``: a positive integer; it multiplies num_replicas,
-    which counts groups, by it). The latter is checked here rather than by calling
-    ``get_deployment_options``, which reads Ray's runtime context and so starts a local Ray."""
+def _check_args(app: Mapping[str, Any], shape: AppShape, llm_config: Any) -> None:
+    """The application's ``args`` must be what its builder validates (the data-parallel shape:
+    ``DPOpenAiServingArgs``, one ``llm_config``, no list). Its llm_config was validated as an
+    LLMConfig already (with that model's field paths), so it goes in as that object."""
     from pydantic import ValidationError
 
+    module, _, cls_name = str(shape.args_class).rpartition(".")
     try:
         with _silenced_stderr():
-            from ray.llm._internal.serve.serving_patterns.data_parallel.builder import DPOpenAiServingArgs
-    except ImportError:  # a Ray without the DP builder: the import path itself fails on the nodes
+            args_model = getattr(importlib.import_module(module), cls_name)
+    except (ImportError, AttributeError):  # a Ray without this builder: the import path itself fails on the nodes
+        builder = str(app.get("import_path") or shape.import_paths[0]).rpartition(":")[2]
         raise ServeConfigError(
-            f"invalid Serve LLM config: applications[{app.get('name')}].import_path: this Ray has no build_dp_openai_app",
-            hint="data-parallel applications need Ray 2.60 or later on the control machine and the nodes",
+            f"invalid Serve LLM config: applications[{app.get('name')}].import_path: this Ray has no {builder}",
+            hint=f"{builder} needs a Ray that has {shape.args_class} (build_dp_openai_app: Ray 2.60 or later) "
+                 "on the control machine and the nodes",
         ) from None
     args = copy.deepcopy(dict(app.get("args") or {}))
     try:
-        # Its llm_config was validated as an LLMConfig already (with that model's field paths).
-        DPOpenAiServingArgs.model_validate({**args, "llm_config": llm_config})
+        args_model.model_validate({**args, shape.args_key: [llm_config] if shape.args_is_list else llm_config})
     except ValidationError as exc:
         problems = _problem_lines(exc, f"applications[{app.get('name')}].args")
         raise ServeConfigError(f"invalid Serve LLM config: {problems[0][0]}: {problems[0][1]}",
-                               hint="the data-parallel application's args are invalid: report it with --debug output",
+                               hint=f"the args of {shape.description} are invalid: report it with --debug output",
                                problems=[f"{path}: {msg}" for path, msg in problems]) from exc  # fmt: skip
-    dp = llm_config.engine_kwargs.get("data_parallel_size", 1)
-    if not (isinstance(dp, int) and not isinstance(dp, bool) and dp > 0):
-        raise ServeConfigError(
-            f"invalid Serve LLM config: {prefix}.engine_kwargs.data_parallel_size: {dp!r} is not a positive integer "
-            "(Ray Serve LLM's DPServer refuses it)",
-            hint="check --dp",
-        )
 
 
 def _check_engine_kwargs(llm_config: Any, prefix: str) -> None:
