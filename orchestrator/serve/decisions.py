@@ -41,6 +41,11 @@ SIDE_BY_SIDE = "side_by_side"
 IN_PLACE = "in_place"
 REFUSE = "refuse"
 
+# The public application (on route "/") has a stable name that names no revision: which revision
+# it serves is the state store's record, never its name. A candidate (side by side) IS one
+# revision: ``orch-r<N>`` on ``/_orch/r<N>``. Clusters deployed by an older orch serve their public
+# application as ``orch-r<N>`` too (the revision that created it, not the one it serves).
+PUBLIC_APP = "orch"
 APP_PREFIX = "orch-r"
 CANDIDATE_ROUTE_PREFIX = "/_orch/r"
 
@@ -56,7 +61,14 @@ GANG_STRATEGY = "PACK"
 REPLICA_ACTOR_CPUS = 1.0
 
 
-def app_name(revision: int) -> str:
+def public_app_name() -> str:
+    """The name of the application on the public route (one model per cluster today; the
+    several-models work keys it per model here, and only here)."""
+    return PUBLIC_APP
+
+
+def candidate_app_name(revision: int) -> str:
+    """The candidate application of a side-by-side rollout: revision ``revision`` on its own route."""
     return f"{APP_PREFIX}{revision}"
 
 
@@ -65,6 +77,8 @@ def candidate_route(revision: int) -> str:
 
 
 def revision_of_app(name: str) -> int | None:
+    """The revision a candidate's name (or an older orch's public ``orch-r<N>``) was created for.
+    Never what a public application serves: that is the state store's record."""
     if name.startswith(APP_PREFIX) and name[len(APP_PREFIX) :].isdigit():
         return int(name[len(APP_PREFIX) :])
     return None
