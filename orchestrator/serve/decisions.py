@@ -14,8 +14,12 @@ with what Serve runs now, and picks one of:
   old one, the old one stopped once the new one is healthy). The public route and its router
   never change hands, so no request fails during the change; a failure before the switch leaves
   the old revision untouched.
-- ``in_place``: no room for a second copy and ``--allow-downtime`` was given: the old application
-  is replaced; the downtime is about one cold load (estimated).
+- ``in_place``: no room for a second copy and ``--allow-downtime`` was given: the public
+  application is updated in place without a surge (the old replica stops, then the new one
+  starts: ``serve.config.with_max_surge``); the downtime is about one cold load (estimated).
+
+Names: the public application is ``public_app_name()`` (``orch``), whatever revision it serves; a
+candidate is ``candidate_app_name(N)`` (``orch-rN``) on ``candidate_route(N)``.
 - ``refuse``: no room and no ``--allow-downtime``: say so with the downtime estimate. The same when
   the new revision changes the engine deployment's kind (a tensor-parallel application becoming a
   data-parallel one, or back: ``engine_change``), which Serve cannot roll with a surge.
