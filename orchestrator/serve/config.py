@@ -33,7 +33,7 @@ from orchestrator.serve.engine_args import check_engine_arg_key, vllm_dtype
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint
 from orchestrator.serve.in_flight import SOURCE_FLAG, InFlight, in_flight
 from orchestrator.serve.routing import router_class
-from orchestrator.serve.shapes import OPENAI_IMPORT_PATH, llm_config_of, shape_of_plan
+from orchestrator.serve.shapes import OPENAI_IMPORT_PATH, engine_deployment_name, llm_config_of, shape_of_plan
 
 TEMPLATE_NAME = "serve-app.yaml.j2"
 IMPORT_PATH = OPENAI_IMPORT_PATH
@@ -403,6 +403,58 @@ def deploy_body(apps: Sequence[Mapping[str, Any]], manifest: Manifest) -> dict:
         "http_options": {"host": host, "port": port},
         "applications": [dict(app) for app in apps],
     }
+
+
+# Serve's own default (ray/serve/_private/config.py, DeploymentConfig.max_surge_percent).
+SERVE_DEFAULT_SURGE_PERCENT = 0
+# An in-place change (no room for a second copy): Serve's rolling update without a surge stops an
+# old replica, then starts its replacement (deployment_state.py: `_surge_rollout_in_progress` is
+# False when max_surge_percent <= 0). With a surge the replacement would wait for resources that
+# the old replica holds, and the update would never finish.
+IN_PLACE_SURGE_PERCENT = 0
+
+
+def max_surge_of(app: Mapping[str, Any]) -> int:
+    """The surge Serve rolls the application's engine deployment with: an app-level
+    ``deployments`` entry overrides the llm_config's ``deployment_config``."""
+    engine = engine_deployment_name(app)
+    for entry in app.get("deployments") or []:
+        if isinstance(entry, Mapping) and entry.get("name") == engine and "max_surge_percent" in entry:
+            return int(entry["max_surge_percent"])
+    return int((llm_config_of(app).get("deployment_config") or {}).get("max_surge_percent", SERVE_DEFAULT_SURGE_PERCENT))
+
+
+def with_max_surge(app: Mapping[str, Any], percent: int) -> dict:
+    """A copy of ``app`` that Serve rolls with ``percent`` surge, set as app-level ``deployments``
+    overrides. ``max_surge_percent`` is a LightWeight option and the overrides are outside
+    ``args``, so Serve's code version (import path, runtime env, args: ``deploy_utils.py``) does
+    not change: replicas that already run this config keep running. The engine deployment gets an
+    override only where its own ``deployment_config`` says otherwise; every other entry that sets a
+    surge (the router) gets ``percent``."""
+    out = copy.deepcopy(dict(app))
+    engine = engine_deployment_name(out)
+    own = int((llm_config_of(out).get("deployment_config") or {}).get("max_surge_percent", SERVE_DEFAULT_SURGE_PERCENT))
+    entries: list[dict] = []
+    engine_entry: dict | None = None
+    for entry in out.get("deployments") or []:
+        entry = dict(entry)
+        if entry.get("name") == engine:
+            entry.pop("max_surge_percent", None)
+            engine_entry = entry
+        elif "max_surge_percent" in entry:
+            entry["max_surge_percent"] = percent
+        entries.append(entry)
+    if own != percent:
+        if engine_entry is None:
+            engine_entry = {"name": engine}
+            entries.append(engine_entry)
+        engine_entry["max_surge_percent"] = percent
+    entries = [e for e in entries if set(e) != {"name"}]  # an override that overrides nothing
+    if entries:
+        out["deployments"] = entries
+    else:
+        out.pop("deployments", None)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

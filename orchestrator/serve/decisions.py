@@ -14,8 +14,12 @@ with what Serve runs now, and picks one of:
   old one, the old one stopped once the new one is healthy). The public route and its router
   never change hands, so no request fails during the change; a failure before the switch leaves
   the old revision untouched.
-- ``in_place``: no room for a second copy and ``--allow-downtime`` was given: the old application
-  is replaced; the downtime is about one cold load (estimated).
+- ``in_place``: no room for a second copy and ``--allow-downtime`` was given: the public
+  application is updated in place without a surge (the old replica stops, then the new one
+  starts: ``serve.config.with_max_surge``); the downtime is about one cold load (estimated).
+
+Names: the public application is ``public_app_name()`` (``orch``), whatever revision it serves; a
+candidate is ``candidate_app_name(N)`` (``orch-rN``) on ``candidate_route(N)``.
 - ``refuse``: no room and no ``--allow-downtime``: say so with the downtime estimate. The same when
   the new revision changes the engine deployment's kind (a tensor-parallel application becoming a
   data-parallel one, or back: ``engine_change``), which Serve cannot roll with a surge.
@@ -41,6 +45,11 @@ SIDE_BY_SIDE = "side_by_side"
 IN_PLACE = "in_place"
 REFUSE = "refuse"
 
+# The public application (on route "/") has a stable name that names no revision: which revision
+# it serves is the state store's record, never its name. A candidate (side by side) IS one
+# revision: ``orch-r<N>`` on ``/_orch/r<N>``. Clusters deployed by an older orch serve their public
+# application as ``orch-r<N>`` too (the revision that created it, not the one it serves).
+PUBLIC_APP = "orch"
 APP_PREFIX = "orch-r"
 CANDIDATE_ROUTE_PREFIX = "/_orch/r"
 
@@ -53,7 +62,14 @@ ENGINE_START_S = {"gpu": 90.0, "cpu": 120.0}  # process start, imports, CUDA gra
 REPLICA_ACTOR_CPUS = 1.0
 
 
-def app_name(revision: int) -> str:
+def public_app_name() -> str:
+    """The name of the application on the public route (one model per cluster today; the
+    several-models work keys it per model here, and only here)."""
+    return PUBLIC_APP
+
+
+def candidate_app_name(revision: int) -> str:
+    """The candidate application of a side-by-side rollout: revision ``revision`` on its own route."""
     return f"{APP_PREFIX}{revision}"
 
 
@@ -62,6 +78,8 @@ def candidate_route(revision: int) -> str:
 
 
 def revision_of_app(name: str) -> int | None:
+    """The revision a candidate's name (or an older orch's public ``orch-r<N>``) was created for.
+    Never what a public application serves: that is the state store's record."""
     if name.startswith(APP_PREFIX) and name[len(APP_PREFIX) :].isdigit():
         return int(name[len(APP_PREFIX) :])
     return None

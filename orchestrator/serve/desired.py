@@ -27,6 +27,7 @@ from orchestrator.plan.engine_terms import GPU_EXTRA_VLLM
 from orchestrator.plan.planner import PLANNED_ENGINE_ARGS, ParallelPlan
 from orchestrator.plan.shape import ClusterShape
 from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, ServingPlan, render_app, serve_in_flight
+from orchestrator.serve.decisions import public_app_name
 from orchestrator.serve.in_flight import SOURCE_FLAG, SOURCE_MANIFEST
 from orchestrator.serve.location import ModelLocation
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
@@ -190,7 +191,7 @@ def desired_from_plan(manifest: Manifest, request: RolloutRequest, location: Mod
             else:
                 stage_nodes = stage_nodes_for(serving_plan, {n.name: float(n.gpus) for n in manifest.nodes})
         rendered = render_app(
-            manifest, serving_plan, AppTarget("orch-candidate", "/", served, source),
+            manifest, serving_plan, AppTarget(public_app_name(), "/", served, source),
             node_resource=node_resource, accelerator_type=accel, stage_nodes=stage_nodes,
             defaults=defaults, extra_engine_kwargs=engine_extra, node_cores=cores,
         )  # fmt: skip

@@ -50,6 +50,15 @@ def config_fingerprint(app: Mapping[str, Any], api_key: str | None = None) -> st
     an identical config look new; a rotated API key must.
     """
     body = {k: v for k, v in mask_api_key(app).items() if k not in ("name", "route_prefix")}
+    # How Serve rolls to the config (the surge of app-level overrides: 0 for an in-place change,
+    # serve.config.with_max_surge) is not what the revision serves.
+    if isinstance(body.get("deployments"), list):
+        entries = [{k: v for k, v in e.items() if k != "max_surge_percent"} if isinstance(e, Mapping) else e for e in body["deployments"]]
+        entries = [e for e in entries if not (isinstance(e, Mapping) and set(e) == {"name"})]
+        if entries:
+            body["deployments"] = entries
+        else:
+            body.pop("deployments")
     # Which nodes the stages are pinned to depends on what is free at the time (a side-by-side
     # copy lands on other nodes): the layout counts, not the node names.
     for cfg in llm_configs(body):

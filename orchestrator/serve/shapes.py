@@ -291,6 +291,18 @@ def api_key_of(app: Mapping[str, Any]) -> str | None:
     return key[0] if isinstance(key, list) and key else None
 
 
+def engine_deployment_name(app: Mapping[str, Any]) -> str:
+    """The engine deployment's name as Serve LLM gives it (Ray 2.60,
+    ``ray/llm/_internal/serve/core/server/builder.py``: ``build_llm_deployment``): the shape's
+    engine class (``LLMServer``, ``DPServer``), ``:``, then ``deployment_config.name`` when set,
+    else the model id with ``/`` as ``--`` and ``.`` as ``_`` (``_get_deployment_name``)."""
+    llm = llm_config_of(app)
+    name = (llm.get("deployment_config") or {}).get("name")
+    if not name:
+        name = str((llm.get("model_loading_config") or {}).get("model_id", "")).replace("/", "--").replace(".", "_")
+    return f"{shape_of_app(app).engine_class}:{name}"
+
+
 def model_of_deployment(name: str) -> str | None:
     """The model id of an engine deployment (``LLMServer:<model_id>``, ``DPServer:<model_id>``)."""
     head, sep, rest = name.partition(":")

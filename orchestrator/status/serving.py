@@ -95,8 +95,9 @@ def revision_app(revision: Any) -> tuple[str | None, list[str], dict[str, int]]:
                 lens[str(mid)] = mml
     if not models and getattr(revision, "model", None):
         models.append(str(revision.model))
-    if name is None and revision is not None and getattr(revision, "number", None) is not None:
-        name = f"orch-r{revision.number}"
+    # No name recorded: None, and the application on the public route is the one reported
+    # (pick_app). A name is never derived from the revision's number: the public application's
+    # name does not say which revision it serves.
     return name, models, lens
 
 

@@ -9,8 +9,9 @@ come from ``orchestrator.serve.config``.
 A rollout holds the cluster's lock (``cluster_lock``): repair what an interrupted rollout left
 (``rollout_repair``) -> render + validate (secrets of a stored config put back, placeholders
 refused) -> decide (noop / fresh / side_by_side / in_place / refuse) -> record a pending
-revision, its application named after the number the database gave -> check the model path on
-the nodes -> apply -> watch the application, deployment and replica states -> readiness (a real
+revision -> check the model path on the nodes -> apply (side by side: the candidate
+``orch-r<N>`` on its own route; fresh and in place: the public application ``orch``, updated in
+place with ``max_surge_percent: 0``) -> watch the application, deployment and replica states -> readiness (a real
 completion through the public endpoint with the API key, and 401 without it) -> switch traffic
 -> record ready, the previous one superseded -> record what the engines logged against the plan
 (``workflows.calibration``: the record `orch plan --cluster` sizes with; a log that cannot be read
@@ -39,7 +40,7 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
 from orchestrator.runbooks import runbook
 from orchestrator.serve import decisions
-from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp
+from orchestrator.serve.config import IN_PLACE_SURGE_PERCENT, PUBLIC_ROUTE, RenderedApp, max_surge_of, with_max_surge
 from orchestrator.serve.desired import Desired
 from orchestrator.serve.ray_io.client import ServeStatus
 from orchestrator.serve.slo_gate import GatePlan, judge_gate, plan_gate
@@ -154,6 +155,7 @@ class Trail:
     result: RolloutResult
     progress: Callable[[str], None]
     applied: bool = False
+    switched: bool = False  # the live application was given the new config (side by side)
 
     def step(self, text: str) -> None:
         self.result.steps.append(text)
@@ -245,6 +247,11 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
             return result
         assert api_key is not None  # checked by execute before the lock
         plan = restore_plan(manifest, current, serving, status, api_key, deps)
+        if decision.kind != decisions.SIDE_BY_SIDE:
+            # Putting it back rolls the public application again, without room for two copies:
+            # no surge. (Side by side the live application is put back as it ran, and after the
+            # switch with the surge of the config it took: `_fail`.)
+            plan = replace(plan, surge_percent=IN_PLACE_SURGE_PERCENT)
         if decision.kind == decisions.IN_PLACE and plan.config is None:
             raise UsageError(
                 f"refusing to replace revision {serving.revision} in place: if the new revision failed, orch could not put it back ({plan.why_not})",
@@ -257,16 +264,31 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
 def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutResult) -> RolloutResult:
     state, manifest, desired, options = deps.state, attempt.manifest, attempt.desired, attempt.options
     name, api_key, apis = manifest.name, attempt.api_key, link.apis
-    side = attempt.decision.kind == decisions.SIDE_BY_SIDE
     old_live = attempt.serving.app_name if attempt.serving.live else None
+    side = attempt.decision.kind == decisions.SIDE_BY_SIDE and old_live is not None
     rev = state.add_revision(name, desired.model, plan=desired.plan, config_fingerprint=attempt.fingerprint, config=desired.rendered.app)
-    number = rev.number  # the application is named after the number the database gave
-    app = desired.rendered.renamed(decisions.app_name(number), PUBLIC_ROUTE)
+    number = rev.number
+    before = None  # the public application as Serve ran it before an in-place update of it
+    if side and old_live is not None:
+        # The candidate IS revision N, on its own route. At the switch the live application
+        # takes the config under its own name, also the orch-r<N> of an older orch: renaming it
+        # would move the public route to another application, and HAProxy refused requests
+        # during such a move ("router_unreachable"). So the name is kept; status and messages
+        # name the revision from the record.
+        served_as = desired.rendered.renamed(old_live, PUBLIC_ROUTE)
+        app = desired.rendered.renamed(decisions.candidate_app_name(number), decisions.candidate_route(number))
+        body = app.with_api_key(api_key)
+    else:
+        # Fresh and in place: the public application under its stable name, updated in place
+        # (an older orch's orch-r<N> is replaced by it in the same PUT). No room for two copies,
+        # so no surge: Serve stops the old replica, then starts the new one.
+        served_as = app = desired.rendered.renamed(decisions.public_app_name(), PUBLIC_ROUTE)
+        before = attempt.status.app(app.name)
+        body = app.with_api_key(api_key)
+        if before is not None:  # Serve rolls it (nothing to roll when it is new)
+            body = with_max_surge(body, IN_PLACE_SURGE_PERCENT)
     # What the revision serves as: side by side, the live application takes its config at the
     # switch (the candidate on its own route is only the proof), so that is what is recorded.
-    served_as = app.renamed(old_live, PUBLIC_ROUTE) if side and old_live else app
-    if side:
-        app = app.renamed(app.name, decisions.candidate_route(number))
     state.set_served_as(name, number, served_as.name, served_as.app)
     result.revision, result.app_name = number, app.name
     meta: dict[str, Any] = {"app_name": served_as.name, "candidate": app.name, "decision": attempt.decision.to_dict(),
@@ -284,10 +306,17 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         reach(f"apply {app.name} ({attempt.decision.kind})")
         t_apply = deps.clock()
         trail.applied = True
-        put(apis.serve, [*keep, app.with_api_key(api_key)], manifest)
-        step(f"applied {app.name} on {app.app['route_prefix']} ({attempt.decision.kind})")
+        # An update of an application Serve runs: wait for the new deploy, not the RUNNING it
+        # reports before it has begun.
+        since = before.last_deployed_time_s if before is not None and before.deployed_config != body else None
+        put(apis.serve, [*keep, body], manifest)
+        if side:
+            step(f"applied candidate {app.name} (revision {number}) on {app.app['route_prefix']} ({attempt.decision.kind})")
+        else:
+            how = "; max_surge_percent 0: Serve stops the old replica, then starts the new one" if before is not None else ""
+            step(f"applied revision {number} as {app.name} on {PUBLIC_ROUTE} ({attempt.decision.kind}{how})")
         reach(f"wait for {app.name} to run")
-        wait_for_app(apis.serve, app.name, options.timeout_s, deps, options.poll_s,
+        wait_for_app(apis.serve, app.name, options.timeout_s, deps, options.poll_s, since=since,
                      watch=StartWatch(manifest, link.runners, link.nodes, deps.progress))  # fmt: skip
         reach(f"readiness probe of {app.name}")
         probe = check_ready(apis, app.app["route_prefix"], desired.served_name, api_key, deps, options)
@@ -297,7 +326,7 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         if attempt.gate is not None:
             reach(f"SLO gate of {app.name}")
             _run_gate(attempt.gate, app, attempt, apis, deps, trail)
-        if side and old_live:
+        if side and old_live is not None:
             # The switch: the live application takes the new config and Serve rolls it with a
             # surge (max_surge_percent): the new replica starts beside the old one, which serves
             # until its replacement is healthy. The route and the application's router never
@@ -307,9 +336,11 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             old_app = attempt.status.app(old_live)
             since = old_app.last_deployed_time_s if old_app else None
             reach(f"switch {old_live} to revision {number}'s config")
+            trail.switched = True
             put(apis.serve, [served_as.with_api_key(api_key)], manifest)
             result.app_name = old_live
-            step(f"{old_live} on {PUBLIC_ROUTE} takes revision {number}'s config: its new replica starts beside the old one, "
+            older = "" if old_live == decisions.public_app_name() else " (the name an older orch gave it, kept: renaming would move the route)"
+            step(f"{old_live}{older} on {PUBLIC_ROUTE} takes revision {number}'s config: its new replica starts beside the old one, "
                  f"which serves until the new one is healthy; candidate {app.name} removed")  # fmt: skip
             reach(f"wait for {old_live} to take revision {number}'s config")
             wait_for_app(apis.serve, old_live, options.timeout_s, deps, options.poll_s, since=since,
@@ -417,8 +448,13 @@ def _fail(attempt: Attempt, link: Link, deps: ServingDeps, trail: Trail, exc: Ba
     error = what + (f": {detail}" if detail else "")
     if applied:
         step(f"revision {number} failed ({what}): putting revision {attempt.restore.revision or '-'} back")
+        plan = attempt.restore
+        if trail.switched and plan.config is not None:
+            # The live application holds (some of) the new config: roll back with the surge the
+            # switch had (there was room for two copies), not the one it last ran with.
+            plan = replace(plan, surge_percent=max_surge_of(attempt.desired.rendered.app))
         try:
-            restored = restore(attempt.restore, attempt.manifest, link.apis, deps, attempt.options, step)
+            restored = restore(plan, attempt.manifest, link.apis, deps, attempt.options, step)
         except Exception as again:
             unreached = getattr(again, "message", None) or str(again)
             meta.update({"error": error, "restore_error": unreached})

@@ -16,10 +16,13 @@ lock, so no other rollout is in flight, ``repair_interrupted`` finds such revisi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from orchestrator.errors import RolloutFailed, StateError
 from orchestrator.manifest.model import Manifest
 from orchestrator.runbooks import runbook
-from orchestrator.serve.config import PUBLIC_ROUTE
+from orchestrator.serve.config import IN_PLACE_SURGE_PERCENT, PUBLIC_ROUTE
+from orchestrator.serve.decisions import SIDE_BY_SIDE
 from orchestrator.serve.fingerprint import config_fingerprint
 from orchestrator.serve.ray_io.client import ServeStatus
 from orchestrator.serve.shapes import api_key_of
@@ -57,6 +60,16 @@ def _runs_recorded_config(status: ServeStatus, plan: RestorePlan, current: Revis
     return config_fingerprint(app.deployed_config, _deployed_key(app.deployed_config)) == current.config_fingerprint
 
 
+def _repair_surge(deps: ServingDeps, cluster: str, orphans: list[Revision], plan: RestorePlan) -> int | None:
+    """Side by side only: room for two copies, so the config as it ran (with its surge). Any
+    other interrupted rollout (in place, fresh, or one whose decision was never recorded) may have
+    left the public application without room for a second copy: roll back without a surge."""
+    if plan.config is None:
+        return None
+    kinds = {((deps.state.revision_meta(cluster, r.number) or {}).get("decision") or {}).get("kind") for r in orphans}
+    return None if kinds == {SIDE_BY_SIDE} else IN_PLACE_SURGE_PERCENT
+
+
 def repair_interrupted(manifest: Manifest, apis: ClusterApis, api_key: str, deps: ServingDeps, options: RolloutOptions,
                        step: Progress) -> list[str]:  # fmt: skip
     """Repair what interrupted rollouts left (see the module doc); the notes say what was done."""
@@ -76,11 +89,13 @@ def repair_interrupted(manifest: Manifest, apis: ClusterApis, api_key: str, deps
         if plan.config is None:
             raise StateError(f"cannot put revision {current.number} back: {plan.why_not}",
                              hint="export the named variables (or set them in the manifest's env) and rerun")  # fmt: skip
-    keep = [plan.config] if plan.config is not None else []
+    plan = replace(plan, surge_percent=_repair_surge(deps, name, orphans, plan))
+    body = plan.body()
+    keep = [body] if body is not None else []
     stray = sorted(n for n in status.applications if n != plan.app_name)
     deadline = deps.clock() + options.timeout_s
     app = status.app(str(plan.app_name)) if plan.app_name else None
-    unchanged = app is not None and plan.config is not None and app.deployed_config == plan.config
+    unchanged = app is not None and body is not None and app.deployed_config == body
     since = app.last_deployed_time_s if app is not None and not unchanged else None
     if stray or not unchanged:
         put(apis.serve, keep, manifest, deps, deadline)

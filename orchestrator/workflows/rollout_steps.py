@@ -29,7 +29,7 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.polling import poll_until
 from orchestrator.remote.runner import Runner, fan_out
 from orchestrator.serve import decisions, node_hooks
-from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body
+from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body, with_max_surge
 from orchestrator.serve.ray_io.client import APP_RUNNING, AppStatus, ServeApiError, ServeStatus, failure_messages
 from orchestrator.serve.ray_io.readiness import ProbeResult
 from orchestrator.serve.shapes import llm_config_of, llm_configs
@@ -349,6 +349,15 @@ class RestorePlan:
     served_name: str | None = None
     was_live: bool = False
     why_not: str | None = None
+    # The surge Serve rolls back with (serve.config.with_max_surge): 0 where the cluster has no
+    # room for two copies; None: the config as it is.
+    surge_percent: int | None = None
+
+    def body(self) -> dict | None:
+        """The application to PUT to put it back: ``config`` with the restore's surge."""
+        if self.config is None or self.surge_percent is None:
+            return self.config
+        return with_max_surge(self.config, self.surge_percent)
 
 
 def restore_plan(manifest: Manifest, current: Revision | None, serving: decisions.Serving, status: ServeStatus,
@@ -401,11 +410,12 @@ def restore(plan: RestorePlan, manifest: Manifest, apis: ClusterApis, deps: Serv
         put(apis.serve, [], manifest, deps, deadline)
         step(f"removed the new revision; {plan.why_not or 'nothing to restore'}")
         return False
+    body = plan.body()
     before = _status(apis.serve, deps, deadline).app(str(plan.app_name))
-    # Its config changed (an interrupted switch): Serve rolls it back with a surge; wait for that
-    # deploy, not for the RUNNING it reports before it has begun.
-    since = before.last_deployed_time_s if before is not None and before.deployed_config != plan.config else None
-    put(apis.serve, [plan.config], manifest, deps, deadline)
+    # Its config changed (an interrupted switch, an in-place update of the same application):
+    # Serve rolls it back; wait for that deploy, not for the RUNNING it reports before it has begun.
+    since = before.last_deployed_time_s if before is not None and before.deployed_config != body else None
+    put(apis.serve, [body], manifest, deps, deadline)
     step(f"putting revision {plan.revision} back ({plan.app_name})")
     api_key = llm_config_of(plan.config)["engine_kwargs"]["api_key"][0]
     try:

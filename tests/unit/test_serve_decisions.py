@@ -48,7 +48,9 @@ def test_no_room_refuses_with_the_estimate_unless_downtime_is_allowed():
 
 
 def test_names_and_routes():
-    assert r.app_name(4) == "orch-r4" and r.revision_of_app("orch-r4") == 4 and r.revision_of_app("other") is None
+    # The public application's name names no revision; a candidate is revision N on its own route.
+    assert r.public_app_name() == "orch" and r.revision_of_app(r.public_app_name()) is None
+    assert r.candidate_app_name(4) == "orch-r4" and r.revision_of_app("orch-r4") == 4 and r.revision_of_app("other") is None
     assert r.candidate_route(4) == "/_orch/r4"
 
 

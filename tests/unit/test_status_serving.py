@@ -180,7 +180,9 @@ def test_revision_app_reads_the_stored_config():
     name, models, lens = revision_app(revision())
     assert (name, models, lens) == ("orch-r1", ["tiny"], {"tiny": 1024})
     bare = SimpleNamespace(number=7, model="llama", config={})
-    assert revision_app(bare) == ("orch-r7", ["llama"], {})
+    # No name recorded: none is made up from the number (the public application's name says no
+    # revision); pick_app then reports the application on route "/".
+    assert revision_app(bare) == (None, ["llama"], {})
     assert model_of_deployment("LLMServer:tiny") == "tiny" and model_of_deployment("LLMRouter") is None
 
 

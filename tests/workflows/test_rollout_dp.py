@@ -55,7 +55,7 @@ def test_a_fresh_dp_rollout_deploys_the_dp_builder_gated_by_a_completion_with_th
     res = dp_rollout(world)
     assert res.action == "fresh" and res.revision == 1
     (app,) = world.serve.bodies[0]["applications"]
-    assert app["import_path"] == "ray.serve.llm:build_dp_openai_app" and (app["name"], app["route_prefix"]) == ("orch-r1", "/")
+    assert app["import_path"] == "ray.serve.llm:build_dp_openai_app" and (app["name"], app["route_prefix"]) == ("orch", "/")
     assert _llm(app)["engine_kwargs"]["api_key"] == [KEY]  # only in the body of the PUT
     assert (_llm(app)["engine_kwargs"]["data_parallel_size"], _llm(app)["engine_kwargs"]["enable_expert_parallel"]) == (2, True)
     assert world.validated[0]["args"]["llm_config"]["engine_kwargs"]["api_key"] == ["<redacted>"]
@@ -70,9 +70,9 @@ def test_a_dp_change_with_room_for_a_second_group_goes_side_by_side_then_surges(
     res = dp_rollout(world, max_model_len=2048)
     assert res.action == "side_by_side" and res.revision == 2
     first, switch = world.serve.bodies[1:]
-    assert [(a["name"], a["route_prefix"]) for a in first["applications"]] == [("orch-r1", "/"), ("orch-r2", "/_orch/r2")]
+    assert [(a["name"], a["route_prefix"]) for a in first["applications"]] == [("orch", "/"), ("orch-r2", "/_orch/r2")]
     (live,) = switch["applications"]
-    assert (live["name"], _llm(live)["engine_kwargs"]["max_model_len"], _llm(live)["deployment_config"]["max_surge_percent"]) == ("orch-r1", 2048, 100)
+    assert (live["name"], _llm(live)["engine_kwargs"]["max_model_len"], _llm(live)["deployment_config"]["max_surge_percent"]) == ("orch", 2048, 100)
     assert ("/_orch/r2", "tiny", KEY) in world.endpoint.probes and world.endpoint.probes[-1] == ("/", "tiny", KEY)
 
 
@@ -106,7 +106,7 @@ def test_a_failed_dp_candidate_leaves_the_serving_group_untouched_and_quotes_ser
         dp_rollout(world, max_model_len=2048)
     assert "revision 1 is serving" in err.value.message
     (last,) = world.serve.bodies[-1]["applications"]
-    assert last["name"] == "orch-r1" and _llm(last)["engine_kwargs"]["max_model_len"] == 1024
+    assert last["name"] == "orch" and _llm(last)["engine_kwargs"]["max_model_len"] == 1024
     assert {r.number: r.status for r in world.state.list_revisions("wf")} == {1: "ready", 2: "failed"}
 
 

@@ -135,11 +135,11 @@ def _rollout_in_child(world, run) -> int:
 
 
 def _old_revision_serves(world) -> None:
-    assert set(world.serve.apps) == {"orch-r1"}, world.serve.apps.keys()
-    engine = world.serve.apps["orch-r1"]["args"]["llm_configs"][0]["engine_kwargs"]
+    assert set(world.serve.apps) == {"orch"}, world.serve.apps.keys()
+    engine = world.serve.apps["orch"]["args"]["llm_configs"][0]["engine_kwargs"]
     assert engine["max_model_len"] == 1024 and engine["api_key"] == [KEY]
-    assert world.serve.apps["orch-r1"]["runtime_env"]["env_vars"]["HF_TOKEN"] == SECRET
-    assert world.serve.apps["orch-r1"]["route_prefix"] == "/"
+    assert world.serve.apps["orch"]["runtime_env"]["env_vars"]["HF_TOKEN"] == SECRET
+    assert world.serve.apps["orch"]["route_prefix"] == "/"
 
 
 def _run_faulted(world, step, fault, options, **request):
@@ -177,7 +177,7 @@ def _check_outcome(world, step, fault, error) -> None:
     again = world.rollout(options=OPTIONS)
     assert again.action == "noop" and again.revision == 1, again.decision
     _old_revision_serves(world)
-    assert world.serve.state_of("orch-r1") == "RUNNING"
+    assert world.serve.state_of("orch") == "RUNNING"
     after = {r.number: r for r in world.state.list_revisions("wf")}
     assert after[1].status == "ready" and after[2].status == "failed" and after[2].error
     if fault in ("sigkill",) or (fault == "tunnel_drop" and step != "model_path"):
@@ -267,5 +267,5 @@ def test_the_application_is_named_after_the_number_the_database_gave(world):
 
     world.state.add_revision = add_revision
     res = world.rollout(options=OPTIONS, max_model_len=2048)
-    assert res.revision == 3 and [a["name"] for a in world.serve.bodies[1]["applications"]] == ["orch-r1", "orch-r3"]
-    assert world.state.get_revision("wf", 3).app_name == "orch-r1"  # it serves as the live application
+    assert res.revision == 3 and [a["name"] for a in world.serve.bodies[1]["applications"]] == ["orch", "orch-r3"]
+    assert world.state.get_revision("wf", 3).app_name == "orch"  # it serves as the live application

@@ -90,12 +90,12 @@ def world(tmp_path):
 
 def test_the_application_name_survives_a_lost_meta_file(world):
     world.rollout(options=OPTIONS)
-    world.rollout(options=OPTIONS, max_model_len=2048)  # revision 2 serves as orch-r1 (side by side)
+    world.rollout(options=OPTIONS, max_model_len=2048)  # revision 2 serves as orch (side by side)
     world.state.revision_meta_path("wf", 2).unlink()
     assert world.rollout(options=OPTIONS, max_model_len=2048).action == "noop"
     world.state.revision_meta_path("wf", 2).write_text("")  # the torn write of an older orch
     res = world.rollout(options=OPTIONS, max_model_len=4096)
-    assert res.action == "side_by_side" and [a["name"] for a in world.serve.bodies[-1]["applications"]] == ["orch-r1"]
+    assert res.action == "side_by_side" and [a["name"] for a in world.serve.bodies[-1]["applications"]] == ["orch"]
 
 
 def test_an_unknown_application_name_refuses_instead_of_deploying_fresh(world):
@@ -108,20 +108,20 @@ def test_an_unknown_application_name_refuses_instead_of_deploying_fresh(world):
     with pytest.raises(UsageError, match="the name of its Serve application is not") as err:
         world.rollout(options=OPTIONS, max_model_len=2048)
     assert "--allow-downtime" in err.value.message + (err.value.hint or "")
-    assert len(world.serve.bodies) == bodies and set(world.serve.apps) == {"orch-r1"}  # the live app untouched
+    assert len(world.serve.bodies) == bodies and set(world.serve.apps) == {"orch"}  # the live app untouched
 
 
 def test_a_fresh_deploy_never_deletes_a_running_application_without_allow_downtime(world):
     world.rollout(options=OPTIONS)
     # Serve runs an application orch did not record as serving (the record says revision 1's is gone).
-    world.serve.apply({"applications": [dict(world.serve.apps["orch-r1"], name="orch-r7")]})
+    world.serve.apply({"applications": [dict(world.serve.apps["orch"], name="orch-r7")]})
     world.serve.status()
     world.serve.status()
     with pytest.raises(UsageError, match="Serve runs orch-r7: a fresh deploy would delete it"):
         world.rollout(options=OPTIONS, max_model_len=2048)
     assert set(world.serve.apps) == {"orch-r7"}
     res = world.rollout(options=RolloutOptions(timeout_s=60, probe_timeout_s=10, allow_downtime=True), max_model_len=2048)
-    assert res.action == "fresh" and set(world.serve.apps) == {"orch-r2"}
+    assert res.action == "fresh" and set(world.serve.apps) == {"orch"}
 
 
 def test_a_placeholder_an_older_orch_deployed_is_replaced_not_copied(tmp_path):
@@ -129,9 +129,9 @@ def test_a_placeholder_an_older_orch_deployed_is_replaced_not_copied(tmp_path):
     application beside its candidate, and must not PUT the placeholder again."""
     world = make_world(tmp_path, WITH_SECRET)
     world.rollout(options=OPTIONS)
-    broken = json.loads(json.dumps(world.serve.apps["orch-r1"]))
+    broken = json.loads(json.dumps(world.serve.apps["orch"]))
     _env_vars(broken)["HF_TOKEN"] = "<redacted>"
-    world.serve.apps["orch-r1"] = broken
+    world.serve.apps["orch"] = broken
     world.rollout(options=OPTIONS, max_model_len=2048)
     candidate_put = world.serve.bodies[-2]
     assert "<redacted>" not in json.dumps(candidate_put)

@@ -39,7 +39,7 @@ class GateEndpoint:
 @pytest.fixture
 def world(tmp_path):
     w = make_world(tmp_path, MANIFEST + "slo: {ttft_p95_ms: 500, tpot_p95_ms: 50}\n")
-    w.rollout()  # revision 1 serves on orch-r1
+    w.rollout()  # revision 1 serves on orch
     return w
 
 
@@ -75,8 +75,8 @@ def test_a_candidate_missing_the_slo_fails_before_the_switch_and_the_live_revisi
     assert "TTFT p95 2600 ms > 500 ms" in err.value.message and "revision 1 is serving" in err.value.message
     # Two PUTs only: the candidate beside the live app, then the live app alone (candidate removed).
     candidate, restore = world.serve.bodies[before:]
-    assert [a["name"] for a in candidate["applications"]] == ["orch-r1", "orch-r2"]
-    assert [a["name"] for a in restore["applications"]] == ["orch-r1"]
+    assert [a["name"] for a in candidate["applications"]] == ["orch", "orch-r2"]
+    assert [a["name"] for a in restore["applications"]] == ["orch"]
     assert restore["applications"][0] == candidate["applications"][0]  # the live app never changed
     assert world.state.current_revision("wf").number == 1 and world.state.get_revision("wf", 2).status == "failed"
     assert world.state.revision_meta("wf", 2)["slo_gate"]["misses"] == ["TTFT p95 2600 ms > 500 ms"]

@@ -105,7 +105,7 @@ def test_serve_giving_up_before_a_poll_saw_it_retry_still_names_the_cause(tmp_pa
     assert "Serve would have tried" not in message  # it gave up: nothing left to save
     assert err.value.hint.endswith("runbooks/MODEL_PATH_NOT_FOUND.md") and err.value.rolled_back
     assert sum(r.scans() for r in w.runners.values()) == 0
-    assert [a["name"] for a in w.serve.bodies[-1]["applications"]] == ["orch-r1"]  # the candidate is gone
+    assert [a["name"] for a in w.serve.bodies[-1]["applications"]] == ["orch"]  # the candidate is gone
     assert w.state.get_revision("wf", 2).status == "failed" and w.state.current_revision("wf").number == 1
 
 
@@ -133,7 +133,7 @@ def test_a_wrong_interface_stops_the_candidate_at_its_first_failed_start(tmp_pat
     assert w.clock.now - started == 2 * RolloutOptions().poll_s
     # One scan, on the failed replica's node only.
     assert [r.scans() for r in w.runners.values()] == [0, 0, 1]
-    assert [a["name"] for a in w.serve.bodies[-1]["applications"]] == ["orch-r1"]
+    assert [a["name"] for a in w.serve.bodies[-1]["applications"]] == ["orch"]
     assert w.state.current_revision("wf").number == 1 and w.state.get_revision("wf", 2).status == "failed"
     assert "COLLECTIVE_PEER_LOOPBACK" in (w.state.get_revision("wf", 2).error or "")
 
@@ -149,7 +149,7 @@ def test_a_cause_in_serves_message_stops_without_reading_the_node(tmp_path, temp
     assert "Serve's message for LLMServer:tiny:" in err.value.message and "['OrchNoSuchForCausalLM']" in err.value.message
     assert err.value.hint.endswith("runbooks/MODEL_ARCH_UNSUPPORTED.md")
     assert sum(r.scans() for r in w.runners.values()) == 0
-    assert [a["name"] for a in w.serve.bodies[-1]["applications"]] == ["orch-r1"]
+    assert [a["name"] for a in w.serve.bodies[-1]["applications"]] == ["orch"]
 
 
 def test_a_failure_whose_log_shows_no_such_cause_keeps_serves_retries_and_is_read_once(tmp_path, temp):
@@ -187,14 +187,14 @@ def test_a_surge_replica_that_cannot_start_puts_the_old_config_back(tmp_path, te
     fails to start with a cause no retry fixes: orch stops there and Serve gets the old config
     back, instead of Serve trying again while the old replica keeps serving."""
     w = _serving(_world(tmp_path, temp, {"host2": REPLICA_LOGS}))
-    old_config = w.serve.apps["orch-r1"]
-    w.serve.scripts["orch-r1"] = ["DEPLOYING", "DEPLOYING", "RUNNING"]  # r1 rolls (the switch), then it is put back
+    old_config = w.serve.apps["orch"]
+    w.serve.scripts["orch"] = ["DEPLOYING", "DEPLOYING", "RUNNING"]  # r1 rolls (the switch), then it is put back
     message = _message("wrong-nic-retrying.json")
-    w.serve.messages["orch-r1"] = ["", message, ""]
-    with pytest.raises(RolloutFailed, match="a replica of orch-r1 failed to start with COLLECTIVE_PEER_LOOPBACK") as err:
+    w.serve.messages["orch"] = ["", message, ""]
+    with pytest.raises(RolloutFailed, match="a replica of orch failed to start with COLLECTIVE_PEER_LOOPBACK") as err:
         w.rollout(max_num_seqs=32)
     assert err.value.rolled_back
     restored = w.serve.bodies[-1]["applications"]
-    assert [a["name"] for a in restored] == ["orch-r1"]
+    assert [a["name"] for a in restored] == ["orch"]
     assert restored[0]["args"] == old_config["args"]
     assert w.state.current_revision("wf").number == 1

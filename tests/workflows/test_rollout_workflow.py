@@ -22,10 +22,10 @@ def world(tmp_path):
 
 def test_first_rollout_deploys_on_the_public_route_and_records_a_ready_revision(world):
     res = world.rollout()
-    assert res.action == "fresh" and res.revision == 1 and res.app_name == "orch-r1"
+    assert res.action == "fresh" and res.revision == 1 and res.app_name == "orch"
     assert len(world.serve.bodies) == 1
     (app,) = world.serve.bodies[0]["applications"]
-    assert app["name"] == "orch-r1" and app["route_prefix"] == "/"
+    assert app["name"] == "orch" and app["route_prefix"] == "/"
     assert app["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == [KEY]
     # A CPU engine computes on the smallest node's cores but one (left to its scheduler process
     # and the front end); Ray would leave it OMP_NUM_THREADS=1.
@@ -62,24 +62,24 @@ def test_change_with_room_is_proved_as_a_candidate_then_the_live_app_takes_it_wi
     res = world.rollout(max_model_len=2048)
     assert res.action == "side_by_side" and res.revision == 2
     first, switch = world.serve.bodies[1:]
-    assert [(a["name"], a["route_prefix"]) for a in first["applications"]] == [("orch-r1", "/"), ("orch-r2", "/_orch/r2")]
+    assert [(a["name"], a["route_prefix"]) for a in first["applications"]] == [("orch", "/"), ("orch-r2", "/_orch/r2")]
     assert _llm(first["applications"][0])["engine_kwargs"]["max_model_len"] == 1024  # the live app untouched
     # The switch: the live application keeps its name and route and takes the new config; Serve
     # surges it (new replica beside the old one); the candidate goes.
     (live,) = switch["applications"]
-    assert (live["name"], live["route_prefix"]) == ("orch-r1", "/")
+    assert (live["name"], live["route_prefix"]) == ("orch", "/")
     assert _llm(live)["engine_kwargs"]["max_model_len"] == 2048
     assert _llm(live)["deployment_config"]["max_surge_percent"] == 100
     probes = world.endpoint.probes
     assert probes.index(("/_orch/r2", "tiny", KEY)) < len(probes) - 1 and probes[-1] == ("/", "tiny", KEY)
-    assert res.app_name == "orch-r1" and world.state.revision_meta("wf", 2)["app_name"] == "orch-r1"
+    assert res.app_name == "orch" and world.state.revision_meta("wf", 2)["app_name"] == "orch"
     # The revision records what it serves as (orch status finds its application from it).
     stored = world.state.get_revision("wf", 2).config
-    assert (stored["name"], stored["route_prefix"]) == ("orch-r1", "/") and revision_app(world.state.get_revision("wf", 2))[0] == "orch-r1"
-    assert (res.config["name"], res.config["route_prefix"]) == ("orch-r1", "/")
+    assert (stored["name"], stored["route_prefix"]) == ("orch", "/") and revision_app(world.state.get_revision("wf", 2))[0] == "orch"
+    assert (res.config["name"], res.config["route_prefix"]) == ("orch", "/")
     statuses = {r.number: r.status for r in world.state.list_revisions("wf")}
     assert statuses == {1: "superseded", 2: "ready"}
-    # The next rollout finds revision 2 serving in orch-r1: the same request is a no-op.
+    # The next rollout finds revision 2 serving in orch: the same request is a no-op.
     assert world.rollout(max_model_len=2048).action == "noop"
 
 
@@ -91,8 +91,8 @@ def test_switch_waits_until_the_live_app_has_taken_the_new_config(world):
     def apply(body):
         real_apply(body)
         if len(world.serve.bodies) == 3:
-            world.serve.scripts["orch-r1"] = ["RUNNING", "DEPLOYING", "RUNNING"]
-            world.serve.deployed["orch-r1"] -= 1.0  # not moved on yet
+            world.serve.scripts["orch"] = ["RUNNING", "DEPLOYING", "RUNNING"]
+            world.serve.deployed["orch"] -= 1.0  # not moved on yet
 
     world.serve.apply = apply
     statuses = []
@@ -100,11 +100,11 @@ def test_switch_waits_until_the_live_app_has_taken_the_new_config(world):
 
     def status():
         st = real_status()
-        app = st.app("orch-r1")
+        app = st.app("orch")
         if app is not None and len(world.serve.bodies) == 3:
             statuses.append(app.status)
             if app.status == "DEPLOYING":
-                world.serve.deployed["orch-r1"] += 1.0
+                world.serve.deployed["orch"] += 1.0
         return st
 
     world.serve.status = status
@@ -120,17 +120,17 @@ def test_failed_surge_puts_the_old_config_back_on_the_live_app(world):
     def apply(body):
         real_apply(body)
         if len(world.serve.bodies) == 3:  # the switch
-            world.serve.scripts["orch-r1"] = ["DEPLOYING", "DEPLOY_FAILED"]
+            world.serve.scripts["orch"] = ["DEPLOYING", "DEPLOY_FAILED"]
         elif len(world.serve.bodies) == 4:  # the restore
-            world.serve.scripts["orch-r1"] = ["RUNNING"]
+            world.serve.scripts["orch"] = ["RUNNING"]
 
     world.serve.apply = apply
     world.serve.message = TRACEBACK
     with pytest.raises(RolloutFailed) as err:
         world.rollout(max_model_len=2048)
-    assert err.value.rolled_back and "orch-r1 is DEPLOY_FAILED" in err.value.message
+    assert err.value.rolled_back and "orch is DEPLOY_FAILED" in err.value.message
     (restored,) = world.serve.bodies[-1]["applications"]
-    assert restored["name"] == "orch-r1" and _llm(restored)["engine_kwargs"]["max_model_len"] == 1024
+    assert restored["name"] == "orch" and _llm(restored)["engine_kwargs"]["max_model_len"] == 1024
     assert world.state.current_revision("wf").number == 1 and world.state.get_revision("wf", 2).status == "failed"
 
 
@@ -144,7 +144,7 @@ def test_failed_side_by_side_leaves_the_old_revision_serving_and_quotes_the_repl
     assert "orch-r2 is DEPLOY_FAILED" in err.value.message
     assert "RuntimeError: Failed to create vLLM engine config: max_num_batched_tokens (1)" in err.value.message
     assert "revision 1 is serving" in err.value.message
-    assert [a["name"] for a in world.serve.bodies[-1]["applications"]] == ["orch-r1"]
+    assert [a["name"] for a in world.serve.bodies[-1]["applications"]] == ["orch"]
     assert world.state.current_revision("wf").number == 1
     assert world.state.get_revision("wf", 2).status == "failed"
 
@@ -190,19 +190,31 @@ def test_no_room_refuses_with_a_downtime_estimate_then_replaces_in_place(world):
     assert "--allow-downtime" in err.value.hint
     res = world.rollout(max_model_len=2048, options=RolloutOptions(timeout_s=60, probe_timeout_s=10, allow_downtime=True))
     assert res.action == "in_place"
-    assert [(a["name"], a["route_prefix"]) for a in world.serve.bodies[-1]["applications"]] == [("orch-r2", "/")]
+    # The public application updated in place; without a surge (no room for a second replica).
+    (app,) = world.serve.bodies[-1]["applications"]
+    assert (app["name"], app["route_prefix"]) == ("orch", "/")
+    assert app["deployments"] == [{"name": "LLMServer:tiny", "max_surge_percent": 0}]
 
 
 def test_failed_in_place_change_redeploys_the_previous_revision(world):
     world.rollout()
     world.nodes = _nodes(cpus_used=7.5)
-    world.serve.scripts["orch-r2"] = ["DEPLOY_FAILED"]
+    real_apply = world.serve.apply
+
+    def apply(body):
+        real_apply(body)
+        # The in-place update of orch fails; the restore (the next PUT) brings it back.
+        world.serve.scripts["orch"] = ["DEPLOY_FAILED"] if len(world.serve.bodies) == 2 else ["DEPLOYING", "RUNNING"]
+
+    world.serve.apply = apply
     world.serve.message = TRACEBACK
     with pytest.raises(RolloutFailed) as err:
         world.rollout(max_model_len=2048, options=RolloutOptions(timeout_s=60, probe_timeout_s=10, allow_downtime=True))
-    assert err.value.rolled_back
+    assert err.value.rolled_back and "revision 1 is serving" in err.value.message
     restored = world.serve.bodies[-1]["applications"]
-    assert [(a["name"], a["route_prefix"]) for a in restored] == [("orch-r1", "/")]
+    assert [(a["name"], a["route_prefix"]) for a in restored] == [("orch", "/")]
+    assert restored[0]["args"]["llm_configs"][0]["engine_kwargs"]["max_model_len"] == 1024
+    assert restored[0]["deployments"] == [{"name": "LLMServer:tiny", "max_surge_percent": 0}]  # rolled back without a surge too
     assert restored[0]["args"]["llm_configs"][0]["engine_kwargs"]["api_key"] == [KEY]
 
 

@@ -1,0 +1,204 @@
+"""The public application's name says no revision; records, results and messages say which
+revision it serves. Over the fake Serve of tests/workflows/rollout_world.py: fresh, side by side,
+in place, rollback, restore, repair, and a cluster an older orch left serving ``orch-r1``."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.errors import RolloutFailed
+from orchestrator.serve.config import RenderedApp
+from orchestrator.status.serving import pick_app, revision_app
+from orchestrator.workflows.desired import desired_for_revision
+from orchestrator.workflows.rollout import RolloutOptions, execute
+from tests.workflows.rollout_world import KEY, TRACEBACK, FakeServe, ServeEndpoint, _nodes, make_world
+from tests.workflows.test_rollout_faults import Injector
+
+OPTIONS = RolloutOptions(timeout_s=60, probe_timeout_s=10)
+IN_PLACE = RolloutOptions(timeout_s=60, probe_timeout_s=10, allow_downtime=True)
+NO_SURGE = [{"name": "LLMServer:tiny", "max_surge_percent": 0}]  # Serve's engine deployment of the tiny model
+
+
+@pytest.fixture
+def world(tmp_path):
+    return make_world(tmp_path)
+
+
+def _apps(body):
+    return [(a["name"], a["route_prefix"]) for a in body["applications"]]
+
+
+def _max_len(app):
+    return app["args"]["llm_configs"][0]["engine_kwargs"]["max_model_len"]
+
+
+def _served(world, number):
+    """What `orch status` reports for a revision: its application (from the record) in Serve."""
+    rev = world.state.get_revision("wf", number)
+    name = revision_app(rev)[0]
+    return name, pick_app(world.serve.status(), name)
+
+
+def test_fresh_deploys_the_public_application_under_its_stable_name(world):
+    res = world.rollout(options=OPTIONS)
+    (app,) = world.serve.bodies[0]["applications"]
+    assert (app["name"], app["route_prefix"]) == ("orch", "/") and res.app_name == "orch"
+    assert "deployments" not in app  # nothing ran before it: nothing to roll
+    assert world.state.get_revision("wf", 1).app_name == "orch"
+    assert "applied revision 1 as orch on / (fresh)" in res.steps
+
+
+def test_side_by_side_proves_a_candidate_named_after_its_revision_then_orch_serves_it(world):
+    world.rollout(options=OPTIONS)
+    res = world.rollout(options=OPTIONS, max_model_len=2048)
+    assert _apps(world.serve.bodies[1]) == [("orch", "/"), ("orch-r2", "/_orch/r2")]
+    assert _apps(world.serve.bodies[2]) == [("orch", "/")] and _max_len(world.serve.bodies[2]["applications"][0]) == 2048
+    assert res.app_name == "orch" and world.state.get_revision("wf", 2).app_name == "orch"
+    assert "applied candidate orch-r2 (revision 2) on /_orch/r2 (side_by_side)" in res.steps
+    name, app = _served(world, 2)
+    assert name == "orch" and app is not None and _max_len(app.deployed_config) == 2048
+
+
+def test_in_place_updates_orch_without_a_surge_and_waits_for_the_new_deploy(world):
+    world.rollout(options=OPTIONS)
+    world.nodes = _nodes(cpus_used=7.5)  # no room for a second copy
+    real_apply, real_status = world.serve.apply, world.serve.status
+    seen = []
+
+    def apply(body):
+        real_apply(body)
+        # Serve still reports the old deploy as RUNNING for a poll after the PUT.
+        world.serve.scripts["orch"] = ["RUNNING", "DEPLOYING", "RUNNING"]
+        world.serve.deployed["orch"] -= 1.0
+
+    def status():
+        st = real_status()
+        app = st.app("orch")
+        if len(world.serve.bodies) == 2 and app is not None:
+            seen.append(app.status)
+            if app.status == "DEPLOYING":
+                world.serve.deployed["orch"] += 1.0  # the new deploy begins
+        return st
+
+    world.serve.apply, world.serve.status = apply, status
+    res = world.rollout(options=IN_PLACE, max_model_len=2048)
+    (body,) = world.serve.bodies[1]["applications"]
+    assert res.action == "in_place" and (body["name"], body["route_prefix"]) == ("orch", "/")
+    assert body["deployments"] == NO_SURGE and _max_len(body) == 2048
+    assert seen[:3] == ["RUNNING", "DEPLOYING", "RUNNING"]  # the old RUNNING was not taken for the new one
+    assert res.app_name == "orch" and world.state.get_revision("wf", 2).app_name == "orch"
+    # The record is the rendered config (the surge is how Serve rolled to it, not what serves).
+    assert "deployments" not in world.state.get_revision("wf", 2).config
+    assert world.rollout(options=IN_PLACE, max_model_len=2048).action == "noop"
+
+
+def test_rollback_keeps_the_public_name_and_records_the_revision_it_serves(world):
+    world.rollout(options=OPTIONS)
+    world.rollout(options=OPTIONS, max_model_len=2048)
+    res = execute(world.manifest, desired_for_revision(world.state, "wf", None), KEY, world.deps, OPTIONS)
+    assert res.revision == 3 and res.app_name == "orch" and set(world.serve.apps) == {"orch"}
+    assert world.state.current_revision("wf").number == 3
+    name, app = _served(world, 3)
+    assert name == "orch" and _max_len(app.deployed_config) == 1024
+
+
+def test_a_failed_switch_rolls_back_with_the_surge_even_when_orch_came_in_place(world):
+    world.rollout(options=OPTIONS)
+    world.nodes = _nodes(cpus_used=7.5)
+    world.rollout(options=IN_PLACE, max_model_len=2048)  # orch now runs with NO_SURGE
+    world.nodes = _nodes()
+    real_apply = world.serve.apply
+
+    def apply(body):
+        real_apply(body)
+        if len(world.serve.bodies) == 4:  # the switch
+            world.serve.scripts["orch"] = ["DEPLOYING", "DEPLOY_FAILED"]
+        elif len(world.serve.bodies) == 5:  # the restore
+            world.serve.scripts["orch"] = ["DEPLOYING", "RUNNING"]
+
+    world.serve.apply = apply
+    world.serve.message = TRACEBACK
+    with pytest.raises(RolloutFailed) as err:
+        world.rollout(options=OPTIONS, max_model_len=4096)
+    assert err.value.rolled_back and "revision 2 is serving" in err.value.message
+    candidate, _switch, restore = world.serve.bodies[2:]
+    assert candidate["applications"][0]["deployments"] == NO_SURGE  # before the switch: the live app as it ran
+    (back,) = restore["applications"]
+    assert back["name"] == "orch" and _max_len(back) == 2048
+    # There was room for two copies: Serve rolls back with the rendered surge (100), not none.
+    assert "deployments" not in back and back["args"]["llm_configs"][0]["deployment_config"]["max_surge_percent"] == 100
+
+
+# ---------------------------------------------------------------------- a cluster of an older orch
+
+
+def _older_orch_cluster(world):
+    """Revision 1 serving as ``orch-r1``, as an older orch named it."""
+    world.rollout(options=OPTIONS)
+    app = world.serve.apps.pop("orch")
+    world.serve.apply({"applications": [dict(app, name="orch-r1")]})
+    stored = world.state.get_revision("wf", 1).config
+    world.state.set_served_as("wf", 1, "orch-r1", RenderedApp(app=stored).renamed("orch-r1", "/").app)
+    world.serve.bodies.clear()
+    world.serve.status()  # Serve has run it for a while: RUNNING
+
+
+def test_an_older_orch_cluster_side_by_side_keeps_the_live_name_so_the_route_never_moves(world):
+    _older_orch_cluster(world)
+    res = world.rollout(options=OPTIONS, max_model_len=2048)
+    assert res.action == "side_by_side"
+    assert _apps(world.serve.bodies[0]) == [("orch-r1", "/"), ("orch-r2", "/_orch/r2")]
+    assert _apps(world.serve.bodies[1]) == [("orch-r1", "/")]
+    assert any("the name an older orch gave it" in s for s in res.steps)
+    # It serves revision 2, which the record says (the name does not).
+    assert world.state.get_revision("wf", 2).app_name == "orch-r1"
+    name, app = _served(world, 2)
+    assert name == "orch-r1" and _max_len(app.deployed_config) == 2048
+    assert world.rollout(options=OPTIONS, max_model_len=2048).action == "noop"
+
+
+def test_an_older_orch_cluster_in_place_moves_to_the_stable_name(world):
+    _older_orch_cluster(world)
+    world.nodes = _nodes(cpus_used=7.5)
+    res = world.rollout(options=IN_PLACE, max_model_len=2048)
+    (body,) = world.serve.bodies[0]["applications"]
+    assert res.action == "in_place" and body["name"] == "orch" and set(world.serve.apps) == {"orch"}
+    assert "deployments" not in body  # a new application: nothing to roll, orch-r1 goes in the same PUT
+    assert world.state.get_revision("wf", 2).app_name == "orch"
+
+
+def test_an_older_orch_cluster_failed_in_place_gets_orch_r1_back(world):
+    _older_orch_cluster(world)
+    world.nodes = _nodes(cpus_used=7.5)
+    world.serve.scripts["orch"] = ["DEPLOYING", "DEPLOY_FAILED"]
+    world.serve.message = TRACEBACK
+    with pytest.raises(RolloutFailed) as err:
+        world.rollout(options=IN_PLACE, max_model_len=2048)
+    assert err.value.rolled_back and "revision 1 is serving" in err.value.message
+    assert world.state.get_revision("wf", 2).status == "failed" and "in_place" in str(world.state.revision_meta("wf", 2)["decision"])
+    (back,) = world.serve.bodies[-1]["applications"]
+    assert (back["name"], back["route_prefix"], _max_len(back)) == ("orch-r1", "/", 1024)
+    assert set(world.serve.apps) == {"orch-r1"}
+    assert world.rollout(options=OPTIONS).action == "noop"
+
+
+# ---------------------------------------------------------------------- repair
+
+
+def test_an_interrupted_in_place_update_of_orch_is_repaired_without_a_surge(tmp_path):
+    world = make_world(tmp_path)
+    world.serve = FakeServe(keep_in=tmp_path / "serve.json")
+    world.endpoint = ServeEndpoint(world)
+    world.rollout(options=OPTIONS)
+    world.nodes = _nodes(cpus_used=7.5)
+    injector = Injector(world, "probe", "tunnel_drop")  # orch loses Serve after the in-place PUT
+    injector.arm()
+    with pytest.raises(RolloutFailed, match="stays pending|putting revision 1 back failed"):
+        world.rollout(options=IN_PLACE, max_model_len=2048)
+    injector.disarm()
+    assert _max_len(world.serve.apps["orch"]) == 2048  # the interrupted revision's config is live
+    again = world.rollout(options=IN_PLACE)
+    assert again.repaired and "revision 2" in again.repaired[0] and again.action == "noop"
+    (back,) = world.serve.bodies[-1]["applications"]
+    assert (back["name"], _max_len(back)) == ("orch", 1024)
+    assert back["deployments"] == NO_SURGE  # no room for two copies: back without a surge
