@@ -1,0 +1,91 @@
+"""The state-space families' layers, states and mixer weights (orchestrator.plan.layer_types), from
+the published configs, against vLLM 0.32.0's own shapes and the models' published sizes.
+
+Configs: ai21labs/AI21-Jamba-1.5-Mini and tiiuae/falcon-mamba-7b config.json, as public test code
+copies them whole (huggingface.co/<repo>/blob/main/config.json; found through the code index on
+2026-12-07). Shapes: vllm/model_executor/layers/mamba/mamba_utils.py (``mamba1_state_shape``) and
+mamba_mixer.py (``MambaMixer.__init__``). Sizes: AI21's "12B active / 52B total" for Jamba 1.5 Mini;
+TII's 7.27B for Falcon Mamba 7B."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.plan.catalog import spec_from_config
+from orchestrator.plan.memory import count_params
+
+JAMBA_15_MINI = {
+    "architectures": ["JambaForCausalLM"], "attention_dropout": 0.0, "attn_layer_offset": 4, "attn_layer_period": 8, "bos_token_id": 1,
+    "eos_token_id": [2, 518], "expert_layer_offset": 1, "expert_layer_period": 2, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 14336, "mamba_conv_bias": True, "mamba_d_conv": 4, "mamba_d_state": 16,
+    "mamba_dt_rank": 256, "mamba_expand": 2, "mamba_proj_bias": False, "max_position_embeddings": 262144, "model_type": "jamba",
+    "num_attention_heads": 32, "num_experts": 16, "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "num_logits_to_keep": 1, "output_router_logits": False, "pad_token_id": 0, "rms_norm_eps": 1e-06, "router_aux_loss_coef": 0.001,
+    "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": True,
+    "use_mamba_kernels": False, "vocab_size": 65536,
+}  # fmt: skip
+FALCON_MAMBA_7B = {
+    "_name_or_path": "./", "architectures": ["FalconMambaForCausalLM"], "bos_token_id": 0, "conv_kernel": 4, "eos_token_id": 11, "expand": 16,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.1, "intermediate_size": 8192, "layer_norm_epsilon": 1e-05,
+    "model_type": "falcon_mamba", "num_hidden_layers": 64, "pad_token_id": 11, "rescale_prenorm_residual": False, "residual_in_fp32": True,
+    "state_size": 16, "tie_word_embeddings": False, "time_step_floor": 0.0001, "time_step_init_scheme": "random", "time_step_max": 0.1,
+    "time_step_min": 0.001, "time_step_rank": 256, "time_step_scale": 1.0, "torch_dtype": "bfloat16", "transformers_version": "4.43.0.dev0",
+    "use_bias": False, "use_cache": True, "use_conv_bias": True, "vocab_size": 65024,
+}  # fmt: skip
+
+
+def _mamba1_mixer(hidden: int, inter: int, state: int, conv: int, dt_rank: int) -> int:
+    """MambaMixer's weights (mamba_mixer.py): in_proj [hidden, 2 x inter], conv1d [inter, conv], x_proj
+    [inter, dt_rank + 2 x state], dt_proj [dt_rank, inter], A [inter, state], D [inter], out_proj
+    [inter, hidden]; written out here without the two bias vectors (conv1d's, dt_proj's: 2 x inter,
+    0.02%), which orch leaves out."""
+    return hidden * 2 * inter + inter * conv + inter * (dt_rank + 2 * state) + dt_rank * inter + inter * state + inter + inter * hidden
+
+
+def _mamba1_state_bytes(inter: int, state: int, conv: int, tp: int, dtype_bytes: int) -> int:
+    # mamba1_state_shape: conv (inter / tp, conv - 1) and temporal (inter / tp, state), both in the cache dtype
+    return (inter // tp) * (conv - 1) * dtype_bytes + (inter // tp) * state * dtype_bytes
+
+
+def test_jamba_has_attention_every_eighth_layer_from_the_fifth_and_moe_every_second():
+    spec = spec_from_config(JAMBA_15_MINI, "jamba", name="jamba-1.5-mini")
+    layout = spec.layout
+    assert layout is not None and layout.describe() == "28 Mamba + 4 full attention"
+    assert [i for i, a in enumerate(layout.attention) if a] == [4, 12, 20, 28]  # i % 8 == 4 (jamba.py)
+    assert layout.mixer == tuple(not a for a in layout.attention)
+    assert layout.mlp == "dm" * 16  # MoE on i % 2 == 1
+    assert "attn_layer_period 8 / attn_layer_offset 4, MoE every 2 from 1 (jamba.py)" == layout.sources[0]
+    assert layout.mixer_params == _mamba1_mixer(4096, 8192, 16, 4, 256)
+    assert 51.5e9 <= count_params(spec).total <= 52.5e9  # "52B total"
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_a_mamba1_state_splits_over_tp_by_channel_as_vllm_shapes_it(tp):
+    spec = spec_from_config(JAMBA_15_MINI, "jamba", name="jamba-1.5-mini")
+    assert spec.layout is not None and spec.layout.state is not None
+    assert spec.layout.state.bytes_per_gpu(tp, 2) == _mamba1_state_bytes(8192, 16, 4, tp, 2)
+
+
+def test_jamba_defaults_are_transformers_jamba_config_defaults():
+    # JambaConfig's defaults: attn_layer_period 8, attn_layer_offset 4, expert_layer_period 2, expert_layer_offset 1,
+    # mamba_d_state 16, mamba_d_conv 4, mamba_expand 2, mamba_dt_rank "auto" = ceil(hidden / 16)
+    bare = {k: v for k, v in JAMBA_15_MINI.items() if not k.startswith(("attn_layer", "expert_layer", "mamba_"))}
+    full = spec_from_config(JAMBA_15_MINI, "jamba", name="j").layout
+    defaults = spec_from_config(bare, "jamba", name="j").layout
+    assert defaults == full  # Jamba 1.5 Mini writes the defaults out (dt_rank 256 = 4096 / 16)
+    auto = spec_from_config({**JAMBA_15_MINI, "mamba_dt_rank": "auto"}, "jamba", name="j").layout
+    assert auto.mixer_params == full.mixer_params
+
+
+def test_falcon_mamba_is_every_layer_a_mamba_state_and_7_27b_parameters():
+    spec = spec_from_config(FALCON_MAMBA_7B, "falcon-mamba", name="falcon-mamba-7b")
+    layout = spec.layout
+    assert layout is not None and layout.describe() == "64 Mamba"
+    assert layout.attention == (False,) * 64 and layout.mixer == (True,) * 64 and layout.mlp == "-" * 64
+    assert layout.sources == ("every layer Mamba (mamba.py)",)
+    assert layout.mixer_params == _mamba1_mixer(4096, 8192, 16, 4, 256)
+    assert layout.state is not None and layout.state.bytes_per_gpu(1, 2) == _mamba1_state_bytes(8192, 16, 4, 1, 2)
+    assert count_params(spec).total == pytest.approx(7.27e9, rel=0.001)
+    # time_step_rank defaults to ceil(hidden / 16) (MambaConfig "auto"), conv_kernel to 4
+    bare = {k: v for k, v in FALCON_MAMBA_7B.items() if k not in ("time_step_rank", "conv_kernel")}
+    assert spec_from_config(bare, "f", name="f").layout == layout
