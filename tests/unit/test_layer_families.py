@@ -1,5 +1,7 @@
-"""The state-space families' layers, states and mixer weights (orchestrator.plan.layer_types), from
-the published configs, against vLLM 0.32.0's own shapes and the models' published sizes.
+"""Each family's layers, states and mixer weights (orchestrator.plan.layer_types), from the published
+configs, against vLLM 0.32.0's own shapes, transformers' config defaults and the models' published sizes.
+Gemma 3 / Gemma 4 configs: tests/data/checkpoints (SOURCES.md); Command R7B's sizing fields as a model
+port's config table copies them (CohereLabs/c4ai-command-r7b-12-2024).
 
 Configs: ai21labs/AI21-Jamba-1.5-Mini and tiiuae/falcon-mamba-7b config.json, as public test code
 copies them whole (huggingface.co/<repo>/blob/main/config.json; found through the code index on
@@ -9,9 +11,14 @@ TII's 7.27B for Falcon Mamba 7B."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from orchestrator.plan.catalog import spec_from_config
+from orchestrator.plan.layer_types import FULL, SLIDING, layer_layout
 from orchestrator.plan.memory import count_params
 
 JAMBA_15_MINI = {
@@ -89,3 +96,60 @@ def test_falcon_mamba_is_every_layer_a_mamba_state_and_7_27b_parameters():
     # time_step_rank defaults to ceil(hidden / 16) (MambaConfig "auto"), conv_kernel to 4
     bare = {k: v for k, v in FALCON_MAMBA_7B.items() if k not in ("time_step_rank", "conv_kernel")}
     assert spec_from_config(bare, "f", name="f").layout == layout
+
+
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "data" / "checkpoints"
+# google/gemma-3-27b-it's text_config (tests/data/checkpoints/SOURCES.md): no sliding_window_pattern, so
+# transformers' Gemma3TextConfig default 6 makes every sixth layer global
+GEMMA3_27B = json.loads((CHECKPOINTS / "multimodal" / "gemma3" / "config.json").read_text())["text_config"]
+# nvidia/Gemma-4-31B-IT-NVFP4's text_config: layer_types written out, K = V on the global layers
+GEMMA4_31B = json.loads((CHECKPOINTS / "nvidia--Gemma-4-31B-IT-NVFP4" / "config.json").read_text())["text_config"]
+
+
+def test_gemma3_without_a_pattern_takes_transformers_default_of_six():
+    layout = layer_layout(GEMMA3_27B, "gemma3", GEMMA3_27B["num_hidden_layers"])
+    assert layout is not None and layout.describe() == "52 sliding-window (1,024) + 10 full attention"
+    full = [i for i, c in enumerate(layout.caches) if c[0].kind == FULL]
+    assert full == list(range(5, 62, 6))  # (i + 1) % 6 == 0; the last layer, 61, is sliding
+    assert layout.sources == ("sliding_window_pattern 6, sliding_window 1024 (gemma3.py)",)
+    assert layer_layout({**GEMMA3_27B, "sliding_window_pattern": 6}, "gemma3", 62) == layout
+
+
+def test_gemma2_without_layer_types_alternates_from_a_sliding_first_layer():
+    # transformers Gemma2Config: layer_types = sliding if (i + 1) % 2 else full
+    gemma2 = {**GEMMA3_27B, "model_type": "gemma2", "num_hidden_layers": 42, "sliding_window": 4096}
+    layout = layer_layout(gemma2, "gemma2", 42)
+    assert layout is not None and layout.describe() == "21 sliding-window (4,096) + 21 full attention"
+    assert [c[0].kind for c in layout.caches[:2]] == [SLIDING, FULL] and layout.caches[-1][0].kind == FULL
+
+
+def test_cohere2_layers_see_one_token_more_than_the_window_and_every_fourth_is_global():
+    # CohereLabs/c4ai-command-r7b-12-2024: 32 layers, sliding_window 4096, sliding_window_pattern 4
+    # (transformers' Cohere2Config default too); commandr.py: "sliding_window + 1"
+    command_r7b = {"model_type": "cohere2", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+                   "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336, "vocab_size": 256000,
+                   "sliding_window": 4096, "sliding_window_pattern": 4}  # fmt: skip
+    layout = layer_layout(command_r7b, "c", 32)
+    assert layout is not None and layout.describe() == "24 sliding-window (4,097) + 8 full attention"
+    assert [c[0].kind for c in layout.caches[:4]] == [SLIDING, SLIDING, SLIDING, FULL]
+    bare = {k: v for k, v in command_r7b.items() if k != "sliding_window_pattern"}
+    assert layer_layout(bare, "c", 32) == replace(layout, sources=("sliding_window_pattern 4, sliding_window 4097 (commandr.py)",))
+
+
+def test_gemma4_global_layers_take_their_own_kv_heads_only_where_k_equals_v():
+    layout = layer_layout(GEMMA4_31B, "g", 60)
+    assert layout is not None and layout.describe() == "50 sliding-window (1,024) + 10 full attention"
+    assert (layout.global_kv_heads, layout.global_head_dim) == (4, 512)
+    # transformers' Gemma4TextConfig: the global KV heads override only with attention_k_eq_v; global_head_dim 512 by default
+    no_keqv = layer_layout({**GEMMA4_31B, "attention_k_eq_v": False}, "g", 60)
+    assert no_keqv is not None and (no_keqv.global_kv_heads, no_keqv.global_head_dim) == (0, 512)
+    no_dim = layer_layout({k: v for k, v in GEMMA4_31B.items() if k != "global_head_dim"}, "g", 60)
+    assert no_dim is not None and no_dim.global_head_dim == 512
+
+
+def test_gemma4_kv_shared_layers_are_the_last_ones_and_keep_no_cache():
+    # gemma4.py: layers from num_hidden_layers - num_kv_shared_layers on read an earlier layer's cache
+    layout = layer_layout({**GEMMA4_31B, "num_kv_shared_layers": 20}, "g", 60)
+    assert layout is not None and layout.caches[39] != () and layout.caches[40:] == ((),) * 20
+    assert layout.describe() == "34 sliding-window (1,024) + 6 full attention"
+    assert layout.sources[0].endswith(", num_kv_shared_layers 20 (gemma4.py)")
