@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.errors import ModelSpecError
 from orchestrator.plan.catalog import spec_from_config
 from orchestrator.plan.layer_types import FULL, SLIDING, layer_layout
 from orchestrator.plan.memory import count_params
@@ -153,3 +154,48 @@ def test_gemma4_kv_shared_layers_are_the_last_ones_and_keep_no_cache():
     assert layout is not None and layout.caches[39] != () and layout.caches[40:] == ((),) * 20
     assert layout.describe() == "34 sliding-window (1,024) + 6 full attention"
     assert layout.sources[0].endswith(", num_kv_shared_layers 20 (gemma4.py)")
+
+
+def _llama(**extra) -> dict:
+    # meta-llama/Llama-3.1-8B-Instruct's sizing fields (tests/data/planner/configs)
+    cfg = json.loads((Path(__file__).resolve().parents[1] / "data" / "planner" / "configs" / "Llama-3.1-8B-Instruct" / "config.json").read_text())
+    return {**cfg, **extra}
+
+
+@pytest.mark.parametrize(("model_type", "name"), [("minimax_text_01", "MiniMax-Text-01"), ("minimax_m1", "MiniMax-M1")])
+def test_minimax_lightning_attention_is_refused_as_vllm_dropped_it(model_type, name):
+    # vLLM 0.32's registry.py lists MiniMaxText01ForCausalLM / MiniMaxM1ForCausalLM as removed in 0.23.0
+    with pytest.raises(ModelSpecError) as err:
+        layer_layout(_llama(model_type=model_type), "m/config.json", 32)
+    assert str(err.value).startswith(f"m/config.json: {name}") and "(lightning attention)" in str(err.value)
+    assert "registry.py" in str(err.value) and err.value.exit_code == 2
+
+
+def test_llama_layer_types_all_full_is_the_plain_transformer_and_one_sliding_layer_is_not():
+    full = ["full_attention"] * 32
+    assert layer_layout(_llama(layer_types=full), "c", 32) is None
+    one = layer_layout(_llama(layer_types=full[:31] + ["sliding_attention"], sliding_window=4096), "c", 32)
+    assert one is not None and one.describe() == "1 sliding-window (4,096) + 31 full attention"
+    assert one.caches[31][0].kind == SLIDING and one.sources == ("layer_types, sliding_window 4096 (llama.py)",)
+
+
+def test_a_mistral_window_that_is_switched_off_or_zero_is_no_window():
+    # config/model.py: "Some checkpoints set sliding_window to 0 to indicate that sliding window is disabled"
+    assert layer_layout(_llama(model_type="mistral", sliding_window=0), "c", 32) is None
+    assert layer_layout(_llama(model_type="mistral", sliding_window=4096, use_sliding_window=False), "c", 32) is None
+    assert layer_layout(_llama(model_type="mistral", sliding_window=None), "c", 32) is None
+    on = layer_layout(_llama(model_type="mistral", sliding_window=4096, use_sliding_window=True), "c", 32)
+    assert on is not None and on.describe() == "32 sliding-window (4,096)"
+
+
+@pytest.mark.parametrize("key", ["attn_type_list", "full_attention_interval", "attention_chunk_size", "attn_layer_period"])
+def test_a_hybrid_field_without_a_reader_for_its_model_type_is_refused(key):
+    with pytest.raises(ModelSpecError) as err:
+        layer_layout(_llama(model_type="some_new_hybrid", **{key: 4}), "m/config.json", 32)
+    assert f"'{key}' describes layers that are not full attention" in str(err.value) and "'some_new_hybrid'" in str(err.value)
+
+
+def test_any_other_family_may_list_full_attention_everywhere():
+    # Qwen2/3 configs written by transformers 4.5x carry layer_types: all full attention
+    assert layer_layout(_llama(model_type="qwen3", layer_types=["full_attention"] * 32), "c", 32) is None
+    assert layer_layout(_llama(model_type="qwen3"), "c", 32) is None
