@@ -21,6 +21,7 @@ from orchestrator.errors import ModelSpecError
 from orchestrator.plan.catalog import spec_from_config
 from orchestrator.plan.layer_types import FULL, SLIDING, layer_layout
 from orchestrator.plan.memory import count_params
+from tests.unit.test_layer_types import NEMOTRON_NANO_9B
 
 JAMBA_15_MINI = {
     "architectures": ["JambaForCausalLM"], "attention_dropout": 0.0, "attn_layer_offset": 4, "attn_layer_period": 8, "bos_token_id": 1,
@@ -199,3 +200,88 @@ def test_any_other_family_may_list_full_attention_everywhere():
     # Qwen2/3 configs written by transformers 4.5x carry layer_types: all full attention
     assert layer_layout(_llama(model_type="qwen3", layer_types=["full_attention"] * 32), "c", 32) is None
     assert layer_layout(_llama(model_type="qwen3"), "c", 32) is None
+
+
+def _mamba2_state_bytes(inter: int, groups: int, heads: int, head_dim: int, state: int, conv: int, tp: int, s: int, ssm: int) -> int:
+    """vLLM's mamba2_state_shape: groups grow to TP when TP does not divide them
+    (extra_groups_for_head_shards: tp - groups), conv (inter + 2 x groups x state) / tp x (conv - 1) in the
+    model dtype, temporal heads / tp x head_dim x state in the SSM cache dtype."""
+    groups = groups if groups % tp == 0 else tp
+    return (inter + 2 * groups * state) // tp * (conv - 1) * s + heads // tp * head_dim * state * ssm
+
+
+def _mamba2_mixer(hidden: int, inter: int, groups: int, heads: int, state: int, conv: int) -> int:
+    """MambaMixer2's weights (mamba_mixer2.py): in_proj [hidden, inter (z) + inter + 2 x groups x state (x, B, C)
+    + heads (dt)], conv1d [inter + 2 x groups x state, conv], out_proj [inter, hidden], A / D / dt_bias [heads]
+    and the gated norm [inter]; without conv1d's bias."""
+    conv_dim = inter + 2 * groups * state
+    return hidden * (inter + conv_dim + heads) + conv_dim * conv + inter * hidden + 3 * heads + inter
+
+
+# transformers' Mamba2Config defaults: mistralai/Mamba-Codestral-7B-v0.1 (its documented default model)
+CODESTRAL_MAMBA = {"model_type": "mamba2", "num_hidden_layers": 64, "hidden_size": 4096, "num_heads": 128, "head_dim": 64, "expand": 2,
+                   "n_groups": 8, "state_size": 128, "conv_kernel": 4, "vocab_size": 32768, "tie_word_embeddings": False}  # fmt: skip
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 16])
+def test_a_mamba2_model_is_every_layer_a_state_shaped_as_vllm_shapes_it(tp):
+    layout = layer_layout(CODESTRAL_MAMBA, "m", 64)
+    assert layout is not None and layout.describe() == "64 Mamba2" and layout.mlp == "-" * 64
+    assert layout.attention == (False,) * 64 and layout.sources == ("every layer Mamba2 (mamba2.py)",)
+    assert layout.mixer_params == _mamba2_mixer(4096, 8192, 8, 128, 128, 4)
+    assert layout.state is not None and layout.state.bytes_per_gpu(tp, 2) == _mamba2_state_bytes(8192, 8, 128, 64, 128, 4, tp, 2, 2)
+    # Mamba2Config's defaults for the fields a config may leave out: n_groups 1, conv_kernel 4, expand 2
+    bare = {k: v for k, v in CODESTRAL_MAMBA.items() if k not in ("conv_kernel", "expand")}
+    assert layer_layout(bare, "m", 64) == layout
+    one_group = layer_layout({k: v for k, v in CODESTRAL_MAMBA.items() if k != "n_groups"}, "m", 64)
+    assert one_group is not None and one_group.mixer_params == _mamba2_mixer(4096, 8192, 1, 128, 128, 4)
+
+
+def test_nemotron_h_keeps_its_ssm_state_in_fp32_by_default_and_groups_grow_to_tp():
+    # NemotronHConfig: mamba_ssm_cache_dtype "float32" unless the config says otherwise; n_groups 8
+    spec = spec_from_config(NEMOTRON_NANO_9B, "n", name="n")
+    assert spec.layout is not None and spec.layout.state is not None
+    for tp in (1, 2, 8, 16):
+        assert spec.layout.state.bytes_per_gpu(tp, 2) == _mamba2_state_bytes(10240, 8, 128, 80, 128, 4, tp, 2, 4), tp
+    assert spec.layout.mixer_params == _mamba2_mixer(4480, 10240, 8, 128, 128, 4)
+    assert spec.layout.mlp_matrices == 2  # NemotronHMLP: up and down only
+
+
+def test_nemotron_h_reads_layers_block_type_as_its_pattern():
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    blocks = [names[c] for c in NEMOTRON_NANO_9B["hybrid_override_pattern"]]
+    cfg = {k: v for k, v in NEMOTRON_NANO_9B.items() if k != "hybrid_override_pattern"}
+    by_blocks = layer_layout({**cfg, "layers_block_type": blocks}, "n", 56)
+    by_pattern = layer_layout(NEMOTRON_NANO_9B, "n", 56)
+    assert by_blocks is not None and by_pattern is not None
+    assert replace(by_blocks, sources=()) == replace(by_pattern, sources=())
+    assert by_blocks.sources == ("layers_block_type (nemotron_h.py)",)
+    moe = layer_layout({**cfg, "layers_block_type": ["moe" if b == "mlp" else b for b in blocks]}, "n", 56)
+    assert moe is not None and moe.mlp == by_pattern.mlp.replace("d", "m")
+    with pytest.raises(ModelSpecError, match="has 55 layers, num_hidden_layers 56"):
+        layer_layout({**NEMOTRON_NANO_9B, "hybrid_override_pattern": NEMOTRON_NANO_9B["hybrid_override_pattern"][:55]}, "n", 56)
+
+
+# Zyphra/Zamba2-2.7B's layer plan (transformers' Zamba2Config default, spelled "mamba" / "hybrid" as the
+# published config.json spells it): a shared attention block beside the Mamba2 on 9 of 54 layers
+ZAMBA2_BLOCKS = ["hybrid" if i in (6, 12, 18, 24, 30, 36, 42, 47, 51) else "mamba" for i in range(54)]
+ZAMBA2 = {"model_type": "zamba2", "num_hidden_layers": 54, "hidden_size": 2560, "intermediate_size": 10240, "num_attention_heads": 32,
+          "num_key_value_heads": 32, "vocab_size": 32000, "layers_block_type": ZAMBA2_BLOCKS, "mamba_d_state": 64, "mamba_d_conv": 4,
+          "mamba_expand": 2, "mamba_headdim": 64, "mamba_ngroups": 1, "n_mamba_heads": 80, "num_mem_blocks": 1}  # fmt: skip
+
+
+def test_zamba2_counts_its_shared_attention_blocks_once_and_a_state_on_every_layer():
+    layout = layer_layout(ZAMBA2, "z", 54)
+    assert layout is not None and layout.describe() == "54 Mamba2 + 9 full attention"
+    assert layout.mixer == (True,) * 54
+    # num_mem_blocks 1: one shared attention + MLP block, its weights counted once, on the first hybrid layer
+    assert [i for i, a in enumerate(layout.attention) if a] == [6] and layout.mlp == "-" * 6 + "d" + "-" * 47
+    two = layer_layout({**ZAMBA2, "num_mem_blocks": 2}, "z", 54)
+    assert two is not None and [i for i, a in enumerate(two.attention) if a] == [6, 12]
+    assert layout.mixer_params == _mamba2_mixer(2560, 5120, 1, 80, 64, 4)
+    assert layout.state is not None and layout.state.bytes_per_gpu(2, 2) == _mamba2_state_bytes(5120, 1, 80, 64, 64, 4, 2, 2, 2)
+    # Zamba2Config defaults: mamba_ngroups 1, mamba_d_conv 4, mamba_expand 2, num_mem_blocks 1
+    bare = {k: v for k, v in ZAMBA2.items() if k not in ("mamba_ngroups", "mamba_d_conv", "mamba_expand", "num_mem_blocks")}
+    assert layer_layout(bare, "z", 54) == layout
+    with pytest.raises(ModelSpecError, match=r"layers_block_type\[3\]"):
+        layer_layout({**ZAMBA2, "layers_block_type": ZAMBA2_BLOCKS[:3] + ["attention"] + ZAMBA2_BLOCKS[4:]}, "z", 54)
