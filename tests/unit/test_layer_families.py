@@ -285,3 +285,45 @@ def test_zamba2_counts_its_shared_attention_blocks_once_and_a_state_on_every_lay
     assert layer_layout(bare, "z", 54) == layout
     with pytest.raises(ModelSpecError, match=r"layers_block_type\[3\]"):
         layer_layout({**ZAMBA2, "layers_block_type": ZAMBA2_BLOCKS[:3] + ["attention"] + ZAMBA2_BLOCKS[4:]}, "z", 54)
+
+
+# The GraniteMoeHybrid example config of transformers' model docs (8 layers: three Mamba2, one attention, twice)
+GRANITE_H = {
+    "architectures": ["GraniteMoeHybridForCausalLM"], "hidden_size": 512, "intermediate_size": 1024, "model_type": "granitemoehybrid",
+    "layer_types": ["mamba", "mamba", "mamba", "attention", "mamba", "mamba", "mamba", "attention"], "mamba_d_conv": 4,
+    "mamba_d_head": 128, "mamba_d_state": 128, "mamba_expand": 2, "mamba_n_groups": 1, "mamba_n_heads": 8, "num_attention_heads": 8,
+    "num_experts_per_tok": 2, "num_hidden_layers": 8, "num_key_value_heads": 8, "num_local_experts": 8, "shared_intermediate_size": 512,
+    "tie_word_embeddings": True, "vocab_size": 49152,
+}  # fmt: skip
+
+
+def test_granite_h_layer_types_are_mamba2_or_attention_with_moe_on_every_layer():
+    layout = layer_layout(GRANITE_H, "g", 8)
+    assert layout is not None and layout.describe() == "6 Mamba2 + 2 full attention"
+    assert [i for i, a in enumerate(layout.attention) if a] == [3, 7] and layout.mixer == tuple(not a for a in layout.attention)
+    assert layout.mlp == "m" * 8 and layout.sources == ("layer_types mamba / attention (granitemoehybrid.py)",)
+    assert layout.mixer_params == _mamba2_mixer(512, 1024, 1, 8, 128, 4)
+    assert layout.state is not None and layout.state.bytes_per_gpu(2, 2) == _mamba2_state_bytes(1024, 1, 8, 128, 128, 4, 2, 2, 2)
+    dense = layer_layout({k: v for k, v in GRANITE_H.items() if k not in ("num_local_experts", "mamba_expand")}, "g", 8)
+    assert dense is not None and dense.mlp == "d" * 8 and dense.mixer_params == layout.mixer_params  # mamba_expand 2 by default
+    blocks = {k: v for k, v in GRANITE_H.items() if k != "layer_types"}
+    assert layer_layout({**blocks, "layers_block_type": GRANITE_H["layer_types"]}, "g", 8) == layout  # the older name
+    with pytest.raises(ModelSpecError, match=r"layer_types\[0\]"):
+        layer_layout({**GRANITE_H, "layer_types": ["moe"] + GRANITE_H["layer_types"][1:]}, "g", 8)
+
+
+def test_kimi_linear_kda_layers_are_one_based_and_the_state_is_vllms_kda_shape():
+    # vLLM's kimi_linear config: is_kda_layer(i) = (i + 1) in linear_attn_config["kda_layers"];
+    # kda_state_shape: conv (3 x heads x head_dim) / tp x (kernel - 1), recurrent heads / tp x head_dim x head_dim (fp32)
+    lin = {"kda_layers": [1, 2, 3], "full_attn_layers": [4], "num_heads": 32, "head_dim": 128, "short_conv_kernel_size": 4}
+    cfg = {"model_type": "kimi_linear", "num_hidden_layers": 4, "hidden_size": 2304, "num_attention_heads": 32, "vocab_size": 163840,
+           "first_k_dense_replace": 1, "linear_attn_config": lin}  # fmt: skip
+    layout = layer_layout(cfg, "k", 4)
+    assert layout is not None and layout.describe() == "3 KDA + 1 full attention"
+    assert layout.attention == (False, False, False, True) and layout.mixer == (True, True, True, False) and layout.mlp == "dmmm"
+    for tp in (1, 2, 4):
+        assert layout.state is not None and layout.state.bytes_per_gpu(tp, 2) == 3 * 32 * 128 // tp * 3 * 2 + 32 // tp * 128 * 128 * 4
+    no_conv = layer_layout({**cfg, "linear_attn_config": {k: v for k, v in lin.items() if k != "short_conv_kernel_size"}}, "k", 4)
+    assert no_conv == layout  # kernel 4 by default
+    with pytest.raises(ModelSpecError, match="linear_attn_config.kda_layers is missing"):
+        layer_layout({**cfg, "linear_attn_config": {"num_heads": 32}}, "k", 4)
