@@ -327,3 +327,48 @@ def test_kimi_linear_kda_layers_are_one_based_and_the_state_is_vllms_kda_shape()
     assert no_conv == layout  # kernel 4 by default
     with pytest.raises(ModelSpecError, match="linear_attn_config.kda_layers is missing"):
         layer_layout({**cfg, "linear_attn_config": {"num_heads": 32}}, "k", 4)
+
+
+PLANNER_CONFIGS = Path(__file__).resolve().parents[1] / "data" / "planner" / "configs"
+QWEN3_CODER_NEXT = json.loads((PLANNER_CONFIGS / "Qwen3-Coder-Next" / "config.json").read_text())
+
+
+def _gdn_state_bytes(kh: int, vh: int, kd: int, vd: int, conv: int, tp: int, s: int, ssm: int) -> int:
+    # vLLM's gated_delta_net_state_shape: conv (2 x kh x kd + vh x vd) / tp x (conv - 1), temporal vh / tp x vd x kd
+    return (2 * kh * kd + vh * vd) // tp * (conv - 1) * s + vh // tp * vd * kd * ssm
+
+
+def _gdn_mixer(hidden: int, kh: int, vh: int, kd: int, vd: int, conv: int) -> int:
+    """Qwen3NextGatedDeltaNet's weights (qwen3_next.py): in_proj_qkvz [hidden, 2 x kh x kd + 2 x vh x vd],
+    in_proj_ba [hidden, 2 x vh], conv1d [2 x kh x kd + vh x vd, conv], out_proj [vh x vd, hidden], A_log and
+    dt_bias [vh], the gated norm [vd]."""
+    return hidden * (2 * kh * kd + 2 * vh * vd + 2 * vh) + (2 * kh * kd + vh * vd) * conv + vh * vd * hidden + 2 * vh + vd
+
+
+def test_qwen3_next_every_fourth_layer_is_full_attention_up_to_the_last():
+    layout = layer_layout(QWEN3_CODER_NEXT, "q", 48)
+    assert layout is not None and layout.describe() == "36 Gated DeltaNet + 12 full attention"
+    assert [i for i, a in enumerate(layout.attention) if a] == list(range(3, 48, 4))  # (i + 1) % 4 == 0: the last layer too
+    assert layout.mlp == "m" * 48 and layout.sources == ("full_attention_interval 4 (qwen3_next.py)",)
+    assert layout.mixer_params == _gdn_mixer(2048, 16, 32, 128, 128, 4)
+    for tp in (1, 2, 4):
+        assert layout.state is not None and layout.state.bytes_per_gpu(tp, 2) == _gdn_state_bytes(16, 32, 128, 128, 4, tp, 2, 2)
+    # Qwen3NextConfig's defaults: full_attention_interval 4, linear_conv_kernel_dim 4
+    bare = {k: v for k, v in QWEN3_CODER_NEXT.items() if k not in ("full_attention_interval", "linear_conv_kernel_dim")}
+    assert layer_layout(bare, "q", 48) == layout
+    dense = layer_layout({k: v for k, v in QWEN3_CODER_NEXT.items() if k != "num_experts"}, "q", 48)
+    assert dense is not None and dense.mlp == "d" * 48
+
+
+def test_qwen3_5_keeps_its_gated_deltanet_state_in_fp32_when_the_config_says_so():
+    # Qwen3.8-27B's text_config: mamba_ssm_dtype float32 (vLLM's Qwen3_5 config reads it for the SSM state)
+    cfg = json.loads((PLANNER_CONFIGS / "Qwen3.8-27B" / "config.json").read_text())
+    text = cfg.get("text_config", cfg)
+    layout = layer_layout(text, "q", 64)
+    assert layout is not None and layout.describe() == "48 Gated DeltaNet + 16 full attention"
+    assert layout.state is not None and layout.state.bytes_per_gpu(2, 2) == _gdn_state_bytes(16, 48, 128, 128, 4, 2, 2, 4)
+    assert layout.sources[0].startswith("layer_types, mamba_ssm_dtype float32 (qwen3_5.py)")
+    bf16 = layer_layout({**text, "mamba_ssm_dtype": "bfloat16"}, "q", 64)
+    assert bf16 is not None and bf16.state is not None and bf16.state.bytes_per_gpu(2, 2) == _gdn_state_bytes(16, 48, 128, 128, 4, 2, 2, 2)
+    with pytest.raises(ModelSpecError, match=r"layer_types\[0\]"):
+        layer_layout({**text, "layer_types": ["sliding_attention"] + text["layer_types"][1:]}, "q", 64)
