@@ -90,3 +90,72 @@ def test_each_real_checkpoint_reads_as_its_file_says(path, described, dtype, mat
     quant = parse_quantization(_quant(path), path.name)
     assert quant.describe() == f"{described} from {path.name}"
     assert (quant.dtype, quant.match, quant.kv_cache_dtype, len(quant.ignore)) == (dtype, match, kv, ignored)
+
+
+# TheBloke/Llama-2-7B-Chat-GPTQ's quantization_config (as Intel Neural Compressor's HF export copies it,
+# "Refer to https://huggingface.co/TheBloke/Llama-2-7B-Chat-GPTQ/blob/main/config.json")
+GPTQ_LLAMA2 = {"bits": 4, "group_size": 128, "damp_percent": 0.01, "desc_act": True, "sym": True, "true_sequential": True,
+               "model_name_or_path": None, "model_file_base_name": "model", "quant_method": "gptq"}  # fmt: skip
+LINEAR = ("model.layers.0.mlp.down_proj",)
+
+
+def test_gptq_reads_bits_group_and_act_order_and_keeps_the_head_16_bit_unless_told():
+    quant = parse_quantization(GPTQ_LLAMA2, "q")
+    assert quant.describe() == "gptq (int4 weights, group 128, act-order) from q"
+    assert (quant.dtype, quant.match, quant.lm_head) == ("int4", "substring", False)
+    storage = quant.storage_for(LINEAR)
+    assert storage is not None and (storage.group, storage.per_channel, storage.zero_point_bits, storage.g_idx) == (128, False, 4, True)
+    assert quant.storage_for(("lm_head",), lm_head=True) is None  # auto_gptq.py: lm_head_quantized defaults to False
+    assert parse_quantization({**GPTQ_LLAMA2, "lm_head": True}, "q").storage_for(("lm_head",), lm_head=True) == storage
+    assert parse_quantization({**GPTQ_LLAMA2, "bits": 8}, "q").dtype == "int8"
+    assert parse_quantization({**GPTQ_LLAMA2, "bits": 3}, "q").dtype == "int4"  # 2/3/4-bit all size below int8
+    no_order = parse_quantization({k: v for k, v in GPTQ_LLAMA2.items() if k != "desc_act"}, "q")
+    assert no_order.scheme == "int4 weights, group 128"
+    # group_size -1: one group over each whole input row, i.e. a scale per output channel
+    channel = parse_quantization({**GPTQ_LLAMA2, "group_size": -1}, "q")
+    assert channel.scheme == "int4 weights, group per channel, act-order"
+    cs = channel.storage_for(LINEAR)
+    assert cs is not None and (cs.group, cs.per_channel) == (0, True)
+    with pytest.raises(ModelSpecError, match="quantization 'bits' must be one of 2, 3, 4, 8, got 5"):
+        parse_quantization({**GPTQ_LLAMA2, "bits": 5}, "q")
+
+
+def test_awq_takes_autoawqs_own_key_names_as_vllm_does():
+    # auto_awq.py from_config: get_from_keys(config, ["w_bit", "bits"]), ["q_group_size", "group_size"], ["zero_point"]
+    hf = parse_quantization({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}, "q")
+    autoawq = parse_quantization({"quant_method": "awq", "w_bit": 4, "q_group_size": 128, "zero_point": True, "version": "GEMM"}, "q")
+    assert hf == autoawq and hf.describe() == "awq (int4 weights, group 128, fp16 scales, zero points) from q"
+    assert (hf.dtype, hf.match, hf.lm_head) == ("int4", "substring", False)
+    no_zero = parse_quantization({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": False}, "q")
+    assert no_zero.scheme == "int4 weights, group 128, fp16 scales"
+    missing = parse_quantization({"quant_method": "awq", "bits": 4, "group_size": 128}, "q")
+    assert missing.scheme.endswith(", zero points")  # AutoAWQ's zero_point default True
+    with pytest.raises(ModelSpecError, match="the awq quantization_config has no 'bits', which vLLM needs to load it"):
+        parse_quantization({"quant_method": "awq", "group_size": 128}, "q")
+
+
+def _ct_group(weights: dict, **group) -> dict:
+    return {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": weights, **group}}}
+
+
+def test_compressed_tensors_defaults_are_the_schemes():
+    # compressed-tensors QuantizationArgs defaults: type "int", strategy "tensor", symmetric True; a group
+    # without "targets" applies to Linear layers; no input_activations: weight-only (A16)
+    w4a16 = parse_quantization(_ct_group({"num_bits": 4, "strategy": "group", "group_size": 128}), "q")
+    assert w4a16.scheme == "W4A16: int4 weights, 16-bit scale group 128" and w4a16.dtype == "int4"
+    assert w4a16.storage_for(LINEAR) is not None
+    asym = parse_quantization(_ct_group({"num_bits": 4, "strategy": "group", "group_size": 128, "symmetric": False}), "q")
+    storage = asym.storage_for(LINEAR)
+    assert storage is not None and storage.zero_point_bits == 4 and asym.scheme.endswith(", zero points")
+    int8 = parse_quantization(_ct_group({"num_bits": 8}, input_activations={"num_bits": 8, "type": "int"}), "q")
+    assert int8.scheme == "W8A8: int8 weights (tensor scales)" and int8.dtype == "int8"
+    # nvfp4-pack-quantized (llm-compressor's NVFP4 preset): float 4-bit, group_size 16
+    nvfp4 = parse_quantization(_ct_group({"num_bits": 4, "type": "float", "strategy": "tensor_group"}), "q")
+    ns = nvfp4.storage_for(LINEAR)
+    assert ns is not None and (ns.weight_bits, ns.group, ns.scale_bytes) == (4, 16, 1) and nvfp4.dtype == "int4"
+    # a group that quantizes only activations (no "weights") is not a weight scheme
+    mixed = {"quant_method": "compressed-tensors", "config_groups": {
+        "kv": {"input_activations": {"num_bits": 8}}, "w": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}, "targets": ["Linear"]},
+        "w4": {"weights": {"num_bits": 4, "strategy": "group", "group_size": 128}, "targets": ["re:.*mlp.*"]}}}  # fmt: skip
+    both = parse_quantization(mixed, "q")
+    assert len(both.rules) == 2 and both.dtype == "int4"  # the summary is the narrowest weights
