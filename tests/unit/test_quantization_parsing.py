@@ -159,3 +159,46 @@ def test_compressed_tensors_defaults_are_the_schemes():
         "w4": {"weights": {"num_bits": 4, "strategy": "group", "group_size": 128}, "targets": ["re:.*mlp.*"]}}}  # fmt: skip
     both = parse_quantization(mixed, "q")
     assert len(both.rules) == 2 and both.dtype == "int4"  # the summary is the narrowest weights
+
+
+def test_gpt_oss_globs_cover_the_modules_under_them_and_nothing_beside():
+    # mxfp4.py: modules_to_not_convert matched as glob patterns ("model.layers.*.self_attn" covers the
+    # attention's own projections), exact names, and nothing that merely shares a prefix
+    quant = parse_quantization(_quant(CHECKPOINTS / "openai--gpt-oss-20b" / "config.json"), "q")
+    assert quant.skipped(("model.layers.11.self_attn.qkv_proj",)) and quant.skipped(("model.layers.0.mlp.router",))
+    assert quant.skipped(("model.embed_tokens",)) and quant.skipped(("lm_head",))
+    assert not quant.skipped(("model.layers.0.mlp.experts",)) and not quant.skipped(("model.layers.0.self_attn_extra",))
+    assert quant.storage_for(("model.layers.0.mlp.experts",), expert=True) is not None
+    assert quant.storage_for(("model.layers.0.mlp.experts",), expert=False) is None  # experts only
+
+
+def test_modelopt_exclusions_are_exact_names_substrings_or_wildcards():
+    # modelopt.py is_layer_excluded: exact name, substring, or fnmatch wildcard
+    quant = parse_quantization(_quant(CHECKPOINTS / "nvidia--Gemma-4-31B-IT-NVFP4" / "hf_quant_config.json"), "q")
+    assert quant.skipped(("model.language_model.layers.0.self_attn.q_proj",))  # wildcard
+    assert quant.skipped(("lm_head",)) and quant.skipped(("model.lm_head",))  # exact, substring
+    assert not quant.skipped(("model.language_model.layers.0.mlp.down_proj",))
+    legacy = parse_quantization(_quant(CHECKPOINTS / "nvidia--Llama-3.1-70B-Instruct-FP8" / "hf_quant_config.json"), "q")
+    assert legacy.skipped(("lm_head",)) and not legacy.skipped(("model.layers.0.mlp.down_proj",))
+
+
+def test_exact_and_regex_ignores_match_whole_names_only():
+    # fp8.py / fbgemm_fp8.py: modules_to_not_convert are exact names; compressed-tensors: exact or "re:" (re.match)
+    fp8 = parse_quantization({"quant_method": "fp8", "ignored_layers": ["model.layers.0.mlp.down_proj"]}, "q")
+    assert fp8.skipped(("model.layers.0.mlp.down_proj",)) and not fp8.skipped(("model.layers.0.mlp.down_proj_x",))
+    assert fp8.storage_for(("model.layers.1.mlp.down_proj",)) is not None
+    ct = parse_quantization(dict(_ct(["model.layers.0.mlp.down_proj", "re:.*self_attn\\..*"])), "q")
+    assert ct.skipped(("model.layers.0.mlp.down_proj",)) and not ct.skipped(("model.layers.10.mlp.down_proj",))
+    assert ct.skipped(("model.layers.3.self_attn.o_proj",)) and not ct.skipped(("model.layers.3.mlp.self_attn_like",))
+
+
+def test_a_block_scale_covers_a_partial_block_too():
+    # fp8.py create_weights: weight_scale_inv is (cdiv(out, block_n), cdiv(in, block_k)) fp32
+    # Qwen3-235B-A22B-FP8 at TP=8: moe_intermediate_size 1536 / 8 = 192 inputs, 1.5 blocks of 128
+    storage = parse_quantization({"quant_method": "fp8", "weight_block_size": [128, 128]}, "q").storage_for(LINEAR)
+    assert storage is not None
+    assert storage.matrix_bytes(192, 4096) == 192 * 4096 + (4096 // 128) * 2 * 4
+    assert storage.matrix_bytes(4096, 192) == 192 * 4096 + 2 * (4096 // 128) * 4
+    assert storage.bytes_per_param(192, 4096) == storage.matrix_bytes(192, 4096) / (192 * 4096)
+    with pytest.raises(ModelSpecError, match=r"weight_block_size must be two positive integers, got \[128\]"):
+        parse_quantization({"quant_method": "fp8", "weight_block_size": [128]}, "q")
