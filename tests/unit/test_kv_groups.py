@@ -112,3 +112,18 @@ def test_layer_buckets_group_by_the_smaller_unless_the_larger_is_under_one_and_a
                    max_model_len=4096, max_num_batched_tokens=2048, block_size=16, block_size_set=False, version=(0, 32, 0), pp=1,
                    mla=False, gpu=True)  # fmt: skip
     assert even.group_size == 3 and [(b.count, b.groups) for b in even.buckets] == [(3, 1), (3, 1)]
+
+
+def test_a_state_takes_two_pages_with_prefix_caching_and_one_without():
+    # kv_cache_interface.py MambaSpec.max_memory_usage_bytes: 2 pages in mamba_cache_mode "align" (prefix
+    # caching on: the default for hybrids from 0.26), else 1. The tiny Qwen3-Next of the CPU log: 3 state
+    # groups + 1 attention group of 32 blocks (cdiv(4096, 128)) over 4,096 blocks
+    spec = resolve_model(str(DATA / "configs" / "tiny-gdn" / "config.json"))
+    blocks = {}
+    for version, prefix in (("0.32.0", None), ("0.32.0", False), ("0.25.0", None), ("0.25.0", True)):
+        opts = PlanOptions(max_model_len=4096, kv_cache_gib=0.25, max_num_batched_tokens=1024, vllm_version=version, enable_prefix_caching=prefix)
+        (stage,) = stage_capacities(spec, CPU, opts, tp=1, pp=1)
+        assert stage.kv_detail is not None and stage.kv_detail.num_blocks == 4096
+        blocks[(version, prefix)] = [(b.kind, b.groups, b.blocks) for b in stage.kv_detail.buckets]
+    assert blocks[("0.32.0", None)] == blocks[("0.25.0", True)] == [("state", 3, 2), ("full", 1, 32)]
+    assert blocks[("0.32.0", False)] == blocks[("0.25.0", None)] == [("state", 3, 1), ("full", 1, 32)]
