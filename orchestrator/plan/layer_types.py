@@ -228,7 +228,9 @@ def _layout(caches: list, n: int, source: str, *, attention: list[bool] | None =
 
 
 def _llama4(cfg: Mapping[str, Any], n: int, source: str) -> LayerLayout:
-    chunk = _int(cfg, "attention_chunk_size", source, 0)
+    # transformers' Llama4TextConfig: 8192 when the key is absent; null turns chunking off (llama4.py
+    # chunks only when the value is truthy)
+    chunk = 0 if "attention_chunk_size" in cfg and cfg["attention_chunk_size"] is None else _int(cfg, "attention_chunk_size", source, 8192)
     interval = _int(cfg, "no_rope_layer_interval", source, 4) or 4
     nope = cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
     if not isinstance(nope, list) or len(nope) < n:

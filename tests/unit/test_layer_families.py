@@ -21,7 +21,7 @@ from orchestrator.errors import ModelSpecError
 from orchestrator.plan.catalog import spec_from_config
 from orchestrator.plan.layer_types import FULL, SLIDING, layer_layout
 from orchestrator.plan.memory import count_params
-from tests.unit.test_layer_types import NEMOTRON_NANO_9B
+from tests.unit.test_layer_types import NEMOTRON_NANO_9B, SCOUT
 
 JAMBA_15_MINI = {
     "architectures": ["JambaForCausalLM"], "attention_dropout": 0.0, "attn_layer_offset": 4, "attn_layer_period": 8, "bos_token_id": 1,
@@ -372,3 +372,19 @@ def test_qwen3_5_keeps_its_gated_deltanet_state_in_fp32_when_the_config_says_so(
     assert bf16 is not None and bf16.state is not None and bf16.state.bytes_per_gpu(2, 2) == _gdn_state_bytes(16, 48, 128, 128, 4, 2, 2, 2)
     with pytest.raises(ModelSpecError, match=r"layer_types\[0\]"):
         layer_layout({**text, "layer_types": ["sliding_attention"] + text["layer_types"][1:]}, "q", 64)
+
+
+def test_llama4_defaults_are_transformers_llama4_text_config_defaults():
+    # Llama4TextConfig: attention_chunk_size 8192, no_rope_layer_interval 4, interleave_moe_layer_step 1;
+    # llama4.py chunks a RoPE layer only when attention_chunk_size is set (a null turns it off)
+    scout = layer_layout(SCOUT, "s", 48)
+    bare = {k: v for k, v in SCOUT.items() if k not in ("attention_chunk_size", "interleave_moe_layer_step", "no_rope_layers")}
+    assert layer_layout(bare, "s", 48) == scout
+    assert layer_layout({**SCOUT, "no_rope_layer_interval": 0}, "s", 48) == scout  # 0 would divide by zero: the default
+    off = layer_layout({**SCOUT, "attention_chunk_size": None}, "s", 48)
+    assert off is not None and off.describe() == "48 full attention"
+    assert off.mlp == "m" * 48
+    every_other = layer_layout({**SCOUT, "interleave_moe_layer_step": 2}, "s", 48)
+    assert every_other is not None and every_other.mlp == "dm" * 24
+    with pytest.raises(ModelSpecError, match="'no_rope_layers' must list the 48 layers"):
+        layer_layout({**SCOUT, "no_rope_layers": [1] * 47}, "s", 48)
