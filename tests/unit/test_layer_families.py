@@ -21,7 +21,7 @@ from orchestrator.errors import ModelSpecError
 from orchestrator.plan.catalog import spec_from_config
 from orchestrator.plan.layer_types import FULL, SLIDING, layer_layout
 from orchestrator.plan.memory import count_params
-from tests.unit.test_layer_types import NEMOTRON_NANO_9B, SCOUT
+from tests.unit.test_layer_types import FALCON_H1, NEMOTRON_NANO_9B, SCOUT
 
 JAMBA_15_MINI = {
     "architectures": ["JambaForCausalLM"], "attention_dropout": 0.0, "attn_layer_offset": 4, "attn_layer_period": 8, "bos_token_id": 1,
@@ -388,3 +388,14 @@ def test_llama4_defaults_are_transformers_llama4_text_config_defaults():
     assert every_other is not None and every_other.mlp == "dm" * 24
     with pytest.raises(ModelSpecError, match="'no_rope_layers' must list the 48 layers"):
         layer_layout({**SCOUT, "no_rope_layers": [1] * 47}, "s", 48)
+
+
+def test_falcon_h1_runs_attention_and_mamba2_side_by_side_with_d_ssm_or_expand_times_hidden():
+    # falcon_h1.py: d_ssm = mamba_d_ssm, or mamba_expand x hidden_size when unset; the state is mamba2_state_shape's
+    layout = layer_layout(FALCON_H1, "f", 24)
+    assert layout is not None and layout.describe() == "24 Mamba2 + 24 full attention"
+    assert layout.attention == (True,) * 24 and layout.mixer == (True,) * 24 and layout.mlp == ""
+    assert layout.mixer_params == _mamba2_mixer(2048, 3072, 1, 48, 256, 4)
+    assert layout.state is not None and layout.state.bytes_per_gpu(2, 2) == _mamba2_state_bytes(3072, 1, 48, 64, 256, 4, 2, 2, 2)
+    expand = layer_layout({k: v for k, v in FALCON_H1.items() if k != "mamba_d_ssm"}, "f", 24)
+    assert expand is not None and expand.mixer_params == _mamba2_mixer(2048, 4096, 1, 48, 256, 4)
