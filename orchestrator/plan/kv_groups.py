@@ -65,6 +65,7 @@ class KvSizing:
     group_size: int
     buckets: tuple[KvBucket, ...]
     bytes_per_token: float  # the memory one token of a max_model_len request takes, over all layers
+    asked_block_size: int  # the block before the hybrid alignment: --block-size or the platform's default
 
     def to_json(self) -> dict:
         return {
@@ -125,7 +126,7 @@ def size_kv(layout: LayerLayout, start: int, end: int, *, attn_token_bytes: floa
             blocks = state_pages if has_attention else 1  # attention-free models: no prefix caching (config/model.py)
         buckets_raw.append((kind, window, n, blocks, bs))
     if not buckets_raw or page <= 0:
-        return KvSizing(1, 0.0, 0, 0, block, 0, (), 0.0)
+        return KvSizing(1, 0.0, 0, 0, block, 0, (), 0.0, block_size)
     smallest, largest = min(b[2] for b in buckets_raw), max(b[2] for b in buckets_raw)
     group = largest if largest < smallest * 1.5 else smallest
     buckets = tuple(KvBucket(k, w, n, _cdiv(n, group), blk, page, bs) for k, w, n, blk, bs in buckets_raw)
@@ -139,12 +140,13 @@ def size_kv(layout: LayerLayout, start: int, end: int, *, attn_token_bytes: floa
     else:
         logged = num_blocks // n_groups * min_block
     bytes_per_token = per_request * group * page / L
-    return KvSizing(num_blocks, concurrency, logged, int(concurrency * L), block, group, buckets, bytes_per_token)
+    return KvSizing(num_blocks, concurrency, logged, int(concurrency * L), block, group, buckets, bytes_per_token, block_size)
 
 
-def state_page_note(layout: LayerLayout, sizing: KvSizing, block_size: int) -> str | None:
-    """Why the attention block grew (vLLM logs "Setting attention block size to N tokens")."""
-    if sizing.block_size != block_size and layout.state is not None:
+def state_page_note(layout: LayerLayout, sizing: KvSizing) -> str | None:
+    """Why the attention block grew (vLLM logs "Setting attention block size to N tokens"): against
+    the block it was asked for, the platform's default included (128 on CPU, not 16)."""
+    if sizing.block_size != sizing.asked_block_size and layout.state is not None:
         return (f"attention block size {sizing.block_size} tokens so one page holds a {layout.state.kind} state "
                 "(vLLM pads the state page to it: platforms/interface.py _align_hybrid_block_size)")
     return None

@@ -60,7 +60,9 @@ class StateShape:
     """A Mamba / linear-attention layer's per-sequence state as vLLM's ``MambaStateShapeCalculator``
     shapes it (``model_executor/layers/mamba/mamba_utils.py``): a conv state of ``conv_dim`` x
     ``conv_len`` and a temporal state of ``heads`` x ``a`` x ``b``, both split over TP; ``n_groups``
-    grows to TP when it does not divide (``extra_groups_for_head_shards``, Mamba2 only)."""
+    grows to TP when it does not divide (``extra_groups_for_head_shards``, Mamba2 only). Mamba1's
+    temporal state (``intermediate_size`` x ``state_size``) splits by channel: ``heads`` is the
+    intermediate size, ``a`` 1 (``mamba1_state_shape``)."""
 
     kind: str  # mamba1, mamba2, gdn, kda
     conv_dim: int
@@ -226,7 +228,9 @@ def _layout(caches: list, n: int, source: str, *, attention: list[bool] | None =
 
 
 def _llama4(cfg: Mapping[str, Any], n: int, source: str) -> LayerLayout:
-    chunk = _int(cfg, "attention_chunk_size", source, 0)
+    # transformers' Llama4TextConfig: 8192 when the key is absent; null turns chunking off (llama4.py
+    # chunks only when the value is truthy)
+    chunk = 0 if "attention_chunk_size" in cfg and cfg["attention_chunk_size"] is None else _int(cfg, "attention_chunk_size", source, 8192)
     interval = _int(cfg, "no_rope_layer_interval", source, 4) or 4
     nope = cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
     if not isinstance(nope, list) or len(nope) < n:
@@ -344,7 +348,7 @@ def _jamba(cfg: Mapping[str, Any], n: int, source: str) -> LayerLayout:
     return _layout([(Cache(FULL),) if a else (Cache(STATE),) for a in attn], n,
                    f"attn_layer_period {period} / attn_layer_offset {offset}, MoE every {e_period} from {e_offset} (jamba.py)",
                    attention=attn, mixer=[not a for a in attn], mlp=mlp, mixer_params=params,
-                   state=StateShape("mamba1", inter, conv - 1, 1, inter, st))  # fmt: skip
+                   state=StateShape("mamba1", inter, conv - 1, inter, 1, st))  # fmt: skip
 
 
 def _falcon_h1(cfg: Mapping[str, Any], n: int, source: str) -> LayerLayout:
@@ -389,7 +393,7 @@ def _pure_ssm(cfg: Mapping[str, Any], n: int, source: str, kind: str) -> LayerLa
     dt_rank = _int(cfg, "time_step_rank", source, -(-h // 16))
     params = h * 2 * inter + inter * conv + inter * (dt_rank + 2 * st) + dt_rank * inter + inter * st + inter + inter * h
     return _layout([(Cache(STATE),)] * n, n, "every layer Mamba (mamba.py)", attention=[False] * n, mixer=[True] * n, mlp="-" * n,
-                   mixer_params=params, state=StateShape("mamba1", inter, conv - 1, 1, inter, st))  # fmt: skip
+                   mixer_params=params, state=StateShape("mamba1", inter, conv - 1, inter, 1, st))  # fmt: skip
 
 
 def _sparse_mla(cfg: Mapping[str, Any], n: int, source: str) -> LayerLayout:

@@ -367,7 +367,7 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
         idle = idle_gpus(shape, chosen.tp, chosen.pp, chosen.dp)
         if idle:
             reasons.append(idle)
-    block_note = _block_note(spec, chosen, options)
+    block_note = _block_note(spec, chosen)
     if block_note:
         reasons.append(block_note)
     tp_choice = lambda: choose_tp_pp(spec, shape, replace(options, dp=None, tp=None, pp=None))[0]  # noqa: E731
@@ -427,11 +427,11 @@ def plan_model(spec: ModelSpec, shape: ClusterShape, options: PlanOptions = Plan
     )
 
 
-def _block_note(spec: ModelSpec, chosen: Candidate, options: PlanOptions) -> str | None:
+def _block_note(spec: ModelSpec, chosen: Candidate) -> str | None:
     detail = chosen.tightest.kv_detail
     if spec.layout is None or detail is None:
         return None
-    return state_page_note(spec.layout, detail, options.block_size or VLLM_BLOCK_SIZE)
+    return state_page_note(spec.layout, detail)
 
 
 def predicted_lines(chosen: Candidate, options: PlanOptions) -> dict:

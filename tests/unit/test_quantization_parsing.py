@@ -1,0 +1,204 @@
+"""quantization_config parsing at its edges (orchestrator.plan.quantization): every regex construct
+Python's ``re`` can nest a repetition in, the defaults each method's vLLM loader takes, and the
+matching rules of each method.
+
+Expected values: Python's own ``re`` parser and matcher (vLLM matches compressed-tensors' ``re:`` names
+with ``re.match``, compressed_tensors/utils.py) and vLLM 0.32.0's quantization loaders
+(vllm/model_executor/layers/quantization/), read for each default below."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ModelSpecError
+from orchestrator.plan.quantization import parse_quantization
+
+
+def _ct(ignore: list[str]) -> dict:
+    weights = {"num_bits": 8, "type": "float", "strategy": "channel"}
+    return {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}}, "ignore": ignore}
+
+
+# Each holds a repetition inside a repetition, reached through a different node of re's parse tree;
+# Python's backtracking matcher takes exponential time on each for a non-matching name.
+NESTED = {
+    "lazy-inner": "(?:.*?)*X",  # MIN_REPEAT inside MAX_REPEAT
+    "possessive-inner": "(?:a*+)*X",  # POSSESSIVE_REPEAT (Python 3.11)
+    "lookahead": "(?=(.*)*X)",  # ASSERT
+    "negative-lookahead": "(?!(.*)*X)",  # ASSERT_NOT
+    "atomic-group": "(?>(.*)*)X",  # ATOMIC_GROUP
+    "branch": "a|(?:.*)*X",  # BRANCH
+    "conditional-yes": "(a)?(?(1)(?:.*)*X|b)",  # GROUPREF_EXISTS, the yes arm
+    "conditional-no": "(a)?(?(1)b|(?:.*)*X)",  # GROUPREF_EXISTS, the no arm
+}
+
+
+@pytest.mark.parametrize("pattern", list(NESTED.values()), ids=list(NESTED))
+def test_a_repetition_nested_through_any_construct_is_refused(pattern):
+    with pytest.raises(ModelSpecError, match="a repetition inside a repetition"):
+        parse_quantization(_ct(["re:" + pattern]), "q")
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [".*?" * 6, "(?=.*)" * 6 + "x", "a|" + ".*" * 6, "(?:.*)" * 6],
+    ids=["lazy", "in-lookaheads", "in-a-branch", "in-groups"],
+)
+def test_six_unbounded_repetitions_side_by_side_are_counted_in_any_construct(pattern):
+    with pytest.raises(ModelSpecError, match="6 unbounded repetitions"):
+        parse_quantization(_ct(["re:" + pattern]), "q")
+
+
+@pytest.mark.parametrize("pattern", [r"model\.layers\.\d{1,2}\.mlp.*", "(?:a{1,3})*", ".*" * 5])
+def test_bounded_repetitions_and_five_side_by_side_are_accepted(pattern):
+    # a{1,3} backtracks at most 3 ways: a bounded repetition inside an unbounded one stays linear
+    assert "re:" + pattern in parse_quantization(_ct(["re:" + pattern]), "q").ignore
+
+
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "data" / "checkpoints"
+PLANNER_CONFIGS = Path(__file__).resolve().parents[1] / "data" / "planner" / "configs"
+
+
+def _quant(path: Path) -> dict:
+    cfg = json.loads(path.read_text())
+    return cfg if path.name == "hf_quant_config.json" else cfg["quantization_config"]
+
+
+# What each real checkpoint's own file says (tests/data/checkpoints/SOURCES.md, tests/data/planner/SOURCES.md):
+# the method, the scheme's figures (block, group), the summary dtype, how its exclusions are matched,
+# whether vLLM's KV cache turns fp8 (kv_cache_quant_algo) and how many modules it excludes.
+REAL = [
+    (CHECKPOINTS / "Qwen--Qwen3-32B-FP8" / "config.json", "fp8 (fp8 weights, fp32 scale per 128x128 block)", "fp8", "exact", None, 0),
+    (CHECKPOINTS / "neuralmagic--Meta-Llama-3-8B-Instruct-FP8" / "config.json", "fp8 (fp8 weights, per-tensor scales)", "fp8", "exact", None, 0),
+    (CHECKPOINTS / "meta-llama--Llama-3.1-405B-Instruct-FP8" / "config.json", "fbgemm_fp8 (fp8 weights, fp32 scale per output channel)", "fp8", "exact", None, 511),
+    (CHECKPOINTS / "nvidia--Llama-3.1-70B-Instruct-FP8" / "hf_quant_config.json", "modelopt (FP8 weights, per-tensor scales)", "fp8", "modelopt", "fp8", 1),
+    (CHECKPOINTS / "nvidia--Gemma-4-31B-IT-NVFP4" / "hf_quant_config.json", "modelopt (NVFP4 weights, fp8 scale per 16)", "int4", "modelopt", "fp8", 63),
+    (CHECKPOINTS / "nvidia--DeepSeek-V4-Flash-NVFP4" / "hf_quant_config.json",
+     "modelopt (MIXED_PRECISION per layer: 43 NVFP4 entries; the rest 16-bit)", "int4", "modelopt", None, 4),
+    (CHECKPOINTS / "openai--gpt-oss-20b" / "config.json",
+     "mxfp4 (MoE experts at 4 bits, uint8 scale per 32; linear layers 16-bit)", "int4", "glob", None, 4),
+    (PLANNER_CONFIGS / "Llama-3.3-70B-Instruct-FP8-dynamic" / "config.json",
+     "compressed-tensors (W8A8: fp8 weights (channel scales))", "fp8", "regex", None, 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "described", "dtype", "match", "kv", "ignored"), REAL, ids=[p[0].parent.name for p in REAL])
+def test_each_real_checkpoint_reads_as_its_file_says(path, described, dtype, match, kv, ignored):
+    quant = parse_quantization(_quant(path), path.name)
+    assert quant.describe() == f"{described} from {path.name}"
+    assert (quant.dtype, quant.match, quant.kv_cache_dtype, len(quant.ignore)) == (dtype, match, kv, ignored)
+
+
+# TheBloke/Llama-2-7B-Chat-GPTQ's quantization_config (as Intel Neural Compressor's HF export copies it,
+# "Refer to https://huggingface.co/TheBloke/Llama-2-7B-Chat-GPTQ/blob/main/config.json")
+GPTQ_LLAMA2 = {"bits": 4, "group_size": 128, "damp_percent": 0.01, "desc_act": True, "sym": True, "true_sequential": True,
+               "model_name_or_path": None, "model_file_base_name": "model", "quant_method": "gptq"}  # fmt: skip
+LINEAR = ("model.layers.0.mlp.down_proj",)
+
+
+def test_gptq_reads_bits_group_and_act_order_and_keeps_the_head_16_bit_unless_told():
+    quant = parse_quantization(GPTQ_LLAMA2, "q")
+    assert quant.describe() == "gptq (int4 weights, group 128, act-order) from q"
+    assert (quant.dtype, quant.match, quant.lm_head) == ("int4", "substring", False)
+    storage = quant.storage_for(LINEAR)
+    assert storage is not None and (storage.group, storage.per_channel, storage.zero_point_bits, storage.g_idx) == (128, False, 4, True)
+    assert quant.storage_for(("lm_head",), lm_head=True) is None  # auto_gptq.py: lm_head_quantized defaults to False
+    assert parse_quantization({**GPTQ_LLAMA2, "lm_head": True}, "q").storage_for(("lm_head",), lm_head=True) == storage
+    assert parse_quantization({**GPTQ_LLAMA2, "bits": 8}, "q").dtype == "int8"
+    assert parse_quantization({**GPTQ_LLAMA2, "bits": 3}, "q").dtype == "int4"  # 2/3/4-bit all size below int8
+    no_order = parse_quantization({k: v for k, v in GPTQ_LLAMA2.items() if k != "desc_act"}, "q")
+    assert no_order.scheme == "int4 weights, group 128"
+    # group_size -1: one group over each whole input row, i.e. a scale per output channel
+    channel = parse_quantization({**GPTQ_LLAMA2, "group_size": -1}, "q")
+    assert channel.scheme == "int4 weights, group per channel, act-order"
+    cs = channel.storage_for(LINEAR)
+    assert cs is not None and (cs.group, cs.per_channel) == (0, True)
+    with pytest.raises(ModelSpecError, match="quantization 'bits' must be one of 2, 3, 4, 8, got 5"):
+        parse_quantization({**GPTQ_LLAMA2, "bits": 5}, "q")
+
+
+def test_awq_takes_autoawqs_own_key_names_as_vllm_does():
+    # auto_awq.py from_config: get_from_keys(config, ["w_bit", "bits"]), ["q_group_size", "group_size"], ["zero_point"]
+    hf = parse_quantization({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}, "q")
+    autoawq = parse_quantization({"quant_method": "awq", "w_bit": 4, "q_group_size": 128, "zero_point": True, "version": "GEMM"}, "q")
+    assert hf == autoawq and hf.describe() == "awq (int4 weights, group 128, fp16 scales, zero points) from q"
+    assert (hf.dtype, hf.match, hf.lm_head) == ("int4", "substring", False)
+    no_zero = parse_quantization({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": False}, "q")
+    assert no_zero.scheme == "int4 weights, group 128, fp16 scales"
+    missing = parse_quantization({"quant_method": "awq", "bits": 4, "group_size": 128}, "q")
+    assert missing.scheme.endswith(", zero points")  # AutoAWQ's zero_point default True
+    with pytest.raises(ModelSpecError, match="the awq quantization_config has no 'bits', which vLLM needs to load it"):
+        parse_quantization({"quant_method": "awq", "group_size": 128}, "q")
+
+
+def _ct_group(weights: dict, **group) -> dict:
+    return {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": weights, **group}}}
+
+
+def test_compressed_tensors_defaults_are_the_schemes():
+    # compressed-tensors QuantizationArgs defaults: type "int", strategy "tensor", symmetric True; a group
+    # without "targets" applies to Linear layers; no input_activations: weight-only (A16)
+    w4a16 = parse_quantization(_ct_group({"num_bits": 4, "strategy": "group", "group_size": 128}), "q")
+    assert w4a16.scheme == "W4A16: int4 weights, 16-bit scale group 128" and w4a16.dtype == "int4"
+    assert w4a16.storage_for(LINEAR) is not None
+    asym = parse_quantization(_ct_group({"num_bits": 4, "strategy": "group", "group_size": 128, "symmetric": False}), "q")
+    storage = asym.storage_for(LINEAR)
+    assert storage is not None and storage.zero_point_bits == 4 and asym.scheme.endswith(", zero points")
+    int8 = parse_quantization(_ct_group({"num_bits": 8}, input_activations={"num_bits": 8, "type": "int"}), "q")
+    assert int8.scheme == "W8A8: int8 weights (tensor scales)" and int8.dtype == "int8"
+    # nvfp4-pack-quantized (llm-compressor's NVFP4 preset): float 4-bit, group_size 16
+    nvfp4 = parse_quantization(_ct_group({"num_bits": 4, "type": "float", "strategy": "tensor_group"}), "q")
+    ns = nvfp4.storage_for(LINEAR)
+    assert ns is not None and (ns.weight_bits, ns.group, ns.scale_bytes) == (4, 16, 1) and nvfp4.dtype == "int4"
+    # a group that quantizes only activations (no "weights") is not a weight scheme
+    mixed = {"quant_method": "compressed-tensors", "config_groups": {
+        "kv": {"input_activations": {"num_bits": 8}}, "w": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}, "targets": ["Linear"]},
+        "w4": {"weights": {"num_bits": 4, "strategy": "group", "group_size": 128}, "targets": ["re:.*mlp.*"]}}}  # fmt: skip
+    both = parse_quantization(mixed, "q")
+    assert len(both.rules) == 2 and both.dtype == "int4"  # the summary is the narrowest weights
+
+
+def test_gpt_oss_globs_cover_the_modules_under_them_and_nothing_beside():
+    # mxfp4.py: modules_to_not_convert matched as glob patterns ("model.layers.*.self_attn" covers the
+    # attention's own projections), exact names, and nothing that merely shares a prefix
+    quant = parse_quantization(_quant(CHECKPOINTS / "openai--gpt-oss-20b" / "config.json"), "q")
+    assert quant.skipped(("model.layers.11.self_attn.qkv_proj",)) and quant.skipped(("model.layers.0.mlp.router",))
+    assert quant.skipped(("model.embed_tokens",)) and quant.skipped(("lm_head",))
+    assert not quant.skipped(("model.layers.0.mlp.experts",)) and not quant.skipped(("model.layers.0.self_attn_extra",))
+    assert quant.storage_for(("model.layers.0.mlp.experts",), expert=True) is not None
+    assert quant.storage_for(("model.layers.0.mlp.experts",), expert=False) is None  # experts only
+
+
+def test_modelopt_exclusions_are_exact_names_substrings_or_wildcards():
+    # modelopt.py is_layer_excluded: exact name, substring, or fnmatch wildcard
+    quant = parse_quantization(_quant(CHECKPOINTS / "nvidia--Gemma-4-31B-IT-NVFP4" / "hf_quant_config.json"), "q")
+    assert quant.skipped(("model.language_model.layers.0.self_attn.q_proj",))  # wildcard
+    assert quant.skipped(("lm_head",)) and quant.skipped(("model.lm_head",))  # exact, substring
+    assert not quant.skipped(("model.language_model.layers.0.mlp.down_proj",))
+    legacy = parse_quantization(_quant(CHECKPOINTS / "nvidia--Llama-3.1-70B-Instruct-FP8" / "hf_quant_config.json"), "q")
+    assert legacy.skipped(("lm_head",)) and not legacy.skipped(("model.layers.0.mlp.down_proj",))
+
+
+def test_exact_and_regex_ignores_match_whole_names_only():
+    # fp8.py / fbgemm_fp8.py: modules_to_not_convert are exact names; compressed-tensors: exact or "re:" (re.match)
+    fp8 = parse_quantization({"quant_method": "fp8", "ignored_layers": ["model.layers.0.mlp.down_proj"]}, "q")
+    assert fp8.skipped(("model.layers.0.mlp.down_proj",)) and not fp8.skipped(("model.layers.0.mlp.down_proj_x",))
+    assert fp8.storage_for(("model.layers.1.mlp.down_proj",)) is not None
+    ct = parse_quantization(dict(_ct(["model.layers.0.mlp.down_proj", "re:.*self_attn\\..*"])), "q")
+    assert ct.skipped(("model.layers.0.mlp.down_proj",)) and not ct.skipped(("model.layers.10.mlp.down_proj",))
+    assert ct.skipped(("model.layers.3.self_attn.o_proj",)) and not ct.skipped(("model.layers.3.mlp.self_attn_like",))
+
+
+def test_a_block_scale_covers_a_partial_block_too():
+    # fp8.py create_weights: weight_scale_inv is (cdiv(out, block_n), cdiv(in, block_k)) fp32
+    # Qwen3-235B-A22B-FP8 at TP=8: moe_intermediate_size 1536 / 8 = 192 inputs, 1.5 blocks of 128
+    storage = parse_quantization({"quant_method": "fp8", "weight_block_size": [128, 128]}, "q").storage_for(LINEAR)
+    assert storage is not None
+    assert storage.matrix_bytes(192, 4096) == 192 * 4096 + (4096 // 128) * 2 * 4
+    assert storage.matrix_bytes(4096, 192) == 192 * 4096 + 2 * (4096 // 128) * 4
+    assert storage.bytes_per_param(192, 4096) == storage.matrix_bytes(192, 4096) / (192 * 4096)
+    with pytest.raises(ModelSpecError, match=r"weight_block_size must be two positive integers, got \[128\]"):
+        parse_quantization({"quant_method": "fp8", "weight_block_size": [128]}, "q")
