@@ -1,0 +1,152 @@
+"""plan/dp_choice.py at its edges: groups as large as the experts, as a node, as the cluster; a
+rank's TP at a node's size; TP equal to the KV heads; the one-group-per-node advice; the figures of
+the side-by-side table.
+
+The counts come from the models' config.json (Mixtral-8x7B: ``num_local_experts`` 8,
+``num_key_value_heads`` 8; DeepSeek-V3: ``n_routed_experts`` 256, tests/data/checkpoints;
+Qwen3-235B-A22B: 128 experts, ``num_key_value_heads`` 4) and vLLM's rules for DP x EP
+(``vllm/config/parallel.py``: EP size = DP x TP, a rank's TP inside a node, ``data_parallel_size_local``
+ranks per node). KV token figures are compared with another path to the same layout (a forced
+``--dp`` plan), never copied from orch's output.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.errors import PlanError
+from orchestrator.plan.capacity import PlanOptions
+from orchestrator.plan.catalog import CATALOG
+from orchestrator.plan.dp_choice import dp_problem
+from orchestrator.plan.planner import plan_model
+from orchestrator.plan.shape import make_shape
+
+V3 = CATALOG["deepseek-v3"]
+MIXTRAL = CATALOG["mixtral-8x7b"]
+QWEN3 = CATALOG["qwen3-235b-a22b"]
+H100x2 = make_shape(gpu_type_name="H100-80GB", gpus_per_node=8, nodes=2)
+H200x2 = make_shape(gpu_type_name="H200-141GB", gpus_per_node=8, nodes=2)
+H200x1 = make_shape(gpu_type_name="H200-141GB", gpus_per_node=8, nodes=1)
+CPUx2 = make_shape(gpu_type_name="cpu", gpus_per_node=0, nodes=2)
+
+
+def test_the_model_counts_the_edges_come_from():
+    assert (MIXTRAL.num_experts, MIXTRAL.kv_heads) == (8, 8)
+    assert V3.num_experts == 256 and V3.is_mla
+    assert (QWEN3.num_experts, QWEN3.kv_heads, QWEN3.is_mla) == (128, 4, False)
+
+
+def test_a_group_as_large_as_the_experts_holds_one_expert_per_gpu():
+    # Mixtral's 8 experts over DP=8 x TP=1: EP size 8, one whole expert per GPU
+    assert dp_problem(MIXTRAL, H100x2, 8, 1) is None
+    assert dp_problem(MIXTRAL, H100x2, 4, 2) is None
+    assert "DP x TP = 16 GPUs exceeds the 8 experts" in (dp_problem(MIXTRAL, H100x2, 8, 2) or "")
+    plan = plan_model(MIXTRAL, H100x2, PlanOptions(dp=8))
+    assert (plan.dp, plan.tp, plan.replicas, plan.expert_parallel) == (8, 1, 2, True)
+    assert plan.layouts["dp_ep"]["ep_size"] == 8
+
+
+def test_a_group_as_large_as_the_cluster_and_a_rank_as_large_as_a_node():
+    assert dp_problem(V3, H200x2, 16, 1) is None  # every GPU of 2 x 8
+    assert dp_problem(V3, H200x2, 2, 8) is None  # TP=8 fills a node: one rank per node
+    assert "the cluster has 16" in (dp_problem(V3, H200x2, 32, 1) or "")
+    assert "the cluster has 8" in (dp_problem(V3, H200x1, 2, 8) or "")
+    assert "exceeds the 8 GPU(s) per node" in (dp_problem(V3, H200x2, 1, 16) or "")
+    plan = plan_model(V3, H200x2, PlanOptions(dp=2, tp=8))
+    assert (plan.dp, plan.tp, plan.replicas) == (2, 8, 1)
+    dp = plan.layouts["dp_ep"]
+    assert (dp["ep_size"], dp["gpus_per_replica"], dp["dp_ranks_per_node"], dp["nodes_per_replica"]) == (16, 16, 1, 2)
+    assert "forced DP=2, TP=8 per rank:" in " ".join(plan.reasons)
+    assert "(the smallest TP" not in " ".join(plan.reasons)  # TP was given, not chosen
+
+
+def test_groups_within_a_node_divide_it_and_larger_ones_take_whole_nodes():
+    assert dp_problem(V3, H200x2, 8, 1) is None  # one node exactly
+    assert dp_problem(V3, H200x2, 4, 1) is None and dp_problem(V3, H200x2, 2, 1) is None
+    assert "takes whole nodes: DP x TP = 12" in (dp_problem(V3, H200x2, 12, 1) or "")
+
+
+def test_one_rank_is_a_valid_dp_size_for_any_model_and_none_is_not():
+    dense = CATALOG["llama3-8b"]
+    assert dp_problem(dense, H100x2, 1, 1) is None
+    assert "dense model" in (dp_problem(dense, H100x2, 2, 1) or "")
+    assert "DP must be at least 1, got 0" == dp_problem(MIXTRAL, H100x2, 0, 1)
+
+
+def test_a_cpu_group_takes_one_rank_per_node_up_to_the_nodes():
+    assert dp_problem(MIXTRAL, CPUx2, 2, 1) is None  # as many ranks as nodes
+    assert dp_problem(MIXTRAL, CPUx2, 1, 1) is None
+    assert "one rank per node" in (dp_problem(MIXTRAL, CPUx2, 3, 1) or "")
+    assert "one rank per node" in (dp_problem(MIXTRAL, CPUx2, 2, 2) or "")
+    plan = plan_model(MIXTRAL, CPUx2, PlanOptions(dp=2, max_model_len=1024))
+    assert list(plan.layouts) == ["dp_ep"]  # no side-by-side on CPU
+    dp = plan.layouts["dp_ep"]
+    # a CPU rank is a node: 2 ranks, 2 nodes, 1 rank per node
+    assert (dp["dp_ranks_per_node"], dp["nodes_per_replica"], dp["ep_size"], dp["replicas"]) == (1, 2, 2, 1)
+    assert dp["kv_cache_tokens"] == 2 * dp["kv_cache_tokens_per_rank"] == dp["kv_cache_tokens_cluster"]
+    assert dp["max_concurrency"] == pytest.approx(dp["kv_cache_tokens"] / 1024, abs=0.005)
+
+
+def test_one_group_over_two_nodes_names_the_group_per_node_alternative():
+    """DeepSeek-V3 on 2 x 8 H200: DP=16 spans both nodes (a gang: one failed rank restarts all 16);
+    the reasons name the layout of one group per node with its KV tokens, the forced --dp 8 plan's."""
+    plan = plan_model(V3, H200x2)
+    assert (plan.dp, plan.tp, plan.replicas) == (16, 1, 1)
+    per_node = plan_model(V3, H200x2, PlanOptions(dp=8, tp=1))
+    advice = [r for r in plan.reasons if r.startswith("one DP group spans all 16 GPUs")]
+    assert advice == [
+        "one DP group spans all 16 GPUs: a failed rank restarts the whole group (gang); "
+        f"--dp 8 --tp 1 plans one group per node ({per_node.kv_cache_tokens:,} KV tokens each)"
+    ]
+    assert any(r.startswith("DP x EP: DP=16 x TP=1 EP=16") for r in plan.reasons)
+    # the MLA reason: 16 ranks' own tokens against TP=8's 8 copies of each
+    layout = next(r for r in plan.reasons if r.startswith("layout: "))
+    dp_total, tp_total = plan.layouts["dp_ep"]["kv_cache_tokens_cluster"], plan.layouts["tp_pp"]["kv_cache_tokens_cluster"]
+    assert f"holds {dp_total / tp_total:.1f}x the KV tokens of TP=8 PP=1 over the cluster ({dp_total:,} against {tp_total:,})" in layout
+    # on one node the group is the node: nothing to advise
+    single = plan_model(V3, H200x1)
+    assert (single.dp, single.replicas) == (8, 1)
+    assert not any(r.startswith("one DP group spans") for r in single.reasons)
+
+
+def test_when_a_node_cannot_hold_a_group_the_advice_says_so():
+    # DeepSeek-V3 FP8 on 8 x 80 GB does not fit a node (671B parameters at 1 byte): DP=4 x TP=4 over both
+    plan = plan_model(V3, H100x2)
+    assert (plan.dp, plan.tp, plan.replicas) == (4, 4, 1)
+    assert any(r.endswith("a group of one node (8 GPUs) does not fit") for r in plan.reasons)
+    dp, tp = plan.layouts["dp_ep"], plan.layouts["tp_pp"]
+    assert (dp["dp_ranks_per_node"], dp["nodes_per_replica"], dp["ep_size"]) == (2, 2, 16)
+    assert (tp["tp"], tp["pp"], tp["nodes_per_replica"], tp["ep_size"], tp["dp_ranks_per_node"]) == (8, 2, 2, 1, None)
+
+
+def test_tp_equal_to_the_kv_heads_caches_each_head_once():
+    """Qwen3-235B-A22B (4 KV heads) at TP=4 on H200s: each rank holds one head, no copies, and the
+    reason says nothing of copies; at TP=8 on H100s each head is cached twice."""
+    h200 = plan_model(QWEN3, H200x2)
+    assert (h200.dp, h200.tp) == (1, 4)
+    layout = next(r for r in h200.reasons if r.startswith("layout: "))
+    assert "caches each head" not in layout
+    assert layout.startswith("layout: TP=4 PP=1 holds at least as many KV tokens over the cluster")
+    # side by side: the best DP x EP layout of the replica's own 4 GPUs, not chosen
+    dp = h200.layouts["dp_ep"]
+    assert (dp["dp"] * dp["tp"], dp["chosen"], dp["layout"]) == (4, False, "dp_ep")
+    assert h200.layouts["tp_pp"]["chosen"] is True and h200.layouts["tp_pp"]["layout"] == "tp_pp"
+    h100 = plan_model(QWEN3, H100x2)
+    assert (h100.dp, h100.tp) == (2, 4)
+    assert any(r.endswith("TP=8 past the 4 KV heads caches each head 2 times") for r in h100.reasons)
+
+
+def test_a_replica_whose_gpus_hold_no_dp_layout_shows_the_best_of_the_cluster_beside_it():
+    # Mixtral-8x22B at TP=4 on H100s: no DP x EP layout of 4 GPUs fits, so TP x PP stays, and the
+    # table shows the best DP layout of any size instead
+    plan = plan_model(CATALOG["mixtral-8x22b"], H100x2)
+    assert (plan.dp, plan.tp) == (1, 4)
+    assert any(r.startswith("layout: no DP x EP layout of the 4 GPUs of a TP=4 PP=1 replica fits, so TP=4 PP=1") for r in plan.reasons)
+    dp = plan.layouts["dp_ep"]
+    assert dp["fits"] and dp["gpus_per_replica"] > 4 and dp["chosen"] is False
+
+
+def test_a_forced_dp_that_no_tp_makes_fit_is_refused():
+    with pytest.raises(PlanError, match="DP x TP = 16 GPUs, but the cluster has 8") as err:
+        plan_model(V3, H200x1, PlanOptions(dp=16))
+    assert "--dp" in (err.value.hint or "")
