@@ -208,3 +208,42 @@ def test_replicas_that_served_from_rays_metrics_pages():
     assert replicas_that_served(after2, after2) is None  # nothing finished in between
     assert replicas_that_served(after, idle) is None
     assert replicas_that_served(_page("vllm-0.32-before.txt"), _page("vllm-0.32-after.txt")) is None  # bare vLLM: no ReplicaId
+
+
+def test_a_recorded_goodput_reads_back_with_its_miss():
+    # what a revision stores (revisions/<n>.json "goodput") comes back with the level that missed and why
+    found = goodput(levels_of(SWEEP), Slo(ttft_p95_ms=600.0), replicas=2)
+    again = Goodput.from_dict(json.loads(json.dumps(found.to_dict())))
+    assert again == found
+    assert (again.missed_at, again.why) == ("concurrency=16", ("TTFT p95 842 ms > 600 ms",))
+
+
+def test_a_level_missing_both_bounds_gives_both_reasons():
+    # concurrency=2: TTFT p95 578.7 ms and TPOT p95 9.04 ms, both past these bounds; concurrency=1 (201.9 / 8.67) meets them
+    found = goodput(levels_of(SWEEP), Slo(ttft_p95_ms=500.0, tpot_p95_ms=9.0), replicas=1)
+    assert found.why == ("TTFT p95 579 ms > 500 ms", "TPOT p95 9.0 ms > 9 ms")
+    assert found.describe().endswith("(missed at concurrency=2: TTFT p95 579 ms > 500 ms, TPOT p95 9.0 ms > 9 ms)")
+
+
+def test_on_equal_rates_the_lighter_level_is_the_goodput():
+    # two levels that served the same rate: the lighter one reached it with fewer requests in flight
+    levels = [
+        LoadLevel("concurrency=4", 4, None, 16, 16, 0.0, 5.0, 200.0, 10.0, 800.0),
+        LoadLevel("concurrency=8", 8, None, 16, 16, 0.0, 5.0, 300.0, 10.0, 1600.0),
+    ]
+    found = goodput(levels, Slo(ttft_p95_ms=500.0), replicas=1)
+    assert (found.level.label, found.per_replica_concurrency) == ("concurrency=4", 4.0)
+
+
+def test_no_levels_no_goodput_and_bad_arguments_say_what_is_wrong():
+    assert goodput([], Slo(ttft_p95_ms=500.0), replicas=1) is None
+    with pytest.raises(ValueError, match="replicas must be at least 1, got 0"):
+        goodput(levels_of(SWEEP), Slo(ttft_p95_ms=500.0), replicas=0)
+    with pytest.raises(ValueError, match="the target rate and the per-replica goodput must be positive"):
+        replicas_for(0.0, 3.0)
+
+
+def test_the_gate_sends_at_least_one_request():
+    one = levels_of(SWEEP)[0]  # 1 in flight recorded over 2 replicas: half a request per replica
+    assert gate_concurrency(one, 2, 1) == 1
+    assert gate_concurrency(one, 1, 1) == 1
