@@ -150,3 +150,17 @@ def test_a_forced_dp_that_no_tp_makes_fit_is_refused():
     with pytest.raises(PlanError, match="DP x TP = 16 GPUs, but the cluster has 8") as err:
         plan_model(V3, H200x1, PlanOptions(dp=16))
     assert "--dp" in (err.value.hint or "")
+
+
+def test_on_equal_kv_tokens_more_groups_win():
+    """With a fixed KV cache of 20 GiB per GPU (vLLM's kv_cache_memory_bytes) every DeepSeek-V3 rank
+    at TP=1 caches the same tokens, so DP=8 (two groups) and DP=16 (one) hold as many over the
+    cluster; the module's rule then takes more groups (a failed rank restarts only its group)."""
+    latent = 61 * (512 + 64) * 2  # bytes per token: one MLA latent per layer, bf16
+    rank = (20 * 2**30 // (16 * latent)) * 16  # whole blocks of 16 tokens
+    plan = plan_model(V3, H200x2, PlanOptions(kv_cache_gib=20))
+    assert (plan.dp, plan.tp, plan.replicas) == (8, 1, 2)
+    assert plan.kv_cache_tokens_per_rank == rank
+    assert plan.layouts["dp_ep"]["kv_cache_tokens_cluster"] == 16 * rank
+    one_group = plan_model(V3, H200x2, PlanOptions(kv_cache_gib=20, dp=16))
+    assert one_group.kv_cache_tokens == 16 * rank and one_group.replicas == 1

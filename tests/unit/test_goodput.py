@@ -237,9 +237,9 @@ def test_on_equal_rates_the_lighter_level_is_the_goodput():
 
 def test_no_levels_no_goodput_and_bad_arguments_say_what_is_wrong():
     assert goodput([], Slo(ttft_p95_ms=500.0), replicas=1) is None
-    with pytest.raises(ValueError, match="replicas must be at least 1, got 0"):
+    with pytest.raises(ValueError, match="^replicas must be at least 1, got 0$"):
         goodput(levels_of(SWEEP), Slo(ttft_p95_ms=500.0), replicas=0)
-    with pytest.raises(ValueError, match="the target rate and the per-replica goodput must be positive"):
+    with pytest.raises(ValueError, match="^the target rate and the per-replica goodput must be positive$"):
         replicas_for(0.0, 3.0)
 
 
@@ -247,3 +247,27 @@ def test_the_gate_sends_at_least_one_request():
     one = levels_of(SWEEP)[0]  # 1 in flight recorded over 2 replicas: half a request per replica
     assert gate_concurrency(one, 2, 1) == 1
     assert gate_concurrency(one, 1, 1) == 1
+
+
+def test_a_rate_level_dict_gives_its_rate():
+    # `orch bench --rate 16` writes the offered rate and no concurrency (bench.report.level_dict)
+    raw = {**_level("concurrency=8"), "label": "rate=16/s", "concurrency": None, "rate": 16.0}
+    level = LoadLevel.from_level(raw)
+    assert (level.concurrency, level.rate, level.load) == (None, 16.0, 16.0)
+
+
+def _two_replicas(page: str, first: float, second: float | None) -> list:
+    """A Ray page of two engine replicas: the captured replica's success counter set to ``first``
+    and, when ``second`` is given, the same series of a second replica (another ReplicaId)."""
+    line = next(ln for ln in page.splitlines() if ln.startswith("ray_vllm_request_success_total{"))
+    series, _ = line.rsplit(" ", 1)
+    lines = [f"{series} {first}"] + ([f"{series.replace('75z13c9r', 'k2p81qzd')} {second}"] if second is not None else [])
+    return prom.parse_text(page.replace(line, "\n".join(lines)))
+
+
+def test_replicas_that_served_counts_each_replica_by_its_own_counter():
+    page = (METRICS / "ray-serve-llm-0.32-after.txt").read_text()
+    assert replicas_that_served(_two_replicas(page, 33.0, 20.0), _two_replicas(page, 49.0, 21.0)) == 2
+    assert replicas_that_served(_two_replicas(page, 33.0, 20.0), _two_replicas(page, 49.0, 20.0)) == 1
+    # a replica that started after the first scrape and finished one request
+    assert replicas_that_served(_two_replicas(page, 33.0, None), _two_replicas(page, 49.0, 1.0)) == 2
