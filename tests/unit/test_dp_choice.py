@@ -18,6 +18,7 @@ from orchestrator.errors import PlanError
 from orchestrator.plan.capacity import PlanOptions
 from orchestrator.plan.catalog import CATALOG
 from orchestrator.plan.dp_choice import dp_problem
+from orchestrator.plan.memory import GIB
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.shape import make_shape
 
@@ -164,3 +165,102 @@ def test_on_equal_kv_tokens_more_groups_win():
     assert plan.layouts["dp_ep"]["kv_cache_tokens_cluster"] == 16 * rank
     one_group = plan_model(V3, H200x2, PlanOptions(kv_cache_gib=20, dp=16))
     assert one_group.kv_cache_tokens == 16 * rank and one_group.replicas == 1
+
+
+def test_the_side_by_side_figures_of_a_dp_group():
+    """DeepSeek-V3 as DP=16 x TP=1 on 2 x 8 H200: the weights per GPU worked out from its FP8
+    checkpoint (test_planner_dp.v3_weights_at_tp1, 16 of 256 experts per GPU), GiB to 3 places as
+    the plan table prints them; concurrency as vLLM logs it (``Maximum concurrency for %s tokens per
+    request: %.2fx``, vllm/v1/core/kv_cache_utils.py): tokens / max_model_len to 2 places."""
+    from tests.unit.test_planner_dp import v3_weights_at_tp1
+
+    plan = plan_model(V3, H200x2)
+    dp = plan.layouts["dp_ep"]
+    assert dp["weights_gib_per_gpu"] == round(v3_weights_at_tp1(16) / GIB, 3)
+    assert dp["kv_cache_gib_per_gpu"] == round(plan.kv_cache_gib_per_gpu, 3)
+    assert dp["kv_cache_tokens"] == 16 * dp["kv_cache_tokens_per_rank"] == plan.kv_cache_tokens
+    assert dp["max_concurrency"] == round(dp["kv_cache_tokens"] / 163840, 2) == dp["max_concurrency_cluster"]
+    assert (dp["expert_parallel"], dp["pp"], dp["fits"], dp["summary"]) == (True, 1, True, plan.layouts["dp_ep"]["summary"])
+    tp = plan.layouts["tp_pp"]  # TP=8 on one node, two replicas
+    assert tp["max_concurrency_cluster"] == round(2 * tp["kv_cache_tokens"] / 163840, 2)
+    assert tp["kv_cache_tokens_cluster"] == 2 * tp["kv_cache_tokens"]
+    assert (tp["expert_parallel"], tp["fits"]) == (False, True)
+
+
+def test_a_forced_rank_tp_past_a_node_is_refused_with_the_way_out():
+    with pytest.raises(PlanError) as err:
+        plan_model(V3, H200x2, PlanOptions(dp=2, tp=16))
+    assert err.value.message == "TP=16 of a DP rank exceeds the 8 GPU(s) per node (a rank's TP stays inside a node)"
+    assert err.value.hint == "choose --dp so that DP x TP divides a node's GPUs or takes whole nodes, or leave --dp out"
+
+
+def test_a_forced_dp_whose_every_tp_splits_fp8_blocks_is_refused_with_vllms_numbers():
+    """Qwen3-235B-A22B-Instruct-2507-FP8 (experts 1,536 wide, [128, 128] scale blocks) forced to DP=8
+    without expert parallelism on vLLM 0.29: DP x TP = 8 splits each expert to 192 and 16 to 96,
+    neither a multiple of block_n 128, which vLLM before 0.32 refuses at load
+    (fp8_utils.py validate_fp8_block_shape_moe; vllm-project/vllm#48173 quotes the 192)."""
+    from tests.unit.test_fp8_moe_blocks import QWEN
+
+    options = PlanOptions(vllm_version="0.29.0", dp=8, expert_parallel=False)
+    with pytest.raises(PlanError) as err:
+        plan_model(QWEN, H100x2, options)
+    assert err.value.message.startswith("DP x TP=8 splits each expert to 1536/8 = 192, and vLLM 0.29.0 refuses")
+    assert (err.value.hint or "").startswith(f"--expert-parallel keeps each of {QWEN.name}'s experts whole on one GPU")
+    # with expert parallelism each GPU holds whole experts: no split, no refusal
+    plan = plan_model(QWEN, H100x2, PlanOptions(vllm_version="0.29.0", dp=8))
+    assert (plan.dp, plan.expert_parallel) == (8, True)
+
+
+def _layout_reason(plan) -> str:
+    return next(r for r in plan.reasons if r.startswith("layout: "))
+
+
+def test_when_nothing_fits_the_reason_says_so():
+    # DeepSeek-V3 FP8 (about 671 GB of weights) on one node of 8 x 80 GB: no layout holds it
+    plan = plan_model(V3, make_shape(gpu_type_name="H100-80GB", gpus_per_node=8, nodes=1))
+    assert plan.replicas == 0 and plan.dp == 1
+    assert _layout_reason(plan) == "layout: no DP x EP layout fits either"
+    # Kimi-K2 (about 1 TB at FP8) on 2 x 8 H100: TP=8 x PP=2 fits, no DP group does (each rank keeps
+    # the attention and dense layers whole)
+    kimi = plan_model(CATALOG["kimi-k2"], H100x2)
+    assert (kimi.dp, kimi.tp, kimi.pp) == (1, 8, 2)
+    assert _layout_reason(kimi) == "layout: no DP x EP layout fits, so TP x PP"
+    assert kimi.layouts["dp_ep"]["fits"] is False  # the table still shows the DP layout tried
+
+
+def test_equal_kv_tokens_keep_tp_x_pp():
+    """Qwen3-235B-A22B (4 KV heads, 94 layers, head size 128) with a fixed 12 GiB KV cache per GPU
+    (vLLM's kv_cache_memory_bytes): at TP=4 a GPU caches 1 KV head (2 x 1 x 128 x 2 bytes x 94
+    layers = 48,128 bytes per token), at DP=4 x TP=1 four ranks cache all 4 heads each (192,512
+    bytes); in whole blocks of 16 both hold the same tokens per 4 GPUs, and a tie keeps TP x PP
+    (no all-to-all traffic)."""
+    fixed = 12 * 2**30
+    tp4 = (fixed // (48_128 * 16)) * 16
+    dp4 = 4 * (fixed // (192_512 * 16)) * 16
+    assert tp4 == dp4
+    plan = plan_model(QWEN3, H200x2, PlanOptions(kv_cache_gib=12))
+    assert (plan.dp, plan.tp, plan.replicas) == (1, 4, 4)
+    assert plan.kv_cache_tokens == tp4
+    assert _layout_reason(plan) == (
+        f"layout: TP=4 PP=1 holds at least as many KV tokens over the cluster ({4 * tp4:,}) as any DP x EP layout of "
+        f"its 4 GPUs (DP=4 x TP=1 EP=4: {4 * dp4:,}), without the all-to-all traffic of expert parallelism"
+    )
+
+
+def test_the_reasons_give_both_layouts_figures():
+    mixtral = plan_model(MIXTRAL, H100x2)
+    tp, dp = mixtral.layouts["tp_pp"], mixtral.layouts["dp_ep"]
+    assert _layout_reason(mixtral) == (
+        f"layout: TP=2 PP=1 holds at least as many KV tokens over the cluster ({tp['kv_cache_tokens_cluster']:,}) as any "
+        f"DP x EP layout of its 2 GPUs (DP=2 x TP=1 EP=2: {dp['kv_cache_tokens_cluster']:,}), without the all-to-all "
+        "traffic of expert parallelism"
+    )
+    qwen = plan_model(QWEN3, H100x2)
+    tp, dp = qwen.layouts["tp_pp"], qwen.layouts["dp_ep"]
+    assert _layout_reason(qwen) == (
+        f"layout: DP=2 x TP=4 EP=8 on the same 8 GPUs holds {dp['kv_cache_tokens_cluster'] / tp['kv_cache_tokens_cluster']:.2f}x "
+        f"the KV tokens of TP=8 PP=1 ({dp['kv_cache_tokens_cluster']:,} against {tp['kv_cache_tokens_cluster']:,}); "
+        "TP=8 past the 4 KV heads caches each head 2 times"
+    )
+    forced = plan_model(V3, H200x2, PlanOptions(dp=8))
+    assert any(r.startswith("forced DP=8, TP=1 per rank (the smallest TP that fits: the most groups): ") for r in forced.reasons)
