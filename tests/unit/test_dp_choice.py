@@ -264,3 +264,12 @@ def test_the_reasons_give_both_layouts_figures():
     )
     forced = plan_model(V3, H200x2, PlanOptions(dp=8))
     assert any(r.startswith("forced DP=8, TP=1 per rank (the smallest TP that fits: the most groups): ") for r in forced.reasons)
+
+
+def test_a_forced_cpu_group_that_does_not_fit_says_no_dp_layout_fits():
+    # Mixtral-8x7B over 2 CPU nodes at its full 32,768-token context: each rank's 1 GiB KV cache
+    # (VLLM_CPU_KVCACHE_SPACE=1) holds far fewer tokens than one sequence, and a CPU cluster has no
+    # other DP layout to offer
+    with pytest.raises(PlanError, match="the forced layout does not fit") as err:
+        plan_model(MIXTRAL, CPUx2, PlanOptions(dp=2))
+    assert err.value.hint == "no DP x EP layout fits this cluster"
