@@ -273,3 +273,16 @@ def test_a_forced_cpu_group_that_does_not_fit_says_no_dp_layout_fits():
     with pytest.raises(PlanError, match="the forced layout does not fit") as err:
         plan_model(MIXTRAL, CPUx2, PlanOptions(dp=2))
     assert err.value.hint == "no DP x EP layout fits this cluster"
+
+
+def test_dp_layouts_leave_out_the_splits_vllm_refuses_for_block_fp8_experts():
+    """Qwen3-235B-A22B-Instruct-2507-FP8 on vLLM 0.29 without expert parallelism: DP x TP splits each
+    1,536-wide expert, and only splits of 2 and 4 (768, 384) are multiples of block_n 128; 8 (192)
+    and 16 (96) are refused (validate_fp8_block_shape_moe). With expert parallelism, vLLM's default
+    for DP here, experts stay whole and every group of 2, 4, 8 or 16 GPUs is listed."""
+    from orchestrator.plan.dp_choice import dp_layouts
+    from tests.unit.test_fp8_moe_blocks import QWEN
+
+    assert dp_layouts(QWEN, H100x2, PlanOptions(vllm_version="0.29.0", expert_parallel=False)) == [(2, 1), (4, 1), (2, 2)]
+    with_ep = dp_layouts(QWEN, H100x2, PlanOptions(vllm_version="0.29.0"))
+    assert {dp * tp for dp, tp in with_ep} == {2, 4, 8, 16} and (2, 8) in with_ep and (8, 1) in with_ep
