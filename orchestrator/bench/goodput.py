@@ -7,10 +7,11 @@ p95 are within ``ttft_p95_ms``/``tpot_p95_ms`` (a bound not set is not checked) 
 is within ``max_error_rate`` (``misses`` says why not).
 
 ``goodput`` walks the levels from the lightest load up and stops at the first that misses: the
-goodput is the level before it with the most successful requests per second (a level past a miss
-does not count, even if it happened to meet the objective: a sweep that crossed the line once has
-found it). When no level missed, the figure is a lower bound (``crossed`` False): the replica may
-sustain more. No interpolation between levels: the figure is one that was measured.
+goodput is the level before it with the most successful requests per second (on a tie the lighter
+level: the same rate with fewer requests in flight; a level past a miss does not count, even if it
+happened to meet the objective: a sweep that crossed the line once has found it). When no level
+missed, the figure is a lower bound (``crossed`` False): the replica may sustain more. No
+interpolation between levels: the figure is one that was measured.
 
 Per replica: the deployment's figures divided by the replicas that served the run. A level's
 concurrency is the number of requests kept in flight; a rate level has none, so its mean

@@ -17,6 +17,7 @@ from orchestrator.plan.capacity import (
     PlanOptions,
     StageCapacity,
     activation_bytes_per_token,
+    cpu_kv_cache_bytes,
     reserve_bytes,
     stage_capacities,
     terms_for,
@@ -232,3 +233,13 @@ def test_the_engine_terms_follow_the_models_architecture_moe_and_sampler():
     assert engine(llama, at(vllm_version="0.29.0")) == ("V1 (Model Runner V2)", "mrv2")
     assert engine(llama, at(vllm_version="0.10.1", flashinfer_sampler=True)) == ("V1", "flashinfer")
     assert engine(llama, at(vllm_version="0.10.1")) == ("V1", "sort")
+
+
+def test_a_cpu_kv_cache_goes_as_the_variable_only_in_whole_gib():
+    """vLLM 0.32's CPU platform reads VLLM_CPU_KVCACHE_SPACE with ``int()`` and sets
+    ``kv_cache_memory_bytes = kv_cache_space * GiB_bytes`` (vllm/platforms/cpu.py,
+    check_and_update_config): whole GiB go as the variable, anything else as the engine's bytes."""
+    assert cpu_kv_cache_bytes(1.0) is None  # orch's default of 1 GiB
+    assert cpu_kv_cache_bytes(1) is None and cpu_kv_cache_bytes(4.0) is None
+    assert cpu_kv_cache_bytes(0.25) == GIB // 4
+    assert cpu_kv_cache_bytes(1.5) == 3 * GIB // 2  # int("1.5") would stop the engine

@@ -7,11 +7,21 @@ the comments, never from the code under test."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from orchestrator.bench.goodput import Goodput, LoadLevel, goodput, misses, replicas_for
+from orchestrator import engine_metrics as prom
+from orchestrator.bench.goodput import (
+    Goodput,
+    LoadLevel,
+    gate_concurrency,
+    goodput,
+    misses,
+    replicas_for,
+    replicas_that_served,
+)
 from orchestrator.manifest.sections import Slo, Targets
 from orchestrator.workflows.load_record import levels_of
 
@@ -94,3 +104,170 @@ def test_the_captured_sweep_under_other_objectives(objective, label, missed_at, 
 
 def test_the_captured_sweep_misses_from_the_lightest_level_on():
     assert goodput(levels_of(SWEEP), Slo(ttft_p95_ms=150.0), replicas=1) is None  # 201.9 ms at 1 in flight
+
+
+# ---- boundaries and defaults (expected values from the captured sweep and Ray's metrics pages) ----
+
+METRICS = Path(__file__).resolve().parents[1] / "data" / "metrics"
+
+
+def test_a_level_on_a_bound_meets_it():
+    """"Within" the objective: a level exactly at a latency bound or at the error budget meets it."""
+    first = levels_of(SWEEP)[0]  # concurrency=1: TTFT p95 201.86 ms, TPOT p95 8.67 ms, no errors
+    on_bounds = Slo(ttft_p95_ms=_level("concurrency=1")["ttft_ms"]["p95"], tpot_p95_ms=_level("concurrency=1")["tpot_ms"]["p95"])
+    assert misses(first, on_bounds) == []
+    # 1 failure in 100 requests with the default 1% budget (manifest Targets.max_error_rate)
+    one_in_100 = LoadLevel("concurrency=2", 2, None, 100, 99, 0.01, 3.0, 100.0, 5.0, 300.0)
+    assert Targets().max_error_rate == 0.01 and misses(one_in_100, Targets()) == []
+    # one request answered of 32 is not "no request succeeded": only its error rate counts
+    one = LoadLevel("concurrency=2", 2, None, 32, 1, 31 / 32, 0.1, 100.0, 5.0, 300.0)
+    assert misses(one, Targets(max_error_rate=1.0)) == []
+
+
+def test_a_bound_the_objective_leaves_out_is_not_checked_and_a_level_without_a_figure_is_not_judged_on_it():
+    # TTFT p95 842 ms at 16 in flight; only TPOT bounded at 30 ms (16's TPOT p95 is 22.5 ms)
+    sixteen = levels_of(SWEEP)[4]
+    assert sixteen.label == "concurrency=16"
+    assert misses(sixteen, Slo(tpot_p95_ms=30.0)) == []
+    assert misses(sixteen, Slo(ttft_p95_ms=800.0)) == ["TTFT p95 842 ms > 800 ms"]
+    assert misses(sixteen, Slo(ttft_p95_ms=800.0, tpot_p95_ms=20.0)) == ["TTFT p95 842 ms > 800 ms", "TPOT p95 22.5 ms > 20 ms"]
+    no_stream = replace(sixteen, ttft_p95_ms=None, tpot_p95_ms=None)
+    assert misses(no_stream, Slo(ttft_p95_ms=1.0, tpot_p95_ms=1.0)) == []
+
+
+def test_a_level_dict_gives_its_mean_latency_and_rate():
+    raw = _level("concurrency=8")
+    level = LoadLevel.from_level(raw)
+    assert (level.e2e_mean_ms, level.req_per_s, level.rate, level.error_rate) == (raw["e2e_ms"]["mean"], raw["req_per_s"], None, 0.0)
+    assert (level.prompt_tokens, level.output_tokens) == (None, None)
+    # Little's law: 14.57 req/s x 0.5456 s mean end to end
+    assert level.load == 8.0 and level.in_flight == 8.0
+    by_rate = replace(level, concurrency=None, rate=16.0)
+    assert by_rate.load == 16.0 and by_rate.in_flight == pytest.approx(raw["req_per_s"] * raw["e2e_ms"]["mean"] / 1000)
+    # a level where nothing succeeded: bench.report.level_dict writes 0 req/s and empty statistics
+    dead = {**raw, "succeeded": 0, "error_rate": 1.0, "req_per_s": 0.0, "e2e_ms": {"count": 0, "mean": None, "p95": None}}
+    assert LoadLevel.from_level(dead).req_per_s == 0.0
+    assert replace(LoadLevel.from_level(dead), concurrency=None, rate=16.0).in_flight is None
+
+
+def test_goodput_of_a_rate_level_without_latencies_has_no_concurrency():
+    by_rate = LoadLevel("rate=4/s", None, 4.0, 32, 32, 0.0, 3.9, None, None, None)
+    found = goodput([by_rate], Slo(ttft_p95_ms=500.0), replicas=1)
+    assert found.per_replica_concurrency is None and not found.crossed
+    assert found.describe() == "3.90 req/s per replica (3.90 req/s over 1 replica(s), rate=4/s) (every level met the objective: a lower bound)"
+    # the SLO gate then sends one request in flight per recorded replica's worth
+    assert gate_concurrency(by_rate, 1, 3) == 3
+
+
+def test_the_described_goodput_names_the_missed_level():
+    found = goodput(levels_of(SWEEP), Slo(ttft_p95_ms=600.0), replicas=2)
+    rps = _level("concurrency=8")["req_per_s"]  # 14.574
+    assert found.describe() == (
+        f"{rps / 2:.2f} req/s at 4 in flight per replica ({rps:.2f} req/s over 2 replica(s), concurrency=8) "
+        "(missed at concurrency=16: TTFT p95 842 ms > 600 ms)"
+    )
+    data = found.to_dict()
+    assert (data["req_per_s"], data["per_replica_req_per_s"], data["per_replica_concurrency"]) == (rps, rps / 2, 4.0)
+    assert (data["replicas"], data["crossed"], data["missed_at"], data["missed_because"]) == (2, True, "concurrency=16", ["TTFT p95 842 ms > 600 ms"])
+    assert data["level"]["label"] == "concurrency=8"
+    assert Goodput.from_dict({**data, "missed_because": None}).why == ()
+
+
+def test_replicas_for_a_target_below_one_replica_and_on_float_noise():
+    assert replicas_for(1.0, 3.0) == 1  # a third of one replica's goodput: still one replica
+    assert replicas_for(1.1, 0.1) == 11  # 1.1 / 0.1 = 11.000000000000002 in floats
+    for bad in ((0.0, 3.0), (10.0, 0.0), (-1.0, 3.0)):
+        with pytest.raises(ValueError):
+            replicas_for(*bad)
+    with pytest.raises(ValueError):
+        goodput(levels_of(SWEEP), Slo(ttft_p95_ms=600.0), replicas=0)
+    assert goodput(levels_of(SWEEP), Slo(ttft_p95_ms=600.0), replicas=1).replicas == 1
+
+
+def test_the_gate_scales_the_recorded_concurrency_by_replicas():
+    eight = levels_of(SWEEP)[3]  # 8 in flight recorded over 2 replicas: 4 each
+    assert gate_concurrency(eight, 2, 2) == 8
+    assert gate_concurrency(eight, 2, 3) == 12
+    assert gate_concurrency(eight, 1, 1) == 8
+    assert gate_concurrency(eight, 2, 1) == 4
+
+
+def _page(name: str):
+    return prom.parse_text((METRICS / name).read_text())
+
+
+def test_replicas_that_served_from_rays_metrics_pages():
+    """Ray Serve LLM 2.60 pages of one replica (ReplicaId 75z13c9r) serving the tiny model: 33
+    requests done after the first run, 49 after the second; the idle page labels the replica but
+    has no success counter yet (tests/data/metrics)."""
+    idle, after, after2 = _page("ray-serve-llm-0.32-idle.txt"), _page("ray-serve-llm-0.32-after.txt"), _page("ray-serve-llm-0.32-after2.txt")
+    assert replicas_that_served(after, after2) == 1
+    assert replicas_that_served(idle, after) == 1
+    assert replicas_that_served(after, after2, model="tiny") == 1
+    assert replicas_that_served(after, after2, model="another") is None
+    assert replicas_that_served(after2, after2) is None  # nothing finished in between
+    assert replicas_that_served(after, idle) is None
+    assert replicas_that_served(_page("vllm-0.32-before.txt"), _page("vllm-0.32-after.txt")) is None  # bare vLLM: no ReplicaId
+
+
+def test_a_recorded_goodput_reads_back_with_its_miss():
+    # what a revision stores (revisions/<n>.json "goodput") comes back with the level that missed and why
+    found = goodput(levels_of(SWEEP), Slo(ttft_p95_ms=600.0), replicas=2)
+    again = Goodput.from_dict(json.loads(json.dumps(found.to_dict())))
+    assert again == found
+    assert (again.missed_at, again.why) == ("concurrency=16", ("TTFT p95 842 ms > 600 ms",))
+
+
+def test_a_level_missing_both_bounds_gives_both_reasons():
+    # concurrency=2: TTFT p95 578.7 ms and TPOT p95 9.04 ms, both past these bounds; concurrency=1 (201.9 / 8.67) meets them
+    found = goodput(levels_of(SWEEP), Slo(ttft_p95_ms=500.0, tpot_p95_ms=9.0), replicas=1)
+    assert found.why == ("TTFT p95 579 ms > 500 ms", "TPOT p95 9.0 ms > 9 ms")
+    assert found.describe().endswith("(missed at concurrency=2: TTFT p95 579 ms > 500 ms, TPOT p95 9.0 ms > 9 ms)")
+
+
+def test_on_equal_rates_the_lighter_level_is_the_goodput():
+    # two levels that served the same rate: the lighter one reached it with fewer requests in flight
+    levels = [
+        LoadLevel("concurrency=4", 4, None, 16, 16, 0.0, 5.0, 200.0, 10.0, 800.0),
+        LoadLevel("concurrency=8", 8, None, 16, 16, 0.0, 5.0, 300.0, 10.0, 1600.0),
+    ]
+    found = goodput(levels, Slo(ttft_p95_ms=500.0), replicas=1)
+    assert (found.level.label, found.per_replica_concurrency) == ("concurrency=4", 4.0)
+
+
+def test_no_levels_no_goodput_and_bad_arguments_say_what_is_wrong():
+    assert goodput([], Slo(ttft_p95_ms=500.0), replicas=1) is None
+    with pytest.raises(ValueError, match="^replicas must be at least 1, got 0$"):
+        goodput(levels_of(SWEEP), Slo(ttft_p95_ms=500.0), replicas=0)
+    with pytest.raises(ValueError, match="^the target rate and the per-replica goodput must be positive$"):
+        replicas_for(0.0, 3.0)
+
+
+def test_the_gate_sends_at_least_one_request():
+    one = levels_of(SWEEP)[0]  # 1 in flight recorded over 2 replicas: half a request per replica
+    assert gate_concurrency(one, 2, 1) == 1
+    assert gate_concurrency(one, 1, 1) == 1
+
+
+def test_a_rate_level_dict_gives_its_rate():
+    # `orch bench --rate 16` writes the offered rate and no concurrency (bench.report.level_dict)
+    raw = {**_level("concurrency=8"), "label": "rate=16/s", "concurrency": None, "rate": 16.0}
+    level = LoadLevel.from_level(raw)
+    assert (level.concurrency, level.rate, level.load) == (None, 16.0, 16.0)
+
+
+def _two_replicas(page: str, first: float, second: float | None) -> list:
+    """A Ray page of two engine replicas: the captured replica's success counter set to ``first``
+    and, when ``second`` is given, the same series of a second replica (another ReplicaId)."""
+    line = next(ln for ln in page.splitlines() if ln.startswith("ray_vllm_request_success_total{"))
+    series, _ = line.rsplit(" ", 1)
+    lines = [f"{series} {first}"] + ([f"{series.replace('75z13c9r', 'k2p81qzd')} {second}"] if second is not None else [])
+    return prom.parse_text(page.replace(line, "\n".join(lines)))
+
+
+def test_replicas_that_served_counts_each_replica_by_its_own_counter():
+    page = (METRICS / "ray-serve-llm-0.32-after.txt").read_text()
+    assert replicas_that_served(_two_replicas(page, 33.0, 20.0), _two_replicas(page, 49.0, 21.0)) == 2
+    assert replicas_that_served(_two_replicas(page, 33.0, 20.0), _two_replicas(page, 49.0, 20.0)) == 1
+    # a replica that started after the first scrape and finished one request
+    assert replicas_that_served(_two_replicas(page, 33.0, None), _two_replicas(page, 49.0, 1.0)) == 2

@@ -127,3 +127,30 @@ def test_the_json_form_reads_back():
     assert InFlight.from_json(requests.to_json()) == requests
     assert requests.describe() == "100 per Serve replica (set by serve.max_ongoing_requests; the engine batches 256)"
     assert in_flight(None).max_ongoing_requests == 320  # no max_num_seqs: vLLM's smallest GPU default, 256
+
+
+def test_one_engine_of_one_rank_is_the_default():
+    """Left unsaid, the replica fronts one engine of one rank (``build_openai_app`` without DP):
+    the cap is vLLM's batch with the x1.25 headroom, one rank, the engine as its source; an
+    override without a source is the rollout flag's."""
+    single = in_flight(1024)  # vLLM's max_num_seqs on an 80 GB H100 (get_batch_defaults)
+    assert (single.max_ongoing_requests, single.batch, single.ranks_per_serve_replica, single.dp, single.per_group) == (1280, 1024, 1, 1, 1280)
+    assert single.source == SOURCE_ENGINE
+    assert single.describe() == "1280 per Serve replica (max_num_seqs 1024 x 1.25 headroom)"
+    flagged = in_flight(1024, override=64)
+    assert (flagged.max_ongoing_requests, flagged.source, flagged.dp, flagged.per_group) == (64, SOURCE_FLAG, 1, 64)
+    # a stored plan that carries only the two figures reads back as that same single-rank engine
+    assert InFlight.from_json({"max_ongoing_requests": 1280, "max_num_seqs": 1024}) == single
+
+
+def test_the_engine_source_names_the_dp_ranks_behind_the_replica():
+    # build_openai_app with data_parallel_size 2: one LLMServer fronts both ranks of 256 sequences.
+    fronted = in_flight(256, dp=2, ranks_per_serve_replica=2)
+    assert fronted.describe() == "640 per Serve replica (max_num_seqs 256 x 2 DP ranks x 1.25 headroom)"
+    # build_dp_openai_app: a group of 2 ranks, each its own Serve replica
+    ranks = in_flight(256, dp=2)
+    assert ranks.describe() == "320 per Serve replica (max_num_seqs 256 x 1.25 headroom), 640 per DP group of 2 ranks"
+    # vLLM's CPU default (128 x world size 1) on a 3-rank group: ceil(128 x 1.25) = 160 per rank
+    odd = in_flight(128, dp=3)
+    assert (odd.max_ongoing_requests, odd.per_group) == (160, 480)
+    assert type(odd.to_json()["per_group"]) is int  # Serve's max_ongoing_requests is a whole number
