@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -54,6 +55,7 @@ from tests.testbed import HostSpec
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm]
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))  # the moe_testbed benchmark's smoke run
 # Generous deadlines for real processes on a loaded 2-core machine (never waited for when the
 # state comes earlier): Serve's gang scheduling and the DPServer's first log line; a group's
 # restart up to its engines answering.
@@ -86,11 +88,15 @@ class DpRollout:
     first: dict | None = None  # the first `orch status --json` report that showed both ranks
     log: list[str] = field(default_factory=list)
 
-    @classmethod
-    def start(cls, cluster: RayTestbedCluster, model: Path, api_key: str, *layout: str, timeout_s: int = ROLLOUT_TIMEOUT_S) -> DpRollout:
-        argv = [sys.executable, "-m", "orchestrator", "--state-dir", str(cluster.state_dir), "rollout", str(cluster.manifest_path),
+    @staticmethod
+    def argv(cluster: RayTestbedCluster, model: Path, *layout: str, timeout_s: int = ROLLOUT_TIMEOUT_S) -> list[str]:
+        return [sys.executable, "-m", "orchestrator", "--state-dir", str(cluster.state_dir), "rollout", str(cluster.manifest_path),
                 "--model", str(model), "--served-name", "tiny", "--dp", "2", *layout, "--replicas", "1", "--max-model-len", "1024",
                 "--enforce-eager", "--kv-cache-gib", str(TEST_KV_CACHE_GIB), "--timeout", str(timeout_s)]  # fmt: skip
+
+    @classmethod
+    def start(cls, cluster: RayTestbedCluster, model: Path, api_key: str, *layout: str, timeout_s: int = ROLLOUT_TIMEOUT_S) -> DpRollout:
+        argv = cls.argv(cluster, model, *layout, timeout_s=timeout_s)
         proc = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "ORCH_API_KEY": api_key},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         return cls(cluster, api_key, proc)
@@ -286,21 +292,40 @@ class Traffic:
 def test_moe_testbed_benchmark_measures_the_dp_group(dp_served, moe_bed):
     """The smoke run of benchmarks/moe_testbed.py (tests/integration/test_benchmark_smokes.py lists
     it): its measuring part on this module's serving DP group. Its ``dp2`` layout is rollout B of
-    this module (the tiny MoE, DP=2 without EP, the same engine settings), so the script's rollout
-    is a no-op and only its load runs: no bed and no engine start of its own."""
-    import sys
-
-    from tests.fixtures.serving import ServedTiny
-
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    this module (the tiny MoE, DP=2 without EP, the same engine settings); the script's rollout
+    goes through `orch rollout` as B did (``CliServed``), so it is a no-op and only its load runs:
+    no bed and no engine start of its own."""
     from moe_testbed import run_layouts
 
     cluster, model, key = moe_bed
-    served = ServedTiny(cluster=cluster, manifest_path=cluster.manifest_path, api_key=key, model_path=model)
-    got = run_layouts(served, ("dp2",), requests=2, concurrency=1, output_tokens=4)
+    got = run_layouts(CliServed(cluster, model, key), ("dp2",), requests=2, concurrency=1, output_tokens=4)
     row = got["dp2"]
     assert row["served"] is True and row["action"] == "noop" and row["ok"] == 2 and row["failed"] == 0, row
     assert set(got) == {"dp2"}
+
+
+@dataclass
+class CliServed:
+    """What benchmarks/moe_testbed.py's ``run_layouts`` rolls out with, as `orch rollout` (the
+    process B ran): a layout's rollout has the same flags as B's, so the same layout is a no-op."""
+
+    cluster: RayTestbedCluster
+    model: Path
+    api_key: str
+
+    @property
+    def endpoint(self) -> str:
+        return self.cluster.manifest.serve_url()
+
+    def rollout(self, options, replicas: int, max_model_len: int, dp: int = 1, expert_parallel: bool = False, **rest):
+        assert (replicas, max_model_len, dp, rest) == (1, 1024, 2, {}), "only B's layout runs here"
+        argv = DpRollout.argv(self.cluster, self.model, "--expert-parallel" if expert_parallel else "--no-expert-parallel",
+                              timeout_s=int(options.timeout_s))  # fmt: skip
+        argv += ["--json"] + (["--allow-downtime"] if options.allow_downtime else [])
+        done = subprocess.run(argv, cwd=REPO, env={**os.environ, "ORCH_API_KEY": self.api_key}, capture_output=True, text=True,
+                              timeout=options.timeout_s + 60)  # fmt: skip
+        assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+        return SimpleNamespace(**json.loads(done.stdout))
 
 
 def test_killing_one_rank_restarts_the_whole_group_and_requests_resume(dp_served, capsys, monkeypatch, measured):
