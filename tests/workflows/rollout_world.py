@@ -154,6 +154,23 @@ class ServeEndpoint(FakeEndpoint):
         return super().probe(route, model, key)
 
 
+def fail_the_switch(world, switch: int, restore: list[str], app: str = "orch") -> None:
+    """Script ``world``'s Serve: the ``switch``-th apply (the live application taking the new
+    config) leaves ``app`` DEPLOY_FAILED with the replica's traceback, the next one (the restore)
+    gives ``restore``."""
+    real_apply = world.serve.apply
+
+    def apply(body):
+        real_apply(body)
+        if len(world.serve.bodies) == switch:
+            world.serve.scripts[app] = ["DEPLOYING", "DEPLOY_FAILED"]
+        elif len(world.serve.bodies) == switch + 1:
+            world.serve.scripts[app] = restore
+
+    world.serve.apply = apply
+    world.serve.message = TRACEBACK
+
+
 def _nodes(cpus_used=0.0):
     return [
         NodeState("n-head", "head", "10.0.0.1", "ALIVE", True, {"CPU": 8.0}, {"CPU": cpus_used}),

@@ -11,7 +11,7 @@ from orchestrator.serve.config import RenderedApp
 from orchestrator.status.serving import pick_app, revision_app
 from orchestrator.workflows.desired import desired_for_revision
 from orchestrator.workflows.rollout import RolloutOptions, execute
-from tests.workflows.rollout_world import KEY, TRACEBACK, FakeServe, ServeEndpoint, _nodes, make_world
+from tests.workflows.rollout_world import KEY, TRACEBACK, FakeServe, ServeEndpoint, _nodes, fail_the_switch, make_world
 from tests.workflows.test_rollout_faults import Injector
 
 OPTIONS = RolloutOptions(timeout_s=60, probe_timeout_s=10)
@@ -107,17 +107,7 @@ def test_a_failed_switch_rolls_back_with_the_surge_even_when_orch_came_in_place(
     world.nodes = _nodes(cpus_used=7.5)
     world.rollout(options=IN_PLACE, max_model_len=2048)  # orch now runs with NO_SURGE
     world.nodes = _nodes()
-    real_apply = world.serve.apply
-
-    def apply(body):
-        real_apply(body)
-        if len(world.serve.bodies) == 4:  # the switch
-            world.serve.scripts["orch"] = ["DEPLOYING", "DEPLOY_FAILED"]
-        elif len(world.serve.bodies) == 5:  # the restore
-            world.serve.scripts["orch"] = ["DEPLOYING", "RUNNING"]
-
-    world.serve.apply = apply
-    world.serve.message = TRACEBACK
+    fail_the_switch(world, 4, ["DEPLOYING", "RUNNING"])
     with pytest.raises(RolloutFailed) as err:
         world.rollout(options=OPTIONS, max_model_len=4096)
     assert err.value.rolled_back and "revision 2 is serving" in err.value.message

@@ -12,7 +12,7 @@ from orchestrator.remote.fake import result
 from orchestrator.status.serving import revision_app
 from orchestrator.workflows.desired import desired_for_revision
 from orchestrator.workflows.rollout import RolloutOptions, execute
-from tests.workflows.rollout_world import KEY, TRACEBACK, _nodes, make_world
+from tests.workflows.rollout_world import KEY, TRACEBACK, _nodes, fail_the_switch, make_world
 
 
 @pytest.fixture
@@ -115,17 +115,7 @@ def test_switch_waits_until_the_live_app_has_taken_the_new_config(world):
 
 def test_failed_surge_puts_the_old_config_back_on_the_live_app(world):
     world.rollout()
-    real_apply = world.serve.apply
-
-    def apply(body):
-        real_apply(body)
-        if len(world.serve.bodies) == 3:  # the switch
-            world.serve.scripts["orch"] = ["DEPLOYING", "DEPLOY_FAILED"]
-        elif len(world.serve.bodies) == 4:  # the restore
-            world.serve.scripts["orch"] = ["RUNNING"]
-
-    world.serve.apply = apply
-    world.serve.message = TRACEBACK
+    fail_the_switch(world, 3, ["RUNNING"])
     with pytest.raises(RolloutFailed) as err:
         world.rollout(max_model_len=2048)
     assert err.value.rolled_back and "orch is DEPLOY_FAILED" in err.value.message
