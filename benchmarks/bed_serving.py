@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import secrets
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from serve_overhead import measure  # the same load and figures as the overhead benchmark
 
 from orchestrator.workflows.cluster import UpOptions, up
 from orchestrator.workflows.down import down
@@ -31,3 +34,14 @@ def served_on_bed(bed, work: Path, model: Path, **manifest_overrides) -> Iterato
             down(cluster.manifest, cluster.deps())
         except Exception as exc:  # the bed's teardown still kills what is left
             print(f"orch down: {exc}", file=sys.stderr)
+
+
+def roll_and_measure(served: ServedTiny, options, load: tuple[int, int, int], **request) -> dict:
+    """`orch rollout` of ``request`` on ``served``, a short warm-up, then ``load`` (concurrency,
+    requests, output tokens) with the overhead benchmark's load generator: the rollout's seconds
+    and action, and the load's figures (multinode.py and moe_testbed.py measure each layout so)."""
+    t0 = time.monotonic()
+    result = served.rollout(options, **request)
+    ready_s = time.monotonic() - t0
+    measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
+    return {"rollout_s": round(ready_s, 1), "action": result.action, **measure(served.endpoint, served.api_key, *load)}

@@ -49,8 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bed_serving import served_on_bed  # noqa: E402
-from serve_overhead import measure  # noqa: E402  (the same load and figures as the overhead benchmark)
+from bed_serving import roll_and_measure, served_on_bed  # noqa: E402
 
 from orchestrator.errors import OrchError  # noqa: E402
 from orchestrator.plan.tinymodel import build_tiny_moe  # noqa: E402
@@ -76,14 +75,10 @@ def run_layouts(served, layouts, requests: int, concurrency: int, output_tokens:
         options = RolloutOptions(timeout_s=timeout, allow_downtime=True)
         t0 = time.monotonic()
         try:
-            result = served.rollout(options, replicas=1, max_model_len=1024, **layout)
+            out[label] = {"served": True, **roll_and_measure(served, options, (concurrency, requests, output_tokens),
+                                                              replicas=1, max_model_len=1024, **layout)}  # fmt: skip
         except OrchError as exc:
             out[label] = {"served": False, "rollout_s": round(time.monotonic() - t0, 1), "error": exc.message[:1500]}
-            continue
-        ready_s = time.monotonic() - t0
-        measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
-        out[label] = {"served": True, "rollout_s": round(ready_s, 1), "action": result.action,
-                      **measure(served.endpoint, served.api_key, concurrency, requests, output_tokens)}  # fmt: skip
     return out
 
 

@@ -26,15 +26,13 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bed_serving import served_on_bed  # noqa: E402
-from serve_overhead import measure  # noqa: E402  (the same load and figures as the overhead benchmark)
+from bed_serving import roll_and_measure, served_on_bed  # noqa: E402
 
 from orchestrator.plan.tinymodel import build_tiny_model  # noqa: E402
 from orchestrator.workflows.rollout import RolloutOptions  # noqa: E402
@@ -51,13 +49,9 @@ def run_layouts(served, labels, requests: int, concurrency: int, output_tokens: 
     whose TP=2 rollout matches ``tp2_two_hosts`` (a no-op rollout, then the load)."""
     out: dict = {}
     for label in [label for label in LAYOUTS if label in labels]:
-        tp, options = LAYOUTS[label], RolloutOptions(timeout_s=900, allow_downtime=True)
-        t0 = time.monotonic()
-        result = served.rollout(options, tp=tp, replicas=1, max_model_len=max_model_len)
-        ready_s = time.monotonic() - t0
-        measure(served.endpoint, served.api_key, 2, 4, 8)  # warm-up
-        out[label] = {"rollout_s": round(ready_s, 1), "action": result.action,
-                      **measure(served.endpoint, served.api_key, concurrency, requests, output_tokens)}  # fmt: skip
+        options = RolloutOptions(timeout_s=900, allow_downtime=True)
+        out[label] = roll_and_measure(served, options, (concurrency, requests, output_tokens),
+                                      tp=LAYOUTS[label], replicas=1, max_model_len=max_model_len)  # fmt: skip
     return out
 
 
