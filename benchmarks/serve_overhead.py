@@ -51,6 +51,12 @@ Variants (the environment of `ray start`, i.e. the Serve controller/proxies/repl
   noaccesslog  orch's, with Serve's per-request access log off in the replica (logging_config)
 The API key needs direct streaming (vLLM's own app): for defaults/haproxy it is left out.
 
+Servers already running: ``--bare-url URL --serve-url URL [--api-key-env VAR]`` measures those two
+endpoints (the same model behind each, served as ``tiny``) the same way, and starts and stops
+nothing; --replica, --router, --cpu and the engines' settle need the processes this script
+starts and are off there. The suite's smoke run uses it on its own bare vLLM server and served
+model (tests/integration/test_benchmark_smokes.py).
+
 Everything started is stopped at the end (process groups, then any process carrying this run's
 marker in its environment). Ports are picked free; Ray and HAProxy get their own temp dirs.
 """
@@ -510,7 +516,7 @@ def settle(bare_pgid: int, marker: str) -> float:
     return round(time.monotonic() - start, 2)
 
 
-def run_variant(variant: str, endpoints: dict[str, tuple[str, str | None]], args, bare_pgid: int, marker: str,
+def run_variant(variant: str, endpoints: dict[str, tuple[str, str | None]], args, bare_pgid: int | None, marker: str,
                 router: tuple[str, int] | None = None) -> dict:  # fmt: skip
     """Alternating rounds over every level and endpoint; medians and ratios per level."""
     levels = [int(x) for x in args.levels.split(",")]
@@ -526,8 +532,8 @@ def run_variant(variant: str, endpoints: dict[str, tuple[str, str | None]], args
                     for pid, (role, _, _) in processes(bare_pgid, marker).items():
                         if role == "HAProxy":
                             os.setpriority(os.PRIO_PROCESS, int(pid), 0)
-                settled = settle(bare_pgid, marker)
-                before = processes(bare_pgid, marker) if args.cpu else None
+                settled = settle(bare_pgid, marker) if bare_pgid is not None else 0.0
+                before = processes(bare_pgid, marker) if args.cpu and bare_pgid is not None else None
                 probe = RouterProbe(router) if router and name == "serve" else None
                 if probe:
                     probe.start()
@@ -539,7 +545,7 @@ def run_variant(variant: str, endpoints: dict[str, tuple[str, str | None]], args
                 result["settle_s"] = settled
                 result["load_avg_1m"] = round(os.getloadavg()[0], 2)
                 rounds[c][name].append(result)
-    out: dict = {"nice": nice_by_role(processes(bare_pgid, marker)), "levels": {}}
+    out: dict = {"nice": nice_by_role(processes(bare_pgid, marker)) if bare_pgid is not None else {}, "levels": {}}
     for c in levels:
         per = {name: summarize(rounds[c][name]) for name in endpoints}
         level = {**per, "serve_over_bare": ratios(per["serve"], per["bare"])}
@@ -548,6 +554,22 @@ def run_variant(variant: str, endpoints: dict[str, tuple[str, str | None]], args
         out["levels"][str(c)] = level
     out["targets_met"] = all(v["serve_over_bare"]["targets_met"] for v in out["levels"].values())
     return out
+
+
+def measure_running(args) -> int:
+    """Measure two servers that run already (``--bare-url``, ``--serve-url``): no start, no stop."""
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    if args.api_key_env and not key:
+        print(f"error: {args.api_key_env} is not set", file=sys.stderr)
+        return 2
+    out: dict = {"load": {"levels": args.levels, "requests": "max(64, 2 x level)", "output_tokens": args.output_tokens, "ignore_eos": True,
+                          "rounds": args.rounds, "order": "bare first in even rounds, Serve first in odd", "servers": "running (not started here)"},
+                 "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "variants": {}}  # fmt: skip
+    endpoints = {"bare": (args.bare_url.rstrip("/"), None), "serve": (args.serve_url.rstrip("/"), key)}
+    out["variants"]["running"] = run_variant("running", endpoints, args, None, "")
+    out["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(json.dumps(out, indent=2))
+    return 0
 
 
 def main() -> int:
@@ -562,7 +584,14 @@ def main() -> int:
     parser.add_argument("--keep-logs", action="store_true", help="keep the server logs and Ray temp dirs (printed as workdir)")
     parser.add_argument("--fast-start", action="store_true",
                         help="both engines eager with a 0.25 GiB KV cache (quick to start; figures not comparable with default runs)")
+    parser.add_argument("--bare-url", help="a running bare vLLM server: measure it, start nothing (needs --serve-url)")
+    parser.add_argument("--serve-url", help="a running Serve endpoint of the same model (needs --bare-url)")
+    parser.add_argument("--api-key-env", help="environment variable holding the Serve endpoint's API key (with --serve-url)")
     args = parser.parse_args()
+    if bool(args.bare_url) != bool(args.serve_url):
+        parser.error("--bare-url and --serve-url go together")
+    if args.bare_url:
+        return measure_running(args)
 
     from orchestrator.plan.tinymodel import build_tiny_model
 

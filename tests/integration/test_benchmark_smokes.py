@@ -11,9 +11,9 @@ vLLM engine start each, the bare-vLLM comparison of serve_overhead.py aside):
   collective_check;
 - heavy part: bring_up (Ray, no engine); bench_agreement against the suite's bare vLLM server
   (``vllm_server``, shared with tests/integration/test_bench_vllm.py: no engine start of its
-  own); prefix_routing (one rollout, a few short requests); serve_overhead (bare vLLM and one Ray
-  Serve cluster, both eager with a small KV cache (``--fast-start``), one round at concurrency 1,
-  in a network namespace the test makes);
+  own); prefix_routing (one rollout, a few short requests); serve_overhead's measuring part
+  (``--bare-url``/``--serve-url``: one round at concurrency 1) on the suite's bare vLLM server and
+  the session's served model, no engine start of its own;
 - multinode and moe_testbed: their measuring part (``run_layouts``) on the beds of
   tests/integration/test_gpu_path.py and test_moe_dp.py, whose served layouts they match
   (``SMOKED_ON_MODULE_BEDS``): no bed and no engine start of their own.
@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import subprocess
 import sys
 from pathlib import Path
 
@@ -50,7 +48,7 @@ SMOKED = {
     "bring_up.py": ["--nodes", "1"],
     "bench_agreement.py": [],  # the vllm_server's URL, added by its test
     "prefix_routing.py": ["--smoke"],
-    "serve_overhead.py": ["--rounds", "1", "--levels", "1", "--output-tokens", "4", "--fast-start"],
+    "serve_overhead.py": ["--rounds", "1", "--levels", "1", "--output-tokens", "4"],
 }
 # Scripts whose measuring part runs on a bed a module already serves on (the script's rollout there
 # is a no-op, so it costs no engine start): script -> the test that runs it. Their `--help` runs in
@@ -73,18 +71,9 @@ def _bed_capable():
         pytest.skip(f"multi-host test bed unavailable: {reason}")
 
 
-def smoke(script: str, *extra: str, env: dict | None = None, prefix: list[str] | None = None):
+def smoke(script: str, *extra: str, env: dict | None = None):
     """Run the script at its smallest setting; its parsed JSON (one object, or a list of rows)."""
-    args = [*SMOKED[script], *extra]
-    if prefix is None:
-        code, figures, stderr, _ = run_script(script, args, timeout=TIMEOUT_S, env=env)
-    else:  # inside a namespace: the same run, behind `ip netns exec NS`
-        from record import parse_output
-
-        done = subprocess.run([*prefix, sys.executable, str(REPO / "benchmarks" / script), *args], capture_output=True, text=True,
-                              timeout=TIMEOUT_S, env=env, cwd=REPO)  # fmt: skip
-        code, stderr = done.returncode, done.stderr
-        figures = parse_output(done.stdout) if done.stdout.strip() else None
+    code, figures, stderr, _ = run_script(script, [*SMOKED[script], *extra], timeout=TIMEOUT_S, env=env)
     assert code == 0 and figures is not None, f"{script} exited {code}:\n{stderr[-4000:]}\n{json.dumps(figures)[-4000:]}"
     return figures
 
@@ -150,13 +139,13 @@ def test_prefix_routing_smoke_reads_the_replicas_prefix_cache():
 
 @pytest.mark.ray
 @pytest.mark.vllm
-def test_serve_overhead_smoke_in_its_own_namespace():
-    ns = "orch-so-smoke-" + secrets.token_hex(3)
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
-        got = smoke("serve_overhead.py", prefix=["ip", "netns", "exec", ns], env={**os.environ})
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], check=False)
-    level = got["variants"]["orch"]["levels"]["1"]
+def test_serve_overhead_smoke_on_the_suites_servers(served_tiny, vllm_server):  # noqa: F811
+    """Its measuring part, on servers that run already: the suite's bare vLLM server
+    (``vllm_server``) and the session's served model (the same tiny model, engine settings and KV
+    cache, behind Serve as orch deploys it): no engine start of its own."""
+    env = {**os.environ, "ORCH_SMOKE_API_KEY": served_tiny.api_key}
+    got = smoke("serve_overhead.py", "--bare-url", vllm_server.url, "--serve-url", served_tiny.endpoint,
+                "--api-key-env", "ORCH_SMOKE_API_KEY", env=env)  # fmt: skip
+    level = got["variants"]["running"]["levels"]["1"]
     assert level["bare"]["failed"] == level["serve"]["failed"] == 0 and level["serve"]["output_tok_s"] > 0, level
+    assert level["bare"]["rounds"][0]["ok"] == level["serve"]["rounds"][0]["ok"] == 64, level
