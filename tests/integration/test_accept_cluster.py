@@ -16,6 +16,11 @@ from orchestrator.cli import main
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.vllm, pytest.mark.disrupts_serving]
 
+# The load stages' context: the served model allows 4,096 tokens (tests/fixtures/serving.py); at
+# 1,024 the long prompts are 976 tokens, a quarter of the prefill on 2 CPU cores (31 s for the
+# stage at 4,096), and the sweep stops at concurrency 2. Every stage still runs for real.
+ACCEPT_CONTEXT = 1024
+
 
 def test_accept_runs_every_stage_on_the_local_cluster(served_tiny, tiny_model_dir, tmp_path, monkeypatch, capsys, measured):
     manifest = served_tiny.manifest
@@ -23,7 +28,7 @@ def test_accept_runs_every_stage_on_the_local_cluster(served_tiny, tiny_model_di
     out = tmp_path / "accept"
     code = main(served_tiny.cluster.cli(
         "accept", served_tiny.manifest_path, "--out", out, "--json", "--tokenizer", tiny_model_dir,
-        "--requests", "4", "--max-concurrency", "4",
+        "--requests", "4", "--max-concurrency", "2", "--max-model-len", str(ACCEPT_CONTEXT),
     ))  # fmt: skip
     printed = capsys.readouterr().out
     data = json.loads(printed)
@@ -53,7 +58,10 @@ def test_accept_runs_every_stage_on_the_local_cluster(served_tiny, tiny_model_di
     assert stages["restart"]["verdict"] == "pass", stages["restart"]["summary"]
     # load stages: real requests, lengths as asked
     long = stages["long_prompts"]["details"]["bench"]["levels"][0]
-    assert long["succeeded"] == long["requests"] and long["prompt_tokens"] >= 4 * 900
+    # near the context asked for: 1,024 - 32 output tokens - 16 of room (accept/stages.py), 4 requests
+    assert long["succeeded"] == long["requests"] == 4 and long["prompt_tokens"] >= 4 * 900
+    sweep = stages["concurrency_sweep"]["details"]["levels"]
+    assert [lv["concurrency"] for lv in sweep] == [1, 2], sweep
     # vLLM's metrics were found through Ray's discovery file and count exactly the stage's requests
     short = stages["short_prompts"]["details"]["bench"]["levels"][0]
     assert short["crosscheck"]["tpot"]["server_count"] == short["requests"] == 4
