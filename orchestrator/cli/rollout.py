@@ -87,6 +87,8 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
         for reason in [*result.plan.get("reasons", []), *result.plan.get("notes", [])]:
             out.print(f"  - {reason}", markup=False)
         out.print(f"[bold]decision[/bold]: {d['kind']}: {d['reason']}")
+        for note in d.get("notes") or []:
+            out.print(f"  - {note}", markup=False)
         out.print("[bold]rendered Serve application[/bold] (API key redacted):")
         click.echo(yaml.safe_dump(for_display(result.config), sort_keys=False))
         return

@@ -34,7 +34,7 @@ plus an engine start-up constant.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.serve.shapes import llm_config_of, shape_of_app
@@ -126,6 +126,16 @@ def engine_change(live_config: Mapping[str, Any] | None, desired_config: Mapping
     if old.name == new.name:
         return None
     return f"the switch turns {old.description} into {new.description}: Serve replaces the engine deployment without a surge"
+
+
+def model_change(serving_name: str | None, desired_name: str, decision: Decision) -> Decision:
+    """``decision`` with a note when the rollout replaces the served model by another name: a
+    cluster serves one model, so requests naming the old one stop being answered."""
+    if serving_name is None or serving_name == desired_name or decision.kind not in (SIDE_BY_SIDE, IN_PLACE, FRESH):
+        return decision
+    note = (f"warning: this cluster serves one model: '{desired_name}' replaces '{serving_name}' on the public route, "
+            f"and requests naming '{serving_name}' get 404 once it is done")  # fmt: skip
+    return replace(decision, notes=(*decision.notes, note))
 
 
 def decide(

@@ -62,6 +62,7 @@ from orchestrator.workflows.rollout_steps import (
     replica_log_error,
     restore,
     restore_plan,
+    served_name_of,
     serving_now,
     wait_for_app,
 )
@@ -230,6 +231,10 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         live = status.app(serving.app_name) if serving.live and serving.app_name else None
         change = decisions.engine_change(live.deployed_config if live is not None else None, desired.rendered.app)
         decision = decisions.decide(fingerprint, serving, room, options.allow_downtime, downtime, change)
+        serving_name = served_name_of(deps.state, manifest.name, current) if current is not None else None
+        decision = decisions.model_change(serving_name, desired.served_name, decision)
+        for note in decision.notes:
+            deps.progress(note)
         result = RolloutResult(
             action=decision.kind, decision=decision.to_dict(), cluster=manifest.name, model=desired.served_name,
             previous_revision=serving.revision, config=desired.rendered.app, plan=desired.plan, repaired=repaired,

@@ -367,8 +367,7 @@ def restore_plan(manifest: Manifest, current: Revision | None, serving: decision
         return RestorePlan(why_not="no earlier revision")
     if serving.app_name is None:
         return RestorePlan(current.number, why_not=f"the Serve application of revision {current.number} is not recorded")
-    meta = deps.state.revision_meta(manifest.name, current.number) or {}
-    served = meta.get("served_name") or _model_id(current.config) or current.model
+    served = served_name_of(deps.state, manifest.name, current)
     running = status.app(serving.app_name)
     if running is not None and running.deployed_config:
         # As Serve runs it (re-applying it changes nothing); a placeholder an older orch deployed
@@ -383,6 +382,12 @@ def restore_plan(manifest: Manifest, current: Revision | None, serving: decision
         return RestorePlan(current.number, serving.app_name, None, served, serving.live,
                            why_not=f"revision {current.number}'s stored config needs secrets orch does not keep: {', '.join(left)}")  # fmt: skip
     return RestorePlan(current.number, serving.app_name, app.with_api_key(api_key), served, serving.live)
+
+
+def served_name_of(state: StateStore, cluster: str, revision: Revision) -> str:
+    """The model name a revision served under (what requests name in ``model``)."""
+    meta = state.revision_meta(cluster, revision.number) or {}
+    return str(meta.get("served_name") or _model_id(revision.config) or revision.model)
 
 
 def _model_id(config: Mapping[str, Any]) -> str | None:

@@ -250,3 +250,18 @@ def test_a_fresh_deploy_over_running_apps_names_them_all_and_the_downtime():
         "notes": [],
     }
     assert r.decide("x", nothing, room_for_copy=True, allow_downtime=True, downtime_s=95.0).kind == r.FRESH
+
+
+def test_a_model_change_is_noted_only_when_the_rollout_replaces_the_served_model():
+    from orchestrator.serve.decisions import FRESH, IN_PLACE, NOOP, REFUSE, SIDE_BY_SIDE, Decision, model_change
+
+    for kind in (SIDE_BY_SIDE, IN_PLACE, FRESH):
+        (note,) = model_change("tiny", "other", Decision(kind, "why")).notes
+        assert "'other' replaces 'tiny'" in note and note.startswith("warning:")
+    # nothing is replaced: refused, nothing to do, the same name, or nothing served before
+    for kind in (REFUSE, NOOP):
+        assert model_change("tiny", "other", Decision(kind, "why")).notes == ()
+    assert model_change("tiny", "tiny", Decision(SIDE_BY_SIDE, "why")).notes == ()
+    assert model_change(None, "tiny", Decision(FRESH, "why")).notes == ()
+    kept = Decision(SIDE_BY_SIDE, "why", notes=("earlier",))
+    assert model_change("a", "b", kept).notes[0] == "earlier" and len(model_change("a", "b", kept).notes) == 2

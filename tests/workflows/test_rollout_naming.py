@@ -192,3 +192,20 @@ def test_an_interrupted_in_place_update_of_orch_is_repaired_without_a_surge(tmp_
     (back,) = world.serve.bodies[-1]["applications"]
     assert (back["name"], _max_len(back)) == ("orch", 1024)
     assert back["deployments"] == NO_SURGE  # no room for two copies: back without a surge
+
+
+def test_another_served_name_is_said_to_replace_the_served_model(world):
+    """A cluster serves one model: a rollout under another served name replaces it on the public
+    route, and the rollout says so (requests naming the old name get Serve LLM's 404 after it)."""
+    said: list[str] = []
+    world.deps = world.deps.__class__(**{**world.deps.__dict__, "progress": said.append})
+    world.rollout()
+    assert said and not any("replaces" in line for line in said)
+    res = world.rollout(served_name="other")
+    assert res.action == "side_by_side" and res.model == "other"
+    (note,) = res.decision["notes"]
+    assert note.startswith("warning: this cluster serves one model: 'other' replaces 'tiny'") and "naming 'tiny' get 404" in note
+    assert note in said
+    # the same served name with another setting replaces nothing
+    again = world.rollout(served_name="other", max_model_len=2048)
+    assert again.action == "side_by_side" and again.decision["notes"] == []
