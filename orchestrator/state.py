@@ -35,8 +35,9 @@ from orchestrator.errors import StateError
 from orchestrator.local_disk import disk_full, is_disk_full, make_private_dir
 from orchestrator.state_files import ClusterFiles
 
-REVISION_STATUSES = ("pending", "ready", "failed", "rolled_back", "superseded")
-FINISHED_STATUSES = frozenset({"ready", "failed", "rolled_back", "superseded"})
+# removed: `orch remove` stopped serving it (`orch rollback` can bring it back).
+REVISION_STATUSES = ("pending", "ready", "failed", "rolled_back", "superseded", "removed")
+FINISHED_STATUSES = frozenset({"ready", "failed", "rolled_back", "superseded", "removed"})
 CLUSTER_STATES = ("up", "down")
 
 # Keys whose values never reach the database: exact names, or names ending with a suffix

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "rollout": ("orchestrator.cli.rollout", "rollout", "Deploy a model as a Ray Serve LLM application, gated by a real completion."),
     "model": ("orchestrator.cli.model", "model", "Model files on the nodes: `orch model sync` copies a model to every node, verified."),
     "rollback": ("orchestrator.cli.rollout", "rollback", "Return to an earlier revision."),
+    "remove": ("orchestrator.cli.rollout", "remove", "Stop serving a model and free its capacity; Ray stays up."),
     "bench": ("orchestrator.cli.bench", "bench", "Measure TTFT, TPOT and throughput against an OpenAI-compatible endpoint."),
     "accept": ("orchestrator.cli.accept", "accept", "Run the staged production acceptance test."),
     "logs": ("orchestrator.cli.logs", "logs", "Show a replica's log, an engine worker's (by rank) or a node's raylet; --follow."),

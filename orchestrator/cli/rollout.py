@@ -242,3 +242,39 @@ def rollback(ctx, cluster_yaml, to, dry_run, allow_downtime, timeout_s, as_json)
     with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():
         result = execute(manifest, build, api_key, rollout_deps(manifest, state_dir, progress), options)
     _print_result(result, as_json, dry_run)
+
+
+@click.command("remove")
+@click.argument("name")
+@click.argument("cluster_yaml", required=False, type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--dry-run", is_flag=True, help="Print what would be removed; change nothing.")
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=300.0, show_default=True,
+              help="Seconds for Serve to delete the model's applications.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def remove(ctx, name, cluster_yaml, dry_run, timeout_s, as_json) -> None:
+    """Stop serving the model NAME (its served name) and free what its replicas held; Ray stays up.
+
+    \b
+    Examples:
+      orch remove tiny --dry-run
+      orch remove llama3-405b cluster.yaml
+    """
+    from orchestrator.workflows.remove import RemoveOptions
+    from orchestrator.workflows.remove import remove as remove_model
+
+    state_dir = ctx.obj["state_dir"]
+    manifest = resolve_manifest(cluster_yaml, state_dir, "remove")
+    with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():
+        result = remove_model(manifest, name, rollout_deps(manifest, state_dir, progress), RemoveOptions(dry_run=dry_run, timeout_s=timeout_s))
+    if as_json:
+        print_json(result.to_dict())
+        return
+    out = console()
+    apps = ", ".join(result.apps) or "no application (not in Serve)"
+    if dry_run:
+        out.print(f"would remove '{result.model}' (revision {result.revision}): {apps}; "
+                  f"kept: {', '.join(result.kept) or 'no other application'}", markup=False)  # fmt: skip
+        return
+    out.print(f"removed '{result.model}' (revision {result.revision}): {apps} deleted in {result.seconds:.1f} s; "
+              f"`orch rollback` brings it back", markup=False)  # fmt: skip

@@ -47,7 +47,7 @@ def desired_for_revision(state: StateStore, cluster: str, to: int | None):
     revisions = state.list_revisions(cluster)
     current = state.current_revision(cluster)
     if to is None:
-        earlier = [r for r in revisions if r.status in ("superseded", "rolled_back") and (current is None or r.number < current.number)]
+        earlier = [r for r in revisions if r.status in ("superseded", "rolled_back", "removed") and (current is None or r.number < current.number)]
         if not earlier:
             raise StateError(f"cluster {cluster!r} has no earlier revision to roll back to", hint="`orch status` lists the revisions")
         target = earlier[-1]

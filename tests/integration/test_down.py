@@ -9,6 +9,7 @@ import json
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from orchestrator.cli import main
@@ -50,6 +51,30 @@ def _gone(c, host: str) -> bool:
 
 def _alive(c, host: str, marker: str) -> bool:
     return c.bed.ns_exec(host, ["pgrep", "-f", marker], check=False).returncode == 0
+
+
+def test_remove_stops_serving_the_model_and_ray_stays_up(served_tiny, monkeypatch, capsys, measured):
+    """`orch remove tiny` on the shared cluster (before `orch down` ends it): Serve deletes the
+    model's application, the revision is recorded removed, the public route answers no
+    completion, and Ray keeps running on every host."""
+    c = served_tiny.cluster
+    monkeypatch.setenv(served_tiny.manifest.serve.api_key_env, served_tiny.api_key)
+    capsys.readouterr()
+    assert main(c.cli("remove", "tiny", served_tiny.manifest_path, "--json")) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["action"] == "removed" and "orch" in res["apps"], res
+    measured(f"orch remove: Serve deleted {', '.join(res['apps'])} {res['seconds']} s after the PUT")
+    with c.dashboard() as dash:
+        left = dash.get_json("/api/serve/applications/").get("applications") or {}
+    assert not set(res["apps"]) & set(left), sorted(left)
+    state = StateStore(c.state_dir)
+    assert state.current_revision(served_tiny.manifest.name) is None
+    assert state.get_revision(served_tiny.manifest.name, res["revision"]).status == "removed"
+    body = {"model": "tiny", "prompt": "hello", "max_tokens": 4}
+    resp = httpx.post(f"{served_tiny.endpoint}/v1/completions", json=body, headers={"Authorization": f"Bearer {served_tiny.api_key}"},
+                      timeout=60)  # fmt: skip
+    assert resp.status_code != 200, resp.text[:300]
+    assert all(c.ray_pids(h.name) for h in c.bed.hosts)
 
 
 def test_down_with_one_host_unreachable_then_down_leaves_no_ray_process(ray_testbed_cluster, capsys):

@@ -1,0 +1,112 @@
+"""`orch remove NAME CLUSTER`: stop serving one model and free what its replicas held; Ray and
+the cluster stay up.
+
+A cluster serves one model today (serve/decisions.py: public_app_name): NAME must be the served
+name of the ready revision (what requests name in ``model``). Under the cluster lock, one Serve PUT
+keeps every other application and leaves out the model's public application and any candidate of
+an unfinished rollout of it (``orch-rN``); the revision is recorded ``removed`` at once (nothing
+serves it from then on), then orch waits until Serve has deleted the applications. A later
+`orch rollout` deploys fresh; `orch rollback` brings the removed revision back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator import cluster_lock
+from orchestrator.errors import ServeError, UsageError
+from orchestrator.manifest.model import Manifest
+from orchestrator.serve import decisions
+from orchestrator.serve.config import deploy_body
+from orchestrator.serve.ray_io.client import ServeStatus
+from orchestrator.workflows.rollout_steps import ServingDeps, served_name_of, serving_now
+
+
+@dataclass(frozen=True)
+class RemoveOptions:
+    dry_run: bool = False
+    timeout_s: float = 300.0  # for Serve to delete the applications
+    poll_s: float = 2.0
+
+
+@dataclass
+class RemoveResult:
+    cluster: str
+    model: str
+    revision: int
+    apps: list[str]  # the Serve applications left out of the PUT
+    kept: list[str]  # the other applications, untouched
+    action: str = "removed"  # or dry_run
+    seconds: float | None = None
+    steps: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "model": self.model, "revision": self.revision, "apps": self.apps,
+                "kept": self.kept, "action": self.action, "seconds": self.seconds, "steps": self.steps}  # fmt: skip
+
+
+def remove(manifest: Manifest, name: str, deps: ServingDeps, options: RemoveOptions = RemoveOptions()) -> RemoveResult:
+    """Remove the model served as ``name`` (see the module doc). UsageError (exit 2) when nothing
+    or another model is served; ServeError when Serve refuses or does not delete in time."""
+    current = deps.state.current_revision(manifest.name)
+    if current is None:
+        raise UsageError(f"cluster {manifest.name!r} serves no model: nothing to remove", hint="orch status shows what runs")
+    served = served_name_of(deps.state, manifest.name, current)
+    if served != name:
+        raise UsageError(f"cluster {manifest.name!r} serves {served!r} (revision {current.number}), not {name!r}",
+                         hint=f"orch remove {served} ...")  # fmt: skip
+    if options.dry_run:
+        return _run(manifest, name, deps, options)
+    with cluster_lock.hold(deps.state.cluster_dir(manifest.name), manifest.name, "remove", deps.wall_clock):
+        return _run(manifest, name, deps, options)
+
+
+def _run(manifest: Manifest, name: str, deps: ServingDeps, options: RemoveOptions) -> RemoveResult:
+    token = deps.state.read_token(manifest.name) if manifest.ray.token_auth else None
+    with deps.open_runners(manifest) as runners, deps.open_apis(manifest, runners, token) as apis:
+        status = apis.serve.status()
+        current, serving = serving_now(deps.state, manifest.name, status)
+        if current is None:  # removed meanwhile (the lock was taken after the first read)
+            raise UsageError(f"cluster {manifest.name!r} serves no model: nothing to remove", hint="orch status shows what runs")
+        gone = sorted(n for n in status.applications if n == serving.app_name or decisions.revision_of_app(n) is not None)
+        kept = sorted(n for n in status.applications if n not in gone)
+        result = RemoveResult(manifest.name, name, current.number, gone, kept, action="dry_run" if options.dry_run else "removed")
+        if options.dry_run:
+            return result
+        step = _stepper(result, deps.progress)
+        others = [a.deployed_config for n, a in status.applications.items() if n in kept and a.deployed_config]
+        if len(others) != len(kept):
+            raise ServeError(f"Serve reports no deployed config for {', '.join(n for n in kept if not status.applications[n].deployed_config)}: "
+                             "a PUT without it would delete it", hint="orch status; remove it with Serve's own tools first")  # fmt: skip
+        t0 = deps.clock()
+        step(f"removing {', '.join(gone) or 'nothing (not in Serve)'} (revision {current.number}, '{name}'); keeping {', '.join(kept) or 'no other application'}")
+        apis.serve.apply(deploy_body(others, manifest))
+        deps.state.update_revision(manifest.name, current.number, "removed")
+        step(f"revision {current.number} recorded removed: nothing serves '{name}' now")
+        _wait_deleted(apis.serve.status, set(gone), deps, options, step)
+        result.seconds = round(deps.clock() - t0, 1)
+        return result
+
+
+def _wait_deleted(status: Callable[[], ServeStatus], gone: set[str], deps: ServingDeps, options: RemoveOptions,
+                  step: Callable[[str], None]) -> None:  # fmt: skip
+    deadline = deps.clock() + options.timeout_s
+    while True:
+        left = sorted(gone & set(status().applications))
+        if not left:
+            step("Serve deleted them: their replicas and the resources they held are free")
+            return
+        if deps.clock() >= deadline:
+            raise ServeError(f"Serve still lists {', '.join(left)} {options.timeout_s:g} s after the removal (DELETING)",
+                             hint="orch status; Serve keeps deleting in the background")  # fmt: skip
+        deps.sleep(options.poll_s)
+
+
+def _stepper(result: RemoveResult, progress: Callable[[str], None]) -> Callable[[str], None]:
+    def step(text: str) -> None:
+        result.steps.append(text)
+        progress(text)
+
+    return step
