@@ -183,7 +183,7 @@ def _deployment_view(
         engine = is_engine_deployment(d.name)
         view = ReplicaView(
             replica_id=r.replica_id, deployment=d.name, state=r.state, node=ref.name if ref else r.node_ip,
-            node_id=r.node_id, node_state=ref.ray_state if ref else None, pid=r.pid, worker_id=r.worker_id,
+            node_id=r.node_id, node_state=ref.ray_state if ref else None, pid=r.pid, worker_id=r.worker_id, start_time_s=r.start_time_s,
             capacity=parse_kv_capacity(lines) if lines is not None else None, log_error=log_errors.get(r.replica_id),
             workers=_worker_views((workers or {}).get(r.replica_id, ()), by_id),
             dp=parse_dp_rank(lines) if lines is not None else None,

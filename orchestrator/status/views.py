@@ -53,6 +53,7 @@ class ReplicaView:
     dp: DpRank | None = None  # a DPServer replica: its data-parallel rank (from its log)
     gauges: ReplicaGauges | None = None  # its engine's KV-cache usage and queues now (metrics)
     prefix_cache: PrefixCache | None = None  # its engine's prefix-cache counters since it started
+    start_time_s: float | None = None  # when Serve started its actor (Unix s)
 
     def to_dict(self) -> dict[str, Any]:
         g = self.gauges
@@ -70,6 +71,7 @@ class ReplicaView:
             "node_id": self.node_id,
             "node_state": self.node_state,
             "pid": self.pid,
+            "start_time_s": self.start_time_s,
             "kv_cache_tokens": self.capacity.tokens if self.capacity else None,
             "log_error": self.log_error,
         }

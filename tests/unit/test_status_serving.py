@@ -244,3 +244,19 @@ def test_live_ttft_p95_against_the_slo_and_each_replicas_prefix_cache():
     engine = build().deployments[0].replicas[0]
     assert (engine.prefix_cache.queries, engine.prefix_cache.hits, engine.prefix_cache.hit_rate) == (534.0, 0.0, 0.0)
     assert build().deployments[1].replicas[0].prefix_cache is None  # LLMRouter runs no engine
+
+
+def test_each_replica_carries_the_start_time_serve_reports_so_a_restart_is_visible():
+    # The capture after the EngineCore kill: the replacement engine replica started 219.9 s after
+    # the router replica that was not restarted (start_time_s in Serve's ReplicaDetails).
+    s = build(payload("unhealthy-engine-killed"), engine_logs={}, metrics_now=None, metrics_before=None,
+              nodes=[NodeRef("head", "ed6cceb3" + "0" * 48, "ALIVE")], probe=None)  # fmt: skip
+    started = {r["replica_id"]: r["start_time_s"] for d in s.to_dict()["deployments"] for r in d["replicas"]}
+    assert started == {"gz59mfrk": 1795946508.3449278, "3mumdgai": 1795946288.470463}
+    # an absent or non-numeric value is None, not an error
+    broken = payload("unhealthy-engine-killed")
+    for dep in broken["applications"]["orch-r1"]["deployments"].values():
+        for r in dep["replicas"]:
+            r["start_time_s"] = "soon"
+    (rep,) = parse_serve_status(broken).applications["orch-r1"].deployments[0].replicas[:1]
+    assert rep.start_time_s is None

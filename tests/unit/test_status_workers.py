@@ -48,7 +48,7 @@ def test_rank_labels_and_bad_payloads():
 
 def _serve(node_id: str):
     replica = SimpleNamespace(replica_id="cbdvt3b9", state="RUNNING", node_id=node_id, node_ip="10.174.228.11", pid=151,
-                              worker_id=None, actor_name=REPLICA)  # fmt: skip
+                              worker_id=None, actor_name=REPLICA, start_time_s=None)  # fmt: skip
     dep = SimpleNamespace(name="LLMServer:tiny", status="HEALTHY", message="", target_replicas=1, replicas=[replica])
     app = SimpleNamespace(name="orch-r1", status="RUNNING", message="", route_prefix="/", deployments=[dep])
     return SimpleNamespace(applications={"orch-r1": app}, app=lambda n: app if n == "orch-r1" else None)

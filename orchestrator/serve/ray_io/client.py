@@ -16,6 +16,7 @@ in ``AppStatus.deployed_config`` for re-applying unchanged apps, and ``to_dict``
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -60,6 +61,8 @@ class ReplicaStatus:
     worker_id: str | None = None
     pid: int | None = None
     log_file_path: str | None = None  # relative to the node's session logs dir ("/serve/replica_...log")
+    # When its actor started (Unix s; Serve's ReplicaDetails.start_time_s): a restart is a new time.
+    start_time_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,7 @@ class ReplicaStatus:
             "node_ip": self.node_ip,
             "pid": self.pid,
             "log_file_path": self.log_file_path,
+            "start_time_s": self.start_time_s,
         }
 
 
@@ -161,6 +165,14 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def _float(value: Any) -> float | None:
+    try:
+        out = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return out if out is not None and math.isfinite(out) else None
+
+
 def parse_serve_status(payload: Any) -> ServeStatus:
     """``GET /api/serve/applications/`` (Ray 2.60's ServeInstanceDetails JSON) -> ServeStatus.
 
@@ -181,6 +193,7 @@ def parse_serve_status(payload: Any) -> ServeStatus:
                     worker_id=r.get("worker_id"),
                     pid=_int(r.get("pid")),
                     log_file_path=r.get("log_file_path"),
+                    start_time_s=_float(r.get("start_time_s")),
                 )
                 for r in dep.get("replicas") or []
             )
