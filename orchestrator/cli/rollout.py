@@ -264,7 +264,7 @@ def remove(ctx, name, cluster_yaml, dry_run, timeout_s, as_json) -> None:
     from orchestrator.workflows.remove import remove as remove_model
 
     state_dir = ctx.obj["state_dir"]
-    manifest = resolve_manifest(cluster_yaml, state_dir, "remove")
+    manifest = resolve_manifest(cluster_yaml, state_dir, f"remove {name}")
     with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():
         result = remove_model(manifest, name, rollout_deps(manifest, state_dir, progress), RemoveOptions(dry_run=dry_run, timeout_s=timeout_s))
     if as_json:

@@ -58,6 +58,13 @@ def test_rollback_without_revisions_says_so(capsys):
     assert rc == 1 and "no earlier revision" in err
 
 
+def test_remove_needs_a_cluster_and_a_served_model(capsys):
+    assert main(["remove", "tiny"]) == 5
+    assert "hint: pass CLUSTER_YAML (orch remove tiny cluster.yaml)" in capsys.readouterr().err
+    assert main(["remove", "tiny", str(M405), "--dry-run"]) == 2
+    assert "error: cluster 'llama405' serves no model: nothing to remove" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "arg, says",
     [
