@@ -286,3 +286,12 @@ def test_dp_layouts_leave_out_the_splits_vllm_refuses_for_block_fp8_experts():
     assert dp_layouts(QWEN, H100x2, PlanOptions(vllm_version="0.29.0", expert_parallel=False)) == [(2, 1), (4, 1), (2, 2)]
     with_ep = dp_layouts(QWEN, H100x2, PlanOptions(vllm_version="0.29.0"))
     assert {dp * tp for dp, tp in with_ep} == {2, 4, 8, 16} and (2, 8) in with_ep and (8, 1) in with_ep
+
+
+def test_a_rank_tp_vllm_refuses_for_the_model_is_a_dp_problem_too():
+    # Qwen3-235B-A22B: 64 attention heads, 4 KV heads (config.json); vLLM splits both by the rank's TP
+    assert (QWEN3.heads, QWEN3.kv_heads) == (64, 4)
+    assert dp_problem(QWEN3, H200x1, 2, 3) == "TP=3 does not divide the 64 attention heads"
+    assert dp_problem(QWEN3, H200x1, 2, 0) == "TP must be at least 1, got 0"
+    with pytest.raises(PlanError, match="TP=3 does not divide the 64 attention heads"):
+        plan_model(QWEN3, H200x1, PlanOptions(dp=2, tp=3))
