@@ -18,6 +18,7 @@ from orchestrator.plan.layer_types import layer_layout
 from orchestrator.plan.model_ref import resolve_model
 from orchestrator.plan.planner import plan_model
 from orchestrator.plan.shape import make_shape
+from tests.unit.test_layer_families import CODESTRAL_MAMBA
 from tests.unit.test_layer_types import NEMOTRON_NANO_9B, SCOUT
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "planner"
@@ -254,3 +255,15 @@ def test_an_attention_free_model_keeps_its_block_and_one_state_page():
     assert stage.kv_detail is not None and stage.kv_detail.block_size == 128
     assert [(b.kind, b.blocks) for b in stage.kv_detail.buckets] == [("state", 1)]
     assert not [r for r in plan_model(spec, CPU, opts).reasons if "attention block size" in r]
+
+
+def test_an_attention_free_stage_is_never_aligned_to_an_attention_block():
+    # _align_hybrid_block_size runs for attention + Mamba hybrids only; a pure Mamba2 model (Mamba-Codestral-7B:
+    # 64 layers, 128 heads x 64, state 128, 8 groups, expand 2 x 4,096) has no attention bytes to align to.
+    # One state (mamba2_state_shape, bf16): (8,192 + 2 x 8 x 128) x 3 x 2 + 128 x 64 x 128 x 2 = 2,158,592 B
+    state = (8192 + 2 * 8 * 128) * 3 * 2 + 128 * 64 * 128 * 2
+    assert state == 2158592
+    layout = layer_layout(CODESTRAL_MAMBA, "codestral", 64)
+    s = _size(layout, 0, 64, attn_token_bytes=0, global_token_bytes=0, state_bytes=state)
+    assert s.block_size == 16 and [(b.kind, b.count, b.groups, b.blocks, b.page_bytes) for b in s.buckets] == [("state", 64, 1, 1, state)]
+    assert s.num_blocks == 2**30 // (64 * state) == 7
