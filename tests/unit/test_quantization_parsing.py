@@ -118,6 +118,21 @@ def test_gptq_reads_bits_group_and_act_order_and_keeps_the_head_16_bit_unless_to
     assert cs is not None and (cs.group, cs.per_channel) == (0, True)
     with pytest.raises(ModelSpecError, match="quantization 'bits' must be one of 2, 3, 4, 8, got 5"):
         parse_quantization({**GPTQ_LLAMA2, "bits": 5}, "q")
+    assert storage.kind == "int4" and parse_quantization({**GPTQ_LLAMA2, "bits": 8}, "q").rules[0][1].kind == "int8"
+
+
+@pytest.mark.parametrize("key", ["bits", "group_size"])
+def test_a_gptq_config_without_bits_or_group_size_names_the_file_and_the_key(key):
+    # auto_gptq.py from_config: cls.get_from_keys(config, ["bits"]) / ["group_size"], no default
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({k: v for k, v in GPTQ_LLAMA2.items() if k != key}, "m/config.json")
+    assert str(err.value) == f"m/config.json: the gptq quantization_config has no '{key}', which vLLM needs to load it"
+    assert err.value.hint == f"check the checkpoint's quantization config ({key})"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({**GPTQ_LLAMA2, key: "x"}, "m/config.json")
+    wanted = "one of 2, 3, 4, 8" if key == "bits" else "an integer"
+    assert str(err.value) == f"m/config.json: quantization '{key}' must be {wanted}, got 'x'"
+    assert err.value.hint == "check the checkpoint's quantization config"
 
 
 def test_awq_takes_autoawqs_own_key_names_as_vllm_does():
