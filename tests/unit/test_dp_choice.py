@@ -226,6 +226,9 @@ def test_when_nothing_fits_the_reason_says_so():
     assert (kimi.dp, kimi.tp, kimi.pp) == (1, 8, 2)
     assert _layout_reason(kimi) == "layout: no DP x EP layout fits, so TP x PP"
     assert kimi.layouts["dp_ep"]["fits"] is False  # the table still shows the DP layout tried
+    # ... as serving nothing: no replica, no KV token over the cluster
+    assert (kimi.layouts["dp_ep"]["replicas"], kimi.layouts["dp_ep"]["kv_cache_tokens_cluster"]) == (0, 0)
+    assert kimi.layouts["dp_ep"]["max_concurrency_cluster"] == 0
 
 
 def test_equal_kv_tokens_keep_tp_x_pp():

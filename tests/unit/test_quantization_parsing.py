@@ -217,3 +217,37 @@ def test_a_block_scale_covers_a_partial_block_too():
     assert storage.bytes_per_param(192, 4096) == storage.matrix_bytes(192, 4096) / (192 * 4096)
     with pytest.raises(ModelSpecError, match=r"weight_block_size must be two positive integers, got \[128\]"):
         parse_quantization({"quant_method": "fp8", "weight_block_size": [128]}, "q")
+
+
+AWQ_4BIT = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+
+
+@pytest.mark.parametrize(("key", "keys"), [("bits", "bits or w_bit"), ("group_size", "group_size or q_group_size")])
+def test_an_awq_config_without_bits_or_group_size_names_the_file_and_both_key_names(key, keys):
+    # auto_awq.py from_config: get_from_keys(config, ["w_bit", "bits"]) / ["q_group_size", "group_size"], no default
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({k: v for k, v in AWQ_4BIT.items() if k != key}, "m/config.json")
+    assert str(err.value) == f"m/config.json: the awq quantization_config has no '{key}', which vLLM needs to load it"
+    assert err.value.hint == f"check the checkpoint's quantization config ({keys})"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({**AWQ_4BIT, key: "x"}, "m/config.json")
+    wanted = "one of 4, 8" if key == "bits" else "an integer"
+    assert str(err.value) == f"m/config.json: quantization '{key}' must be {wanted}, got 'x'"
+
+
+def test_awq_loads_4_bits_and_8_through_marlin_and_nothing_else():
+    # auto_awq.py: TYPE_MAP {4: uint4}; "For 8-bit AWQ, use Marlin backend" (awq:marlin); other widths are refused
+    assert parse_quantization({**AWQ_4BIT, "bits": 8}, "q").dtype == "int8"
+    for bits in (2, 3):
+        with pytest.raises(ModelSpecError) as err:
+            parse_quantization({**AWQ_4BIT, "bits": bits}, "m/config.json")
+        assert str(err.value) == f"m/config.json: quantization 'bits' must be one of 4, 8, got {bits}"
+
+
+@pytest.mark.parametrize("quant", [AWQ_4BIT, GPTQ_LLAMA2, {"quant_method": "fp8"}, {"quant_method": "fbgemm_fp8"}, {"quant_method": "mxfp4"}],
+                         ids=["awq", "gptq", "fp8", "fbgemm_fp8", "mxfp4"])  # fmt: skip
+def test_modules_to_not_convert_must_be_a_list_of_names(quant):
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({**quant, "modules_to_not_convert": "lm_head"}, "m/config.json")
+    assert str(err.value) == "m/config.json: quantization 'modules_to_not_convert' must be a list of module names"
+    assert err.value.hint == "check the checkpoint's quantization config"
