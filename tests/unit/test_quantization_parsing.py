@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ModelSpecError
-from orchestrator.plan.quantization import parse_quantization
+from orchestrator.plan.quantization import Storage, parse_quantization
 
 
 def _ct(ignore: list[str]) -> dict:
@@ -251,3 +251,119 @@ def test_modules_to_not_convert_must_be_a_list_of_names(quant):
         parse_quantization({**quant, "modules_to_not_convert": "lm_head"}, "m/config.json")
     assert str(err.value) == "m/config.json: quantization 'modules_to_not_convert' must be a list of module names"
     assert err.value.hint == "check the checkpoint's quantization config"
+
+
+# ---- ModelOpt MIXED_PRECISION and compressed-tensors, field by field (vLLM 0.32.0 modelopt.py LINEAR_ALGOS,
+# ModelOptMixedPrecisionConfig; compressed-tensors QuantizationArgs defaults) ----
+
+
+def _mp(layers: object, **extra) -> dict:
+    return {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": layers, **extra}
+
+
+@pytest.mark.parametrize(
+    ("entry", "storage"),
+    [
+        ({"quant_algo": "FP8"}, Storage(8, kind="fp8")),  # per-tensor scales
+        ({"quant_algo": "FP8_PER_CHANNEL_PER_TOKEN"}, Storage(8, per_channel=True, kind="fp8")),
+        ({"quant_algo": "FP8_PB_WO"}, Storage(8, block=(128, 128), kind="fp8")),  # block 128 when unset
+        ({"quant_algo": "FP8_BLOCK_SCALES", "group_size": 64}, Storage(8, block=(64, 64), kind="fp8")),
+        ({"quant_algo": "NVFP4"}, Storage(4, scale_bytes=1, group=16, kind="nvfp4")),  # fp8 scale per 16 when unset
+        ({"quant_algo": "w4a16_nvfp4", "group_size": 32}, Storage(4, scale_bytes=1, group=32, kind="nvfp4")),
+        ({"quant_algo": "MXFP8"}, Storage(8, scale_bytes=1, group=32, kind="fp8")),  # an e8m0 byte per 32
+    ],
+    ids=["fp8", "fp8-channel", "fp8-block-default", "fp8-block-64", "nvfp4-default", "w4a16-nvfp4", "mxfp8"],
+)
+def test_each_mixed_precision_algo_stores_what_vllm_allocates(entry, storage):
+    quant = parse_quantization(_mp({"model.layers.0.self_attn.o_proj": entry}), "q")
+    assert quant.per_layer == (("model.layers.0.self_attn.o_proj", storage),)
+    assert quant.storage_for(("model.layers.0.self_attn.o_proj",)) == storage
+    assert quant.dtype == ("int4" if storage.weight_bits == 4 else "fp8")
+
+
+def test_a_mixed_precision_checkpoint_reads_its_summary_head_and_kv_cache():
+    layers = {**{f"model.layers.0.self_attn.{p}": {"quant_algo": "FP8"} for p in ("q_proj", "k_proj", "v_proj", "o_proj")},
+              "model.layers.0.mlp.experts": {"quant_algo": "NVFP4", "group_size": 16}}  # fmt: skip
+    quant = parse_quantization(_mp(layers, kv_cache_quant_algo="FP8"), "q")
+    assert quant.scheme == "MIXED_PRECISION per layer: 4 FP8, 1 NVFP4 entries; the rest 16-bit"
+    assert (quant.method, quant.dtype, quant.match, quant.kv_cache_dtype, quant.lm_head) == ("modelopt", "int4", "modelopt", "fp8", False)
+    assert parse_quantization(_mp(layers), "q").kv_cache_dtype is None
+    # the output head is quantized when the table names it, under any of the names vLLM gives it
+    for head in ("lm_head", "language_model.lm_head", "model.language_model.lm_head"):
+        assert parse_quantization(_mp({**layers, head: {"quant_algo": "FP8"}}), "q").lm_head is True
+
+
+def test_routed_experts_take_their_own_entry_before_any_other_key_of_their_mlp():
+    # _resolve_quant_algo step 3: "...mlp.experts" itself, else the first key under it, else the first under "...mlp."
+    gate_first = {"model.layers.0.mlp.gate": {"quant_algo": "FP8"}, "model.layers.0.mlp.experts": {"quant_algo": "NVFP4"}}
+    quant = parse_quantization(_mp(gate_first), "q")
+    assert quant.per_layer_entry(("model.layers.0.mlp.experts.0.gate_proj",), expert=True) == "model.layers.0.mlp.experts"
+    per_expert = {"model.layers.0.mlp.gate": {"quant_algo": "FP8"}, "model.layers.0.mlp.experts.3.up_proj": {"quant_algo": "NVFP4"}}
+    quant = parse_quantization(_mp(per_expert), "q")
+    assert quant.per_layer_entry(("model.layers.0.mlp.experts.0.gate_proj",), expert=True) == "model.layers.0.mlp.experts.3.up_proj"
+    only_mlp = parse_quantization(_mp({"model.layers.0.mlp.gate": {"quant_algo": "FP8"}}), "q")
+    assert only_mlp.per_layer_entry(("model.layers.0.mlp.experts.0.gate_proj",), expert=True) == "model.layers.0.mlp.gate"
+    assert only_mlp.per_layer_entry(("model.layers.1.mlp.experts.0.gate_proj",), expert=True) is None
+    # a later candidate name is tried when the first has no entry; a name with its own entry wins over its shards
+    assert quant.per_layer_entry(("model.layers.1.mlp.experts.0.gate_proj", "model.layers.0.mlp.experts.0.gate_proj"), expert=True) == (
+        "model.layers.0.mlp.experts.3.up_proj")
+    fused = parse_quantization(_mp({"model.layers.0.self_attn.k_proj": {"quant_algo": "FP8"},
+                                    "model.layers.0.self_attn.q_proj": {"quant_algo": "NVFP4"}}), "q")  # fmt: skip
+    assert fused.per_layer_entry(("model.layers.0.self_attn.q_proj",)) == "model.layers.0.self_attn.q_proj"
+    assert fused.per_layer_entry(("model.layers.0.self_attn.v_proj",)) == "model.layers.0.self_attn.q_proj"  # the first shard listed
+    assert fused.per_layer_entry(("model.layers.0.self_attn.o_proj",)) is None
+    assert fused.per_layer_entry(("model.layers.0.mlp.up_proj",)) is None
+
+
+def test_a_mixed_precision_table_vllm_refuses_is_refused_word_for_word():
+    for layers in (None, {}):
+        with pytest.raises(ModelSpecError) as err:
+            parse_quantization(_mp(layers), "m/hf_quant_config.json")
+        assert str(err.value) == ("m/hf_quant_config.json: ModelOpt MIXED_PRECISION without a quantized_layers mapping; vLLM refuses it "
+                                  "(\"MIXED_PRECISION quant_algo requires a non-empty 'quantized_layers' mapping\")")  # fmt: skip
+        assert err.value.hint == "check the checkpoint's hf_quant_config.json / quantization_config"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization(_mp({"model.layers.0.mlp.down_proj": "FP8"}), "m/hf_quant_config.json")
+    assert str(err.value) == "m/hf_quant_config.json: quantized_layers entry 'model.layers.0.mlp.down_proj' must be an object with a quant_algo"
+    assert err.value.hint == "check the checkpoint's quantized_layers"
+    for entry, shown in (({}, "'missing'"), ({"quant_algo": "int8"}, "'INT8'")):
+        with pytest.raises(ModelSpecError) as err:
+            parse_quantization(_mp({"model.layers.0.mlp.down_proj": entry}), "m/hf_quant_config.json")
+        assert str(err.value) == (f"m/hf_quant_config.json: quantized_layers entry 'model.layers.0.mlp.down_proj' has quant_algo {shown}, "
+                                  "which vLLM's ModelOpt MIXED_PRECISION does not load (FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4, "
+                                  "W4A16_NVFP4, MXFP8)")  # fmt: skip
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization(_mp({"model.layers.0.mlp.down_proj": {"quant_algo": "FP8_PB_WO", "group_size": "x"}}), "m/c.json")
+    assert str(err.value) == "m/c.json: quantization 'model.layers.0.mlp.down_proj.group_size' must be an integer, got 'x'"
+
+
+def test_compressed_tensors_weights_default_to_int_symmetric_and_name_each_field():
+    # QuantizationArgs: type "int", symmetric True when unset; a float 4-bit group is NVFP4 (16 per scale unless set)
+    default = parse_quantization(_ct_group({"num_bits": 4, "strategy": "group", "group_size": 128}), "q").rules[0][1]
+    assert default == Storage(4, scale_bytes=2, group=128, per_channel=False, zero_point_bits=0, kind="int4")
+    nvfp4 = parse_quantization(_ct_group({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 32}), "q")
+    assert nvfp4.rules[0][1] == Storage(4, scale_bytes=1, group=32, kind="nvfp4") and nvfp4.scheme == "W4A16: NVFP4 weights, fp8 scale per 32"
+    channel = parse_quantization(_ct_group({"num_bits": 8, "type": "float", "strategy": "channel"}), "q").rules[0][1]
+    assert channel == Storage(8, per_channel=True, kind="fp8")
+    tensor = parse_quantization(_ct_group({"num_bits": 8, "type": "float"}), "q").rules[0][1]
+    assert tensor == Storage(8, kind="fp8")
+    # int8 in groups is a wNa16 scheme (16-bit scale per group), not W8A8's per-channel one
+    int8_group = parse_quantization(_ct_group({"num_bits": 8, "strategy": "group", "group_size": 128}), "q").rules[0][1]
+    assert int8_group == Storage(8, scale_bytes=2, group=128, kind="int8")
+    for weights in ({"num_bits": 4, "type": "float", "group_size": "x"}, {"num_bits": 4, "strategy": "group", "group_size": "x"}):
+        with pytest.raises(ModelSpecError) as err:
+            parse_quantization(_ct_group(weights), "m/config.json")
+        assert str(err.value) == "m/config.json (config_groups.group_0): quantization 'group_size' must be an integer, got 'x'"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({**_ct_group({"num_bits": 4, "strategy": "group", "group_size": 128}), "ignore": "lm_head"}, "m/config.json")
+    assert str(err.value) == "m/config.json: quantization 'ignore' must be a list of module names"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({**_ct_group({"num_bits": 4, "strategy": "group", "group_size": 128}), "ignore": ["re:(.*)*x"]}, "m/config.json")
+    assert str(err.value).startswith("m/config.json: quantization 'ignore' holds 're:(.*)*x' with a repetition inside a repetition")
+
+
+def test_a_group_size_of_one_is_a_group_and_0_or_minus_1_is_per_channel():
+    # GPTQ / AWQ / compressed-tensors: group_size -1 (or 0) is one group over the whole input row
+    for size, group in ((1, 1), (0, 0), (-1, 0)):
+        storage = parse_quantization({**GPTQ_LLAMA2, "group_size": size}, "q").rules[0][1]
+        assert (storage.group, storage.per_channel) == (group, group == 0)
