@@ -298,3 +298,24 @@ def test_a_rank_tp_vllm_refuses_for_the_model_is_a_dp_problem_too():
     assert dp_problem(QWEN3, H200x1, 2, 0) == "TP must be at least 1, got 0"
     with pytest.raises(PlanError, match="TP=3 does not divide the 64 attention heads"):
         plan_model(QWEN3, H200x1, PlanOptions(dp=2, tp=3))
+
+
+def test_a_group_over_nodes_counts_whole_ranks_and_nodes_in_the_json():
+    # DeepSeek-V3, DP=16 over 2 x 8 H200: 8 ranks on each node (data_parallel_size_local), 2 nodes, as integers
+    dp = plan_model(V3, H200x2).layouts["dp_ep"]
+    assert (dp["dp_ranks_per_node"], dp["nodes_per_replica"]) == (8, 2)
+    assert type(dp["dp_ranks_per_node"]) is int and type(dp["nodes_per_replica"]) is int
+    # one GPU per node: a DP=2 group of Mixtral-8x7B takes 2 nodes, one rank each
+    one_gpu = make_shape(gpu_type_name="H200-141GB", gpus_per_node=1, nodes=2)
+    pair = plan_model(MIXTRAL, one_gpu, PlanOptions(dp=2)).layouts["dp_ep"]
+    assert (pair["dp_ranks_per_node"], pair["nodes_per_replica"], pair["gpus_per_replica"]) == (1, 2, 2)
+
+
+def test_the_dp_layout_beside_a_forced_tp_x_pp_is_the_automatic_one():
+    # --tp 8 --dp 1 force the TP x PP layout; the DP x EP layout shown beside it is the one the automatic choice
+    # weighs (any TP, any DP), not one bound by the forced flags
+    forced = plan_model(V3, H200x1, PlanOptions(tp=8, dp=1))
+    assert (forced.dp, forced.tp) == (1, 8)
+    auto = plan_model(V3, H200x1)
+    assert forced.layouts["dp_ep"]["tp"] == auto.layouts["dp_ep"]["tp"] == 1
+    assert forced.layouts["dp_ep"]["dp"] == auto.layouts["dp_ep"]["dp"] == 8
