@@ -367,3 +367,14 @@ def test_a_group_size_of_one_is_a_group_and_0_or_minus_1_is_per_channel():
     for size, group in ((1, 1), (0, 0), (-1, 0)):
         storage = parse_quantization({**GPTQ_LLAMA2, "group_size": size}, "q").rules[0][1]
         assert (storage.group, storage.per_channel) == (group, group == 0)
+
+
+@pytest.mark.parametrize("groups", [None, {}, ["group_0"]], ids=["absent", "empty", "a-list"])
+def test_compressed_tensors_without_a_mapping_of_config_groups_is_refused(groups):
+    quant = {"quant_method": "compressed-tensors", "format": "pack-quantized"}
+    if groups is not None:
+        quant["config_groups"] = groups
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization(quant, "m/config.json")
+    assert str(err.value) == "m/config.json: compressed-tensors quantization_config has no config_groups"
+    assert err.value.hint == "check the checkpoint's config.json"
