@@ -319,3 +319,6 @@ def test_the_dp_layout_beside_a_forced_tp_x_pp_is_the_automatic_one():
     auto = plan_model(V3, H200x1)
     assert forced.layouts["dp_ep"]["tp"] == auto.layouts["dp_ep"]["tp"] == 1
     assert forced.layouts["dp_ep"]["dp"] == auto.layouts["dp_ep"]["dp"] == 8
+    # for MLA the choice weighs groups of any size: on 2 nodes the DP=16 group of the automatic plan, not one of TP=8's 8 GPUs
+    two_nodes = plan_model(V3, H200x2, PlanOptions(tp=8, dp=1))
+    assert (two_nodes.layouts["dp_ep"]["dp"], two_nodes.layouts["dp_ep"]["tp"]) == (plan_model(V3, H200x2).dp, 1) == (16, 1)
