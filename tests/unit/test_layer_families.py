@@ -451,3 +451,29 @@ def test_granite_h_intermediate_size_is_mamba_expand_times_hidden():
     layout = layer_layout({**GRANITE_H, "mamba_expand": 4}, "g", 8)
     assert layout is not None and layout.mixer_params == _mamba2_mixer(512, 2048, 1, 8, 128, 4)
     assert layout.state is not None and layout.state.bytes_per_gpu(1, 2) == _mamba2_state_bytes(2048, 1, 8, 128, 128, 4, 1, 2, 2)
+
+
+def test_llama4_reads_its_chunk_and_rope_interval_and_names_the_file_in_each_error():
+    # llama4.py: a RoPE layer caches attention_chunk_size tokens; no_rope_layers derived from no_rope_layer_interval
+    # (every interval-th layer full) when the list is empty
+    layout = layer_layout({**SCOUT, "attention_chunk_size": 4096, "no_rope_layer_interval": 2}, "s", 48)
+    assert layout is not None and layout.describe() == "24 chunked-local (4,096) + 24 full attention"
+    for key in ("attention_chunk_size", "no_rope_layer_interval", "interleave_moe_layer_step"):
+        with pytest.raises(ModelSpecError) as err:
+            layer_layout({**SCOUT, key: "x"}, "m/config.json", 48)
+        assert str(err.value) == f"m/config.json: '{key}' must be a non-negative integer, got 'x'"
+    with pytest.raises(ModelSpecError) as err:
+        layer_layout({**SCOUT, "no_rope_layers": [1] * 47}, "m/config.json", 48)
+    assert str(err.value) == "m/config.json: 'no_rope_layers' must list the 48 layers"
+    assert err.value.hint and err.value.hint.startswith("orch sizes full, sliding-window, chunked")
+
+
+def test_an_unknown_layer_type_is_shown_to_40_characters_with_the_hint():
+    long_name = "a_layer_type_with_a_name_longer_than_forty_characters"
+    with pytest.raises(ModelSpecError) as err:
+        layer_layout({**GRANITE_H, "layer_types": [long_name] + GRANITE_H["layer_types"][1:]}, "m/config.json", 8)
+    assert str(err.value) == f"m/config.json: layer_types[0] names a layer type orch does not know: {long_name[:40]!r}"
+    assert err.value.hint == (
+        "orch sizes full, sliding-window, chunked, Mamba/linear-attention and indexer caches; "
+        "a new layer type needs vLLM's model file read first"
+    )
