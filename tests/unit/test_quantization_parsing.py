@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ModelSpecError
-from orchestrator.plan.quantization import Storage, parse_quantization
+from orchestrator.plan.quantization import Storage, matches_pattern, parse_quantization
 
 
 def _ct(ignore: list[str]) -> dict:
@@ -378,3 +378,66 @@ def test_compressed_tensors_without_a_mapping_of_config_groups_is_refused(groups
         parse_quantization(quant, "m/config.json")
     assert str(err.value) == "m/config.json: compressed-tensors quantization_config has no config_groups"
     assert err.value.hint == "check the checkpoint's config.json"
+
+
+def test_fp8_reads_its_blocks_its_exclusions_under_either_name_and_refuses_other_blocks():
+    # fp8.py: weight_block_size [block_n, block_k], one fp32 weight_scale_inv per block; ignored_layers or modules_to_not_convert
+    plain = parse_quantization({"quant_method": "fp8", "modules_to_not_convert": ["lm_head"]}, "q")
+    assert plain.ignore == ("lm_head",) and plain.rules == ((("Linear",), Storage(8, kind="fp8")),)
+    assert plain.scheme == "fp8 weights, per-tensor scales"
+    block = parse_quantization({"quant_method": "fp8", "weight_block_size": [128, 64]}, "q")
+    assert block.rules[0][1] == Storage(8, block=(128, 64), kind="fp8") and block.scheme == "fp8 weights, fp32 scale per 128x64 block"
+    assert parse_quantization({"quant_method": "fp8", "weight_block_size": [1, 1]}, "q").rules[0][1].block == (1, 1)
+    for bad in ([0, 128], [True, 128], [128.0, 128], [128], "128"):
+        with pytest.raises(ModelSpecError) as err:
+            parse_quantization({"quant_method": "fp8", "weight_block_size": bad}, "m/config.json")
+        assert str(err.value) == f"m/config.json: weight_block_size must be two positive integers, got {bad!r}"
+        assert err.value.hint == "vLLM expects e.g. [128, 128]"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({"quant_method": "fp8", "ignored_layers": [1, 2]}, "m/config.json")
+    assert str(err.value) == "m/config.json: quantization 'modules_to_not_convert' must be a list of module names"
+
+
+def test_modelopt_reads_exclusions_kv_cache_and_nvfp4_groups_as_vllm_does():
+    # modelopt.py: the config.json form lists "ignore" (or exclude_modules), hf_quant_config.json "exclude_modules";
+    # an fp8 KV cache is kv_cache_quant_algo FP8 or a kv_cache_scheme of 8-bit floats; NVFP4 groups of 16 unless set
+    fp8 = parse_quantization({"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["lm_head"]}, "q")
+    assert fp8.ignore == ("lm_head",) and fp8.rules == ((("Linear",), Storage(8, kind="fp8")),) and fp8.kv_cache_dtype is None
+    legacy = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8", "exclude_modules": ["lm_head"], "ignore": ["x"]}}
+    assert parse_quantization(legacy, "q").ignore == ("lm_head",)
+    for kv, dtype in (({"num_bits": 8, "type": "float"}, "fp8"), ({"num_bits": 4, "type": "float"}, None), ({"num_bits": 8, "type": "int"}, None)):
+        assert parse_quantization({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_scheme": kv}, "q").kv_cache_dtype == dtype
+    mixed_kv = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": "fp8",
+                "quantized_layers": {"model.layers.0.mlp.down_proj": {"quant_algo": "FP8"}}}  # fmt: skip
+    assert parse_quantization(mixed_kv, "q").kv_cache_dtype == "fp8"
+    nvfp4 = parse_quantization({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "q")
+    assert nvfp4.rules[0][1] == Storage(4, scale_bytes=1, group=16, kind="nvfp4") and nvfp4.dtype == "int4"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": "x"}, "m/c.json")
+    assert str(err.value) == "m/c.json: quantization 'group_size' must be an integer, got 'x'"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({"quant_method": "modelopt", "quant_algo": "FP8", "ignore": "lm_head"}, "m/c.json")
+    assert str(err.value) == "m/c.json: quantization 'exclude_modules' must be a list of module names"
+    for algo, shown in ((None, "'missing'"), ("int4_awq", "'INT4_AWQ'")):
+        with pytest.raises(ModelSpecError) as err:
+            parse_quantization({"quant_method": "modelopt", "quant_algo": algo}, "m/c.json")
+        assert str(err.value) == f"m/c.json: ModelOpt quant_algo {shown}; orch sizes FP8, NVFP4 and MIXED_PRECISION ModelOpt checkpoints"
+        assert err.value.hint and err.value.hint.startswith("orch sizes fp8, fbgemm_fp8, compressed-tensors")
+
+
+def test_a_quantization_config_that_is_not_an_object_or_a_bool_for_a_number_is_refused():
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization(["fp8"], "m/config.json")  # type: ignore[arg-type]
+    assert str(err.value) == "m/config.json: quantization_config must be a JSON object"
+    assert err.value.hint == "check the checkpoint's config.json"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({**GPTQ_LLAMA2, "group_size": True}, "m/config.json")
+    assert str(err.value) == "m/config.json: quantization 'group_size' must be an integer, got True"
+
+
+def test_matches_pattern_matches_a_target_as_a_name_suffix_and_other_modes_as_the_method_does():
+    assert matches_pattern("model.layers.0.mlp.down_proj", "down_proj", "target")
+    assert not matches_pattern("model.layers.0.mlp.down_proj_2", "down_proj", "target")
+    assert matches_pattern("model.layers.0.mlp.down_proj", "Linear", "target")
+    assert not matches_pattern("model.layers.0.mlp.down_proj", "down_proj", "exact")
+    assert matches_pattern("lm_head", "lm_head", "exact") and not matches_pattern("lm_head", "lm", "exact")
