@@ -477,3 +477,29 @@ def test_an_unknown_layer_type_is_shown_to_40_characters_with_the_hint():
         "orch sizes full, sliding-window, chunked, Mamba/linear-attention and indexer caches; "
         "a new layer type needs vLLM's model file read first"
     )
+
+
+# ---- every field a family reader takes from the config is read (a value other than the default changes the
+# layout: vLLM's model file reads it) and a bad value names the file and the field ----
+
+DEEPSEEK_V32_CFG = {"model_type": "deepseek_v32", "num_hidden_layers": 4, "index_topk": 2048, "index_head_dim": 128, "first_k_dense_replace": 3}
+READ_FIELDS = [
+    (JAMBA_15_MINI, "attn_layer_period", 4), (JAMBA_15_MINI, "attn_layer_offset", 2), (JAMBA_15_MINI, "expert_layer_period", 4),
+    (JAMBA_15_MINI, "expert_layer_offset", 0), (JAMBA_15_MINI, "mamba_d_state", 32), (JAMBA_15_MINI, "mamba_d_conv", 2),
+    (JAMBA_15_MINI, "mamba_expand", 4), (JAMBA_15_MINI, "mamba_dt_rank", 128),
+    (ZAMBA2, "mamba_ngroups", 2), (ZAMBA2, "mamba_d_conv", 2), (ZAMBA2, "mamba_expand", 4), (ZAMBA2, "num_mem_blocks", 2),
+    (CODESTRAL_MAMBA, "n_groups", 4), (CODESTRAL_MAMBA, "conv_kernel", 2), (CODESTRAL_MAMBA, "expand", 4),
+    (FALCON_MAMBA_7B, "conv_kernel", 2), (FALCON_MAMBA_7B, "time_step_rank", 128),
+    (NEMOTRON_NANO_9B, "n_groups", 4), (QWEN3_CODER_NEXT, "linear_conv_kernel_dim", 2),
+    (DEEPSEEK_V32_CFG, "index_head_dim", 64), (DEEPSEEK_V32_CFG, "first_k_dense_replace", 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("cfg", "key", "value"), READ_FIELDS, ids=[f"{c['model_type']}-{k}" for c, k, _ in READ_FIELDS])
+def test_each_field_a_family_reads_changes_its_layout_and_a_bad_one_names_the_file(cfg, key, value):
+    n = cfg["num_hidden_layers"]
+    assert cfg.get(key) != value
+    assert layer_layout({**cfg, key: value}, "c", n) != layer_layout(cfg, "c", n)
+    with pytest.raises(ModelSpecError) as err:
+        layer_layout({**cfg, key: "x"}, "m/config.json", n)
+    assert str(err.value) == f"m/config.json: '{key}' must be a non-negative integer, got 'x'"
