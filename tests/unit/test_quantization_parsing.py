@@ -441,3 +441,26 @@ def test_matches_pattern_matches_a_target_as_a_name_suffix_and_other_modes_as_th
     assert matches_pattern("model.layers.0.mlp.down_proj", "Linear", "target")
     assert not matches_pattern("model.layers.0.mlp.down_proj", "down_proj", "exact")
     assert matches_pattern("lm_head", "lm_head", "exact") and not matches_pattern("lm_head", "lm", "exact")
+
+
+def test_compressed_tensors_groups_default_to_linear_and_join_their_schemes():
+    int8 = {"weights": {"num_bits": 8, "strategy": "channel"}, "input_activations": {"num_bits": 8}}
+    fp8 = {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}, "targets": ["re:.*mlp.*"]}
+    both = parse_quantization({"quant_method": "compressed-tensors", "config_groups": {"a": int8, "b": fp8}}, "q")
+    assert both.rules[0][0] == ("Linear",) and both.rules[1][0] == ("re:.*mlp.*",)
+    assert both.scheme == "W8A8: int8 weights (channel scales); W8A16: fp8 weights (channel scales)"
+    # two 8-bit schemes rank alike: the summary is the first group's
+    assert both.dtype == "int8"
+    assert parse_quantization({"quant_method": "compressed-tensors", "config_groups": {"b": fp8, "a": int8}}, "q").dtype == "fp8"
+    empty_targets = parse_quantization({"quant_method": "compressed-tensors", "config_groups": {"a": {**int8, "targets": []}}}, "q")
+    assert empty_targets.rules[0][0] == ("Linear",)
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({"quant_method": "compressed-tensors", "config_groups": {"kv": {"input_activations": {"num_bits": 8}}}}, "m/c.json")
+    assert str(err.value) == "m/c.json: no compressed-tensors config group quantizes weights"
+    assert err.value.hint == "check the checkpoint's config.json"
+
+
+def test_autoawq_and_autogptq_method_names_are_read_as_awq_and_gptq():
+    # vLLM's QuantizationMethods name them awq / gptq; AutoAWQ / AutoGPTQ exports may write auto_awq / auto_gptq
+    assert parse_quantization({**AWQ_4BIT, "quant_method": "auto_awq"}, "q").method == "awq"
+    assert parse_quantization({**GPTQ_LLAMA2, "quant_method": "auto_gptq"}, "q").method == "gptq"
