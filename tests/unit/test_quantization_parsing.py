@@ -464,3 +464,40 @@ def test_autoawq_and_autogptq_method_names_are_read_as_awq_and_gptq():
     # vLLM's QuantizationMethods name them awq / gptq; AutoAWQ / AutoGPTQ exports may write auto_awq / auto_gptq
     assert parse_quantization({**AWQ_4BIT, "quant_method": "auto_awq"}, "q").method == "awq"
     assert parse_quantization({**GPTQ_LLAMA2, "quant_method": "auto_gptq"}, "q").method == "gptq"
+
+
+def test_awq_per_channel_scales_its_head_and_its_storage():
+    # auto_awq.py: group_size -1 is one group per input row (a scale per output channel); lm_head quantized when told
+    channel = parse_quantization({**AWQ_4BIT, "group_size": -1, "lm_head": True}, "q")
+    assert channel.rules[0][1] == Storage(4, scale_bytes=2, group=0, per_channel=True, zero_point_bits=4, kind="int4")
+    assert channel.scheme == "int4 weights, group per channel, fp16 scales, zero points" and channel.lm_head is True
+    assert parse_quantization(AWQ_4BIT, "q").rules[0][1] == Storage(4, scale_bytes=2, group=128, zero_point_bits=4, kind="int4")
+
+
+def test_a_bitsandbytes_checkpoint_is_refused_with_vllms_reason():
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({"quant_method": "bitsandbytes", "load_in_4bit": True}, "m/config.json")
+    assert str(err.value) == ("m/config.json: a bitsandbytes checkpoint; vLLM 0.29 and 0.32 cannot load it (bitsandbytes is not among "
+                              "their quantization methods, vllm/model_executor/layers/quantization/__init__.py)")  # fmt: skip
+    assert err.value.hint == "use an AWQ, GPTQ or compressed-tensors checkpoint of the model, or the 16-bit one with --dtype fp8"
+
+
+def test_storage_for_resolves_targets_regexes_experts_and_unlisted_modules():
+    # compressed-tensors: a group's re: target matches module names with re.match; other modules stay 16-bit
+    mlp_only = {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "strategy": "group", "group_size": 128},
+                                                                          "targets": ["re:.*mlp.*"]}}}  # fmt: skip
+    quant = parse_quantization(mlp_only, "q")
+    assert quant.storage_for(("model.layers.0.mlp.down_proj",)) == quant.rules[0][1]
+    assert quant.storage_for(("model.layers.0.self_attn.o_proj",)) is None
+    named = parse_quantization({**mlp_only, "config_groups": {"g": {**mlp_only["config_groups"]["g"], "targets": ["down_proj"]}}}, "q")
+    assert named.storage_for(("model.layers.0.mlp.down_proj",)) is not None and named.storage_for(("model.layers.0.mlp.up_proj",)) is None
+    # ModelOpt MIXED_PRECISION: routed experts resolve through their own entry; an unlisted module stays 16-bit
+    mixed = parse_quantization(_mp({"model.layers.0.mlp.experts": {"quant_algo": "NVFP4"}}), "q")
+    assert mixed.storage_for(("model.layers.0.mlp.experts.0.gate_proj",), expert=True) == Storage(4, scale_bytes=1, group=16, kind="nvfp4")
+    assert mixed.storage_for(("model.layers.0.self_attn.o_proj",)) is None
+
+
+def test_a_block_scale_counts_output_and_input_blocks_and_a_group_of_one_has_a_scale_per_weight():
+    # fp8.py: weight_scale_inv [ceil(n_out / block_n), ceil(n_in / block_k)] fp32; wNa16: one scale per group of inputs
+    assert Storage(8, block=(128, 64), kind="fp8").matrix_bytes(4096, 1024) == 4096 * 1024 + (1024 // 128) * (4096 // 64) * 4
+    assert Storage(4, scale_bytes=2, group=1).matrix_bytes(64, 32) == 64 * 32 / 2 + 64 * 32 * 2
