@@ -226,6 +226,9 @@ def test_when_nothing_fits_the_reason_says_so():
     assert (kimi.dp, kimi.tp, kimi.pp) == (1, 8, 2)
     assert _layout_reason(kimi) == "layout: no DP x EP layout fits, so TP x PP"
     assert kimi.layouts["dp_ep"]["fits"] is False  # the table still shows the DP layout tried
+    # ... as serving nothing: no replica, no KV token over the cluster
+    assert (kimi.layouts["dp_ep"]["replicas"], kimi.layouts["dp_ep"]["kv_cache_tokens_cluster"]) == (0, 0)
+    assert kimi.layouts["dp_ep"]["max_concurrency_cluster"] == 0
 
 
 def test_equal_kv_tokens_keep_tp_x_pp():
@@ -286,3 +289,36 @@ def test_dp_layouts_leave_out_the_splits_vllm_refuses_for_block_fp8_experts():
     assert dp_layouts(QWEN, H100x2, PlanOptions(vllm_version="0.29.0", expert_parallel=False)) == [(2, 1), (4, 1), (2, 2)]
     with_ep = dp_layouts(QWEN, H100x2, PlanOptions(vllm_version="0.29.0"))
     assert {dp * tp for dp, tp in with_ep} == {2, 4, 8, 16} and (2, 8) in with_ep and (8, 1) in with_ep
+
+
+def test_a_rank_tp_vllm_refuses_for_the_model_is_a_dp_problem_too():
+    # Qwen3-235B-A22B: 64 attention heads, 4 KV heads (config.json); vLLM splits both by the rank's TP
+    assert (QWEN3.heads, QWEN3.kv_heads) == (64, 4)
+    assert dp_problem(QWEN3, H200x1, 2, 3) == "TP=3 does not divide the 64 attention heads"
+    assert dp_problem(QWEN3, H200x1, 2, 0) == "TP must be at least 1, got 0"
+    with pytest.raises(PlanError, match="TP=3 does not divide the 64 attention heads"):
+        plan_model(QWEN3, H200x1, PlanOptions(dp=2, tp=3))
+
+
+def test_a_group_over_nodes_counts_whole_ranks_and_nodes_in_the_json():
+    # DeepSeek-V3, DP=16 over 2 x 8 H200: 8 ranks on each node (data_parallel_size_local), 2 nodes, as integers
+    dp = plan_model(V3, H200x2).layouts["dp_ep"]
+    assert (dp["dp_ranks_per_node"], dp["nodes_per_replica"]) == (8, 2)
+    assert type(dp["dp_ranks_per_node"]) is int and type(dp["nodes_per_replica"]) is int
+    # one GPU per node: a DP=2 group of Mixtral-8x7B takes 2 nodes, one rank each
+    one_gpu = make_shape(gpu_type_name="H200-141GB", gpus_per_node=1, nodes=2)
+    pair = plan_model(MIXTRAL, one_gpu, PlanOptions(dp=2)).layouts["dp_ep"]
+    assert (pair["dp_ranks_per_node"], pair["nodes_per_replica"], pair["gpus_per_replica"]) == (1, 2, 2)
+
+
+def test_the_dp_layout_beside_a_forced_tp_x_pp_is_the_automatic_one():
+    # --tp 8 --dp 1 force the TP x PP layout; the DP x EP layout shown beside it is the one the automatic choice
+    # weighs (any TP, any DP), not one bound by the forced flags
+    forced = plan_model(V3, H200x1, PlanOptions(tp=8, dp=1))
+    assert (forced.dp, forced.tp) == (1, 8)
+    auto = plan_model(V3, H200x1)
+    assert forced.layouts["dp_ep"]["tp"] == auto.layouts["dp_ep"]["tp"] == 1
+    assert forced.layouts["dp_ep"]["dp"] == auto.layouts["dp_ep"]["dp"] == 8
+    # for MLA the choice weighs groups of any size: on 2 nodes the DP=16 group of the automatic plan, not one of TP=8's 8 GPUs
+    two_nodes = plan_model(V3, H200x2, PlanOptions(tp=8, dp=1))
+    assert (two_nodes.layouts["dp_ep"]["dp"], two_nodes.layouts["dp_ep"]["tp"]) == (plan_model(V3, H200x2).dp, 1) == (16, 1)

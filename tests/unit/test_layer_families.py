@@ -399,3 +399,107 @@ def test_falcon_h1_runs_attention_and_mamba2_side_by_side_with_d_ssm_or_expand_t
     assert layout.state is not None and layout.state.bytes_per_gpu(2, 2) == _mamba2_state_bytes(3072, 1, 48, 64, 256, 4, 2, 2, 2)
     expand = layer_layout({k: v for k, v in FALCON_H1.items() if k != "mamba_d_ssm"}, "f", 24)
     assert expand is not None and expand.mixer_params == _mamba2_mixer(2048, 4096, 1, 48, 256, 4)
+
+
+# ---- every reader names the file and the field it cannot read (a bad config exits 2 naming both) ----
+
+GEMMA3_27B_TEXT = {**GEMMA3_27B, "model_type": "gemma3_text"}
+KIMI_LINEAR = {"model_type": "kimi_linear", "num_hidden_layers": 4, "hidden_size": 2304, "num_attention_heads": 32, "vocab_size": 163840,
+               "linear_attn_config": {"kda_layers": [1, 2, 3], "num_heads": 32, "head_dim": 128}}  # fmt: skip
+REQUIRED_FIELDS = [
+    (QWEN3_CODER_NEXT, ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "hidden_size")),
+    (KIMI_LINEAR, ("hidden_size",)),
+    (NEMOTRON_NANO_9B, ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "conv_kernel", "hidden_size")),
+    (GRANITE_H, ("hidden_size", "mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_d_conv")),
+    (JAMBA_15_MINI, ("hidden_size",)),
+    (FALCON_H1, ("hidden_size", "mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups", "mamba_d_conv")),
+    (ZAMBA2, ("hidden_size", "n_mamba_heads", "mamba_headdim", "mamba_d_state")),
+    (CODESTRAL_MAMBA, ("hidden_size", "num_heads", "head_dim", "state_size")),
+    (FALCON_MAMBA_7B, ("hidden_size", "intermediate_size", "state_size")),
+    (GEMMA3_27B_TEXT, ("sliding_window",)),
+]
+CASES = [(cfg, key) for cfg, keys in REQUIRED_FIELDS for key in keys]
+
+
+@pytest.mark.parametrize(("cfg", "key"), CASES, ids=[f"{c['model_type']}-{k}" for c, k in CASES])
+def test_a_missing_or_bad_layer_field_names_the_file_and_the_field(cfg, key):
+    n = cfg["num_hidden_layers"]
+    with pytest.raises(ModelSpecError) as err:
+        layer_layout({k: v for k, v in cfg.items() if k != key}, "m/config.json", n)
+    assert str(err.value) == f"m/config.json: config is missing '{key}', which sizes this model's layers"
+    assert err.value.hint and err.value.hint.startswith("orch sizes full, sliding-window, chunked, Mamba/linear-attention and indexer caches")
+    with pytest.raises(ModelSpecError) as err:
+        layer_layout({**cfg, key: "x"}, "m/config.json", n)
+    assert str(err.value) == f"m/config.json: '{key}' must be a non-negative integer, got 'x'"
+
+
+@pytest.mark.parametrize(("cfg", "key"), [(GRANITE_H, "layer_types"), (ZAMBA2, "layers_block_type"), (QWEN3_CODER_NEXT, "layer_types")])
+def test_a_short_layer_list_names_the_file_and_the_field(cfg, key):
+    n = cfg["num_hidden_layers"]
+    short = cfg[key][: n - 1] if cfg.get(key) else ["full_attention"] * (n - 1)
+    with pytest.raises(ModelSpecError) as err:
+        layer_layout({**cfg, key: short}, "m/config.json", n)
+    assert str(err.value).startswith(f"m/config.json: '{key}' must list the {n} layers, got ")
+    bad = ["moe"] + list(cfg[key][1:]) if cfg.get(key) else ["moe"] + ["full_attention"] * (n - 1)
+    with pytest.raises(ModelSpecError) as err:
+        layer_layout({**cfg, key: bad}, "m/config.json", n)
+    assert str(err.value) == f"m/config.json: {'layers_block_type' if key == 'layers_block_type' else 'layer_types'}[0] names a layer type orch does not know: 'moe'"
+
+
+def test_granite_h_intermediate_size_is_mamba_expand_times_hidden():
+    # granitemoehybrid.py: intermediate_size=config.mamba_expand * config.hidden_size
+    layout = layer_layout({**GRANITE_H, "mamba_expand": 4}, "g", 8)
+    assert layout is not None and layout.mixer_params == _mamba2_mixer(512, 2048, 1, 8, 128, 4)
+    assert layout.state is not None and layout.state.bytes_per_gpu(1, 2) == _mamba2_state_bytes(2048, 1, 8, 128, 128, 4, 1, 2, 2)
+
+
+def test_llama4_reads_its_chunk_and_rope_interval_and_names_the_file_in_each_error():
+    # llama4.py: a RoPE layer caches attention_chunk_size tokens; no_rope_layers derived from no_rope_layer_interval
+    # (every interval-th layer full) when the list is empty
+    layout = layer_layout({**SCOUT, "attention_chunk_size": 4096, "no_rope_layer_interval": 2}, "s", 48)
+    assert layout is not None and layout.describe() == "24 chunked-local (4,096) + 24 full attention"
+    for key in ("attention_chunk_size", "no_rope_layer_interval", "interleave_moe_layer_step"):
+        with pytest.raises(ModelSpecError) as err:
+            layer_layout({**SCOUT, key: "x"}, "m/config.json", 48)
+        assert str(err.value) == f"m/config.json: '{key}' must be a non-negative integer, got 'x'"
+    with pytest.raises(ModelSpecError) as err:
+        layer_layout({**SCOUT, "no_rope_layers": [1] * 47}, "m/config.json", 48)
+    assert str(err.value) == "m/config.json: 'no_rope_layers' must list the 48 layers"
+    assert err.value.hint and err.value.hint.startswith("orch sizes full, sliding-window, chunked")
+
+
+def test_an_unknown_layer_type_is_shown_to_40_characters_with_the_hint():
+    long_name = "a_layer_type_with_a_name_longer_than_forty_characters"
+    with pytest.raises(ModelSpecError) as err:
+        layer_layout({**GRANITE_H, "layer_types": [long_name] + GRANITE_H["layer_types"][1:]}, "m/config.json", 8)
+    assert str(err.value) == f"m/config.json: layer_types[0] names a layer type orch does not know: {long_name[:40]!r}"
+    assert err.value.hint == (
+        "orch sizes full, sliding-window, chunked, Mamba/linear-attention and indexer caches; "
+        "a new layer type needs vLLM's model file read first"
+    )
+
+
+# ---- every field a family reader takes from the config is read (a value other than the default changes the
+# layout: vLLM's model file reads it) and a bad value names the file and the field ----
+
+DEEPSEEK_V32_CFG = {"model_type": "deepseek_v32", "num_hidden_layers": 4, "index_topk": 2048, "index_head_dim": 128, "first_k_dense_replace": 3}
+READ_FIELDS = [
+    (JAMBA_15_MINI, "attn_layer_period", 4), (JAMBA_15_MINI, "attn_layer_offset", 2), (JAMBA_15_MINI, "expert_layer_period", 4),
+    (JAMBA_15_MINI, "expert_layer_offset", 0), (JAMBA_15_MINI, "mamba_d_state", 32), (JAMBA_15_MINI, "mamba_d_conv", 2),
+    (JAMBA_15_MINI, "mamba_expand", 4), (JAMBA_15_MINI, "mamba_dt_rank", 128),
+    (ZAMBA2, "mamba_ngroups", 2), (ZAMBA2, "mamba_d_conv", 2), (ZAMBA2, "mamba_expand", 4), (ZAMBA2, "num_mem_blocks", 2),
+    (CODESTRAL_MAMBA, "n_groups", 4), (CODESTRAL_MAMBA, "conv_kernel", 2), (CODESTRAL_MAMBA, "expand", 4),
+    (FALCON_MAMBA_7B, "conv_kernel", 2), (FALCON_MAMBA_7B, "time_step_rank", 128),
+    (NEMOTRON_NANO_9B, "n_groups", 4), (QWEN3_CODER_NEXT, "linear_conv_kernel_dim", 2),
+    (DEEPSEEK_V32_CFG, "index_head_dim", 64), (DEEPSEEK_V32_CFG, "first_k_dense_replace", 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("cfg", "key", "value"), READ_FIELDS, ids=[f"{c['model_type']}-{k}" for c, k, _ in READ_FIELDS])
+def test_each_field_a_family_reads_changes_its_layout_and_a_bad_one_names_the_file(cfg, key, value):
+    n = cfg["num_hidden_layers"]
+    assert cfg.get(key) != value
+    assert layer_layout({**cfg, key: value}, "c", n) != layer_layout(cfg, "c", n)
+    with pytest.raises(ModelSpecError) as err:
+        layer_layout({**cfg, key: "x"}, "m/config.json", n)
+    assert str(err.value) == f"m/config.json: '{key}' must be a non-negative integer, got 'x'"

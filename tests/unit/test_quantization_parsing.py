@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ModelSpecError
-from orchestrator.plan.quantization import parse_quantization
+from orchestrator.plan.quantization import Storage, matches_pattern, parse_quantization
 
 
 def _ct(ignore: list[str]) -> dict:
@@ -118,6 +118,21 @@ def test_gptq_reads_bits_group_and_act_order_and_keeps_the_head_16_bit_unless_to
     assert cs is not None and (cs.group, cs.per_channel) == (0, True)
     with pytest.raises(ModelSpecError, match="quantization 'bits' must be one of 2, 3, 4, 8, got 5"):
         parse_quantization({**GPTQ_LLAMA2, "bits": 5}, "q")
+    assert storage.kind == "int4" and parse_quantization({**GPTQ_LLAMA2, "bits": 8}, "q").rules[0][1].kind == "int8"
+
+
+@pytest.mark.parametrize("key", ["bits", "group_size"])
+def test_a_gptq_config_without_bits_or_group_size_names_the_file_and_the_key(key):
+    # auto_gptq.py from_config: cls.get_from_keys(config, ["bits"]) / ["group_size"], no default
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({k: v for k, v in GPTQ_LLAMA2.items() if k != key}, "m/config.json")
+    assert str(err.value) == f"m/config.json: the gptq quantization_config has no '{key}', which vLLM needs to load it"
+    assert err.value.hint == f"check the checkpoint's quantization config ({key})"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({**GPTQ_LLAMA2, key: "x"}, "m/config.json")
+    wanted = "one of 2, 3, 4, 8" if key == "bits" else "an integer"
+    assert str(err.value) == f"m/config.json: quantization '{key}' must be {wanted}, got 'x'"
+    assert err.value.hint == "check the checkpoint's quantization config"
 
 
 def test_awq_takes_autoawqs_own_key_names_as_vllm_does():
@@ -202,3 +217,287 @@ def test_a_block_scale_covers_a_partial_block_too():
     assert storage.bytes_per_param(192, 4096) == storage.matrix_bytes(192, 4096) / (192 * 4096)
     with pytest.raises(ModelSpecError, match=r"weight_block_size must be two positive integers, got \[128\]"):
         parse_quantization({"quant_method": "fp8", "weight_block_size": [128]}, "q")
+
+
+AWQ_4BIT = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+
+
+@pytest.mark.parametrize(("key", "keys"), [("bits", "bits or w_bit"), ("group_size", "group_size or q_group_size")])
+def test_an_awq_config_without_bits_or_group_size_names_the_file_and_both_key_names(key, keys):
+    # auto_awq.py from_config: get_from_keys(config, ["w_bit", "bits"]) / ["q_group_size", "group_size"], no default
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({k: v for k, v in AWQ_4BIT.items() if k != key}, "m/config.json")
+    assert str(err.value) == f"m/config.json: the awq quantization_config has no '{key}', which vLLM needs to load it"
+    assert err.value.hint == f"check the checkpoint's quantization config ({keys})"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({**AWQ_4BIT, key: "x"}, "m/config.json")
+    wanted = "one of 4, 8" if key == "bits" else "an integer"
+    assert str(err.value) == f"m/config.json: quantization '{key}' must be {wanted}, got 'x'"
+
+
+def test_awq_loads_4_bits_and_8_through_marlin_and_nothing_else():
+    # auto_awq.py: TYPE_MAP {4: uint4}; "For 8-bit AWQ, use Marlin backend" (awq:marlin); other widths are refused
+    assert parse_quantization({**AWQ_4BIT, "bits": 8}, "q").dtype == "int8"
+    for bits in (2, 3):
+        with pytest.raises(ModelSpecError) as err:
+            parse_quantization({**AWQ_4BIT, "bits": bits}, "m/config.json")
+        assert str(err.value) == f"m/config.json: quantization 'bits' must be one of 4, 8, got {bits}"
+
+
+@pytest.mark.parametrize("quant", [AWQ_4BIT, GPTQ_LLAMA2, {"quant_method": "fp8"}, {"quant_method": "fbgemm_fp8"}, {"quant_method": "mxfp4"}],
+                         ids=["awq", "gptq", "fp8", "fbgemm_fp8", "mxfp4"])  # fmt: skip
+def test_modules_to_not_convert_must_be_a_list_of_names(quant):
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({**quant, "modules_to_not_convert": "lm_head"}, "m/config.json")
+    assert str(err.value) == "m/config.json: quantization 'modules_to_not_convert' must be a list of module names"
+    assert err.value.hint == "check the checkpoint's quantization config"
+
+
+# ---- ModelOpt MIXED_PRECISION and compressed-tensors, field by field (vLLM 0.32.0 modelopt.py LINEAR_ALGOS,
+# ModelOptMixedPrecisionConfig; compressed-tensors QuantizationArgs defaults) ----
+
+
+def _mp(layers: object, **extra) -> dict:
+    return {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": layers, **extra}
+
+
+@pytest.mark.parametrize(
+    ("entry", "storage"),
+    [
+        ({"quant_algo": "FP8"}, Storage(8, kind="fp8")),  # per-tensor scales
+        ({"quant_algo": "FP8_PER_CHANNEL_PER_TOKEN"}, Storage(8, per_channel=True, kind="fp8")),
+        ({"quant_algo": "FP8_PB_WO"}, Storage(8, block=(128, 128), kind="fp8")),  # block 128 when unset
+        ({"quant_algo": "FP8_BLOCK_SCALES", "group_size": 64}, Storage(8, block=(64, 64), kind="fp8")),
+        ({"quant_algo": "NVFP4"}, Storage(4, scale_bytes=1, group=16, kind="nvfp4")),  # fp8 scale per 16 when unset
+        ({"quant_algo": "w4a16_nvfp4", "group_size": 32}, Storage(4, scale_bytes=1, group=32, kind="nvfp4")),
+        ({"quant_algo": "MXFP8"}, Storage(8, scale_bytes=1, group=32, kind="fp8")),  # an e8m0 byte per 32
+    ],
+    ids=["fp8", "fp8-channel", "fp8-block-default", "fp8-block-64", "nvfp4-default", "w4a16-nvfp4", "mxfp8"],
+)
+def test_each_mixed_precision_algo_stores_what_vllm_allocates(entry, storage):
+    quant = parse_quantization(_mp({"model.layers.0.self_attn.o_proj": entry}), "q")
+    assert quant.per_layer == (("model.layers.0.self_attn.o_proj", storage),)
+    assert quant.storage_for(("model.layers.0.self_attn.o_proj",)) == storage
+    assert quant.dtype == ("int4" if storage.weight_bits == 4 else "fp8")
+
+
+def test_a_mixed_precision_checkpoint_reads_its_summary_head_and_kv_cache():
+    layers = {**{f"model.layers.0.self_attn.{p}": {"quant_algo": "FP8"} for p in ("q_proj", "k_proj", "v_proj", "o_proj")},
+              "model.layers.0.mlp.experts": {"quant_algo": "NVFP4", "group_size": 16}}  # fmt: skip
+    quant = parse_quantization(_mp(layers, kv_cache_quant_algo="FP8"), "q")
+    assert quant.scheme == "MIXED_PRECISION per layer: 4 FP8, 1 NVFP4 entries; the rest 16-bit"
+    assert (quant.method, quant.dtype, quant.match, quant.kv_cache_dtype, quant.lm_head) == ("modelopt", "int4", "modelopt", "fp8", False)
+    assert parse_quantization(_mp(layers), "q").kv_cache_dtype is None
+    # the output head is quantized when the table names it, under any of the names vLLM gives it
+    for head in ("lm_head", "language_model.lm_head", "model.language_model.lm_head"):
+        assert parse_quantization(_mp({**layers, head: {"quant_algo": "FP8"}}), "q").lm_head is True
+
+
+def test_routed_experts_take_their_own_entry_before_any_other_key_of_their_mlp():
+    # _resolve_quant_algo step 3: "...mlp.experts" itself, else the first key under it, else the first under "...mlp."
+    gate_first = {"model.layers.0.mlp.gate": {"quant_algo": "FP8"}, "model.layers.0.mlp.experts": {"quant_algo": "NVFP4"}}
+    quant = parse_quantization(_mp(gate_first), "q")
+    assert quant.per_layer_entry(("model.layers.0.mlp.experts.0.gate_proj",), expert=True) == "model.layers.0.mlp.experts"
+    per_expert = {"model.layers.0.mlp.gate": {"quant_algo": "FP8"}, "model.layers.0.mlp.experts.3.up_proj": {"quant_algo": "NVFP4"}}
+    quant = parse_quantization(_mp(per_expert), "q")
+    assert quant.per_layer_entry(("model.layers.0.mlp.experts.0.gate_proj",), expert=True) == "model.layers.0.mlp.experts.3.up_proj"
+    only_mlp = parse_quantization(_mp({"model.layers.0.mlp.gate": {"quant_algo": "FP8"}}), "q")
+    assert only_mlp.per_layer_entry(("model.layers.0.mlp.experts.0.gate_proj",), expert=True) == "model.layers.0.mlp.gate"
+    assert only_mlp.per_layer_entry(("model.layers.1.mlp.experts.0.gate_proj",), expert=True) is None
+    # a later candidate name is tried when the first has no entry; a name with its own entry wins over its shards
+    assert quant.per_layer_entry(("model.layers.1.mlp.experts.0.gate_proj", "model.layers.0.mlp.experts.0.gate_proj"), expert=True) == (
+        "model.layers.0.mlp.experts.3.up_proj")
+    fused = parse_quantization(_mp({"model.layers.0.self_attn.k_proj": {"quant_algo": "FP8"},
+                                    "model.layers.0.self_attn.q_proj": {"quant_algo": "NVFP4"}}), "q")  # fmt: skip
+    assert fused.per_layer_entry(("model.layers.0.self_attn.q_proj",)) == "model.layers.0.self_attn.q_proj"
+    assert fused.per_layer_entry(("model.layers.0.self_attn.v_proj",)) == "model.layers.0.self_attn.q_proj"  # the first shard listed
+    assert fused.per_layer_entry(("model.layers.0.self_attn.o_proj",)) is None
+    assert fused.per_layer_entry(("model.layers.0.mlp.up_proj",)) is None
+
+
+def test_a_mixed_precision_table_vllm_refuses_is_refused_word_for_word():
+    for layers in (None, {}):
+        with pytest.raises(ModelSpecError) as err:
+            parse_quantization(_mp(layers), "m/hf_quant_config.json")
+        assert str(err.value) == ("m/hf_quant_config.json: ModelOpt MIXED_PRECISION without a quantized_layers mapping; vLLM refuses it "
+                                  "(\"MIXED_PRECISION quant_algo requires a non-empty 'quantized_layers' mapping\")")  # fmt: skip
+        assert err.value.hint == "check the checkpoint's hf_quant_config.json / quantization_config"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization(_mp({"model.layers.0.mlp.down_proj": "FP8"}), "m/hf_quant_config.json")
+    assert str(err.value) == "m/hf_quant_config.json: quantized_layers entry 'model.layers.0.mlp.down_proj' must be an object with a quant_algo"
+    assert err.value.hint == "check the checkpoint's quantized_layers"
+    for entry, shown in (({}, "'missing'"), ({"quant_algo": "int8"}, "'INT8'")):
+        with pytest.raises(ModelSpecError) as err:
+            parse_quantization(_mp({"model.layers.0.mlp.down_proj": entry}), "m/hf_quant_config.json")
+        assert str(err.value) == (f"m/hf_quant_config.json: quantized_layers entry 'model.layers.0.mlp.down_proj' has quant_algo {shown}, "
+                                  "which vLLM's ModelOpt MIXED_PRECISION does not load (FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4, "
+                                  "W4A16_NVFP4, MXFP8)")  # fmt: skip
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization(_mp({"model.layers.0.mlp.down_proj": {"quant_algo": "FP8_PB_WO", "group_size": "x"}}), "m/c.json")
+    assert str(err.value) == "m/c.json: quantization 'model.layers.0.mlp.down_proj.group_size' must be an integer, got 'x'"
+
+
+def test_compressed_tensors_weights_default_to_int_symmetric_and_name_each_field():
+    # QuantizationArgs: type "int", symmetric True when unset; a float 4-bit group is NVFP4 (16 per scale unless set)
+    default = parse_quantization(_ct_group({"num_bits": 4, "strategy": "group", "group_size": 128}), "q").rules[0][1]
+    assert default == Storage(4, scale_bytes=2, group=128, per_channel=False, zero_point_bits=0, kind="int4")
+    nvfp4 = parse_quantization(_ct_group({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 32}), "q")
+    assert nvfp4.rules[0][1] == Storage(4, scale_bytes=1, group=32, kind="nvfp4") and nvfp4.scheme == "W4A16: NVFP4 weights, fp8 scale per 32"
+    channel = parse_quantization(_ct_group({"num_bits": 8, "type": "float", "strategy": "channel"}), "q").rules[0][1]
+    assert channel == Storage(8, per_channel=True, kind="fp8")
+    tensor = parse_quantization(_ct_group({"num_bits": 8, "type": "float"}), "q").rules[0][1]
+    assert tensor == Storage(8, kind="fp8")
+    # int8 in groups is a wNa16 scheme (16-bit scale per group), not W8A8's per-channel one
+    int8_group = parse_quantization(_ct_group({"num_bits": 8, "strategy": "group", "group_size": 128}), "q").rules[0][1]
+    assert int8_group == Storage(8, scale_bytes=2, group=128, kind="int8")
+    for weights in ({"num_bits": 4, "type": "float", "group_size": "x"}, {"num_bits": 4, "strategy": "group", "group_size": "x"}):
+        with pytest.raises(ModelSpecError) as err:
+            parse_quantization(_ct_group(weights), "m/config.json")
+        assert str(err.value) == "m/config.json (config_groups.group_0): quantization 'group_size' must be an integer, got 'x'"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({**_ct_group({"num_bits": 4, "strategy": "group", "group_size": 128}), "ignore": "lm_head"}, "m/config.json")
+    assert str(err.value) == "m/config.json: quantization 'ignore' must be a list of module names"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({**_ct_group({"num_bits": 4, "strategy": "group", "group_size": 128}), "ignore": ["re:(.*)*x"]}, "m/config.json")
+    assert str(err.value).startswith("m/config.json: quantization 'ignore' holds 're:(.*)*x' with a repetition inside a repetition")
+
+
+def test_a_group_size_of_one_is_a_group_and_0_or_minus_1_is_per_channel():
+    # GPTQ / AWQ / compressed-tensors: group_size -1 (or 0) is one group over the whole input row
+    for size, group in ((1, 1), (0, 0), (-1, 0)):
+        storage = parse_quantization({**GPTQ_LLAMA2, "group_size": size}, "q").rules[0][1]
+        assert (storage.group, storage.per_channel) == (group, group == 0)
+
+
+@pytest.mark.parametrize("groups", [None, {}, ["group_0"]], ids=["absent", "empty", "a-list"])
+def test_compressed_tensors_without_a_mapping_of_config_groups_is_refused(groups):
+    quant = {"quant_method": "compressed-tensors", "format": "pack-quantized"}
+    if groups is not None:
+        quant["config_groups"] = groups
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization(quant, "m/config.json")
+    assert str(err.value) == "m/config.json: compressed-tensors quantization_config has no config_groups"
+    assert err.value.hint == "check the checkpoint's config.json"
+
+
+def test_fp8_reads_its_blocks_its_exclusions_under_either_name_and_refuses_other_blocks():
+    # fp8.py: weight_block_size [block_n, block_k], one fp32 weight_scale_inv per block; ignored_layers or modules_to_not_convert
+    plain = parse_quantization({"quant_method": "fp8", "modules_to_not_convert": ["lm_head"]}, "q")
+    assert plain.ignore == ("lm_head",) and plain.rules == ((("Linear",), Storage(8, kind="fp8")),)
+    assert plain.scheme == "fp8 weights, per-tensor scales"
+    block = parse_quantization({"quant_method": "fp8", "weight_block_size": [128, 64]}, "q")
+    assert block.rules[0][1] == Storage(8, block=(128, 64), kind="fp8") and block.scheme == "fp8 weights, fp32 scale per 128x64 block"
+    assert parse_quantization({"quant_method": "fp8", "weight_block_size": [1, 1]}, "q").rules[0][1].block == (1, 1)
+    for bad in ([0, 128], [True, 128], [128.0, 128], [128], "128"):
+        with pytest.raises(ModelSpecError) as err:
+            parse_quantization({"quant_method": "fp8", "weight_block_size": bad}, "m/config.json")
+        assert str(err.value) == f"m/config.json: weight_block_size must be two positive integers, got {bad!r}"
+        assert err.value.hint == "vLLM expects e.g. [128, 128]"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({"quant_method": "fp8", "ignored_layers": [1, 2]}, "m/config.json")
+    assert str(err.value) == "m/config.json: quantization 'modules_to_not_convert' must be a list of module names"
+
+
+def test_modelopt_reads_exclusions_kv_cache_and_nvfp4_groups_as_vllm_does():
+    # modelopt.py: the config.json form lists "ignore" (or exclude_modules), hf_quant_config.json "exclude_modules";
+    # an fp8 KV cache is kv_cache_quant_algo FP8 or a kv_cache_scheme of 8-bit floats; NVFP4 groups of 16 unless set
+    fp8 = parse_quantization({"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["lm_head"]}, "q")
+    assert fp8.ignore == ("lm_head",) and fp8.rules == ((("Linear",), Storage(8, kind="fp8")),) and fp8.kv_cache_dtype is None
+    legacy = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8", "exclude_modules": ["lm_head"], "ignore": ["x"]}}
+    assert parse_quantization(legacy, "q").ignore == ("lm_head",)
+    for kv, dtype in (({"num_bits": 8, "type": "float"}, "fp8"), ({"num_bits": 4, "type": "float"}, None), ({"num_bits": 8, "type": "int"}, None)):
+        assert parse_quantization({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_scheme": kv}, "q").kv_cache_dtype == dtype
+    mixed_kv = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": "fp8",
+                "quantized_layers": {"model.layers.0.mlp.down_proj": {"quant_algo": "FP8"}}}  # fmt: skip
+    assert parse_quantization(mixed_kv, "q").kv_cache_dtype == "fp8"
+    nvfp4 = parse_quantization({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "q")
+    assert nvfp4.rules[0][1] == Storage(4, scale_bytes=1, group=16, kind="nvfp4") and nvfp4.dtype == "int4"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": "x"}, "m/c.json")
+    assert str(err.value) == "m/c.json: quantization 'group_size' must be an integer, got 'x'"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({"quant_method": "modelopt", "quant_algo": "FP8", "ignore": "lm_head"}, "m/c.json")
+    assert str(err.value) == "m/c.json: quantization 'exclude_modules' must be a list of module names"
+    for algo, shown in ((None, "'missing'"), ("int4_awq", "'INT4_AWQ'")):
+        with pytest.raises(ModelSpecError) as err:
+            parse_quantization({"quant_method": "modelopt", "quant_algo": algo}, "m/c.json")
+        assert str(err.value) == f"m/c.json: ModelOpt quant_algo {shown}; orch sizes FP8, NVFP4 and MIXED_PRECISION ModelOpt checkpoints"
+        assert err.value.hint and err.value.hint.startswith("orch sizes fp8, fbgemm_fp8, compressed-tensors")
+
+
+def test_a_quantization_config_that_is_not_an_object_or_a_bool_for_a_number_is_refused():
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization(["fp8"], "m/config.json")  # type: ignore[arg-type]
+    assert str(err.value) == "m/config.json: quantization_config must be a JSON object"
+    assert err.value.hint == "check the checkpoint's config.json"
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({**GPTQ_LLAMA2, "group_size": True}, "m/config.json")
+    assert str(err.value) == "m/config.json: quantization 'group_size' must be an integer, got True"
+
+
+def test_matches_pattern_matches_a_target_as_a_name_suffix_and_other_modes_as_the_method_does():
+    assert matches_pattern("model.layers.0.mlp.down_proj", "down_proj", "target")
+    assert not matches_pattern("model.layers.0.mlp.down_proj_2", "down_proj", "target")
+    assert matches_pattern("model.layers.0.mlp.down_proj", "Linear", "target")
+    assert not matches_pattern("model.layers.0.mlp.down_proj", "down_proj", "exact")
+    assert matches_pattern("lm_head", "lm_head", "exact") and not matches_pattern("lm_head", "lm", "exact")
+
+
+def test_compressed_tensors_groups_default_to_linear_and_join_their_schemes():
+    int8 = {"weights": {"num_bits": 8, "strategy": "channel"}, "input_activations": {"num_bits": 8}}
+    fp8 = {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}, "targets": ["re:.*mlp.*"]}
+    both = parse_quantization({"quant_method": "compressed-tensors", "config_groups": {"a": int8, "b": fp8}}, "q")
+    assert both.rules[0][0] == ("Linear",) and both.rules[1][0] == ("re:.*mlp.*",)
+    assert both.scheme == "W8A8: int8 weights (channel scales); W8A16: fp8 weights (channel scales)"
+    # two 8-bit schemes rank alike: the summary is the first group's
+    assert both.dtype == "int8"
+    assert parse_quantization({"quant_method": "compressed-tensors", "config_groups": {"b": fp8, "a": int8}}, "q").dtype == "fp8"
+    empty_targets = parse_quantization({"quant_method": "compressed-tensors", "config_groups": {"a": {**int8, "targets": []}}}, "q")
+    assert empty_targets.rules[0][0] == ("Linear",)
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({"quant_method": "compressed-tensors", "config_groups": {"kv": {"input_activations": {"num_bits": 8}}}}, "m/c.json")
+    assert str(err.value) == "m/c.json: no compressed-tensors config group quantizes weights"
+    assert err.value.hint == "check the checkpoint's config.json"
+
+
+def test_autoawq_and_autogptq_method_names_are_read_as_awq_and_gptq():
+    # vLLM's QuantizationMethods name them awq / gptq; AutoAWQ / AutoGPTQ exports may write auto_awq / auto_gptq
+    assert parse_quantization({**AWQ_4BIT, "quant_method": "auto_awq"}, "q").method == "awq"
+    assert parse_quantization({**GPTQ_LLAMA2, "quant_method": "auto_gptq"}, "q").method == "gptq"
+
+
+def test_awq_per_channel_scales_its_head_and_its_storage():
+    # auto_awq.py: group_size -1 is one group per input row (a scale per output channel); lm_head quantized when told
+    channel = parse_quantization({**AWQ_4BIT, "group_size": -1, "lm_head": True}, "q")
+    assert channel.rules[0][1] == Storage(4, scale_bytes=2, group=0, per_channel=True, zero_point_bits=4, kind="int4")
+    assert channel.scheme == "int4 weights, group per channel, fp16 scales, zero points" and channel.lm_head is True
+    assert parse_quantization(AWQ_4BIT, "q").rules[0][1] == Storage(4, scale_bytes=2, group=128, zero_point_bits=4, kind="int4")
+
+
+def test_a_bitsandbytes_checkpoint_is_refused_with_vllms_reason():
+    with pytest.raises(ModelSpecError) as err:
+        parse_quantization({"quant_method": "bitsandbytes", "load_in_4bit": True}, "m/config.json")
+    assert str(err.value) == ("m/config.json: a bitsandbytes checkpoint; vLLM 0.29 and 0.32 cannot load it (bitsandbytes is not among "
+                              "their quantization methods, vllm/model_executor/layers/quantization/__init__.py)")  # fmt: skip
+    assert err.value.hint == "use an AWQ, GPTQ or compressed-tensors checkpoint of the model, or the 16-bit one with --dtype fp8"
+
+
+def test_storage_for_resolves_targets_regexes_experts_and_unlisted_modules():
+    # compressed-tensors: a group's re: target matches module names with re.match; other modules stay 16-bit
+    mlp_only = {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "strategy": "group", "group_size": 128},
+                                                                          "targets": ["re:.*mlp.*"]}}}  # fmt: skip
+    quant = parse_quantization(mlp_only, "q")
+    assert quant.storage_for(("model.layers.0.mlp.down_proj",)) == quant.rules[0][1]
+    assert quant.storage_for(("model.layers.0.self_attn.o_proj",)) is None
+    named = parse_quantization({**mlp_only, "config_groups": {"g": {**mlp_only["config_groups"]["g"], "targets": ["down_proj"]}}}, "q")
+    assert named.storage_for(("model.layers.0.mlp.down_proj",)) is not None and named.storage_for(("model.layers.0.mlp.up_proj",)) is None
+    # ModelOpt MIXED_PRECISION: routed experts resolve through their own entry; an unlisted module stays 16-bit
+    mixed = parse_quantization(_mp({"model.layers.0.mlp.experts": {"quant_algo": "NVFP4"}}), "q")
+    assert mixed.storage_for(("model.layers.0.mlp.experts.0.gate_proj",), expert=True) == Storage(4, scale_bytes=1, group=16, kind="nvfp4")
+    assert mixed.storage_for(("model.layers.0.self_attn.o_proj",)) is None
+
+
+def test_a_block_scale_counts_output_and_input_blocks_and_a_group_of_one_has_a_scale_per_weight():
+    # fp8.py: weight_scale_inv [ceil(n_out / block_n), ceil(n_in / block_k)] fp32; wNa16: one scale per group of inputs
+    assert Storage(8, block=(128, 64), kind="fp8").matrix_bytes(4096, 1024) == 4096 * 1024 + (1024 // 128) * (4096 // 64) * 4
+    assert Storage(4, scale_bytes=2, group=1).matrix_bytes(64, 32) == 64 * 32 / 2 + 64 * 32 * 2
