@@ -121,16 +121,28 @@ def test_gptq_reads_bits_group_and_act_order_and_keeps_the_head_16_bit_unless_to
     assert storage.kind == "int4" and parse_quantization({**GPTQ_LLAMA2, "bits": 8}, "q").rules[0][1].kind == "int8"
 
 
-@pytest.mark.parametrize("key", ["bits", "group_size"])
-def test_a_gptq_config_without_bits_or_group_size_names_the_file_and_the_key(key):
-    # auto_gptq.py from_config: cls.get_from_keys(config, ["bits"]) / ["group_size"], no default
+AWQ_4BIT = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "keys", "wanted"),
+    [
+        # auto_gptq.py from_config: cls.get_from_keys(config, ["bits"]) / ["group_size"], no default
+        (GPTQ_LLAMA2, "bits", "bits", "one of 2, 3, 4, 8"),
+        (GPTQ_LLAMA2, "group_size", "group_size", "an integer"),
+        # auto_awq.py from_config: get_from_keys(config, ["w_bit", "bits"]) / ["q_group_size", "group_size"], no default
+        (AWQ_4BIT, "bits", "bits or w_bit", "one of 4, 8"),
+        (AWQ_4BIT, "group_size", "group_size or q_group_size", "an integer"),
+    ],
+)
+def test_a_gptq_or_awq_config_without_bits_or_group_size_names_the_file_and_the_keys(config, key, keys, wanted):
+    method = config["quant_method"]
     with pytest.raises(ModelSpecError) as err:
-        parse_quantization({k: v for k, v in GPTQ_LLAMA2.items() if k != key}, "m/config.json")
-    assert str(err.value) == f"m/config.json: the gptq quantization_config has no '{key}', which vLLM needs to load it"
-    assert err.value.hint == f"check the checkpoint's quantization config ({key})"
+        parse_quantization({k: v for k, v in config.items() if k != key}, "m/config.json")
+    assert str(err.value) == f"m/config.json: the {method} quantization_config has no '{key}', which vLLM needs to load it"
+    assert err.value.hint == f"check the checkpoint's quantization config ({keys})"
     with pytest.raises(ModelSpecError) as err:
-        parse_quantization({**GPTQ_LLAMA2, key: "x"}, "m/config.json")
-    wanted = "one of 2, 3, 4, 8" if key == "bits" else "an integer"
+        parse_quantization({**config, key: "x"}, "m/config.json")
     assert str(err.value) == f"m/config.json: quantization '{key}' must be {wanted}, got 'x'"
     assert err.value.hint == "check the checkpoint's quantization config"
 
@@ -217,22 +229,6 @@ def test_a_block_scale_covers_a_partial_block_too():
     assert storage.bytes_per_param(192, 4096) == storage.matrix_bytes(192, 4096) / (192 * 4096)
     with pytest.raises(ModelSpecError, match=r"weight_block_size must be two positive integers, got \[128\]"):
         parse_quantization({"quant_method": "fp8", "weight_block_size": [128]}, "q")
-
-
-AWQ_4BIT = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
-
-
-@pytest.mark.parametrize(("key", "keys"), [("bits", "bits or w_bit"), ("group_size", "group_size or q_group_size")])
-def test_an_awq_config_without_bits_or_group_size_names_the_file_and_both_key_names(key, keys):
-    # auto_awq.py from_config: get_from_keys(config, ["w_bit", "bits"]) / ["q_group_size", "group_size"], no default
-    with pytest.raises(ModelSpecError) as err:
-        parse_quantization({k: v for k, v in AWQ_4BIT.items() if k != key}, "m/config.json")
-    assert str(err.value) == f"m/config.json: the awq quantization_config has no '{key}', which vLLM needs to load it"
-    assert err.value.hint == f"check the checkpoint's quantization config ({keys})"
-    with pytest.raises(ModelSpecError) as err:
-        parse_quantization({**AWQ_4BIT, key: "x"}, "m/config.json")
-    wanted = "one of 4, 8" if key == "bits" else "an integer"
-    assert str(err.value) == f"m/config.json: quantization '{key}' must be {wanted}, got 'x'"
 
 
 def test_awq_loads_4_bits_and_8_through_marlin_and_nothing_else():
