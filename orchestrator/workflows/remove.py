@@ -18,10 +18,10 @@ from typing import Any
 from orchestrator import cluster_lock
 from orchestrator.errors import ServeError, UsageError
 from orchestrator.manifest.model import Manifest
+from orchestrator.polling import poll_until
 from orchestrator.serve import decisions
-from orchestrator.serve.config import deploy_body
-from orchestrator.serve.ray_io.client import ServeStatus
-from orchestrator.workflows.rollout_steps import ServingDeps, served_name_of, serving_now
+from orchestrator.state import Revision
+from orchestrator.workflows.rollout_steps import ServingDeps, put, served_name_of, serving_now
 
 
 @dataclass(frozen=True)
@@ -50,17 +50,22 @@ class RemoveResult:
 def remove(manifest: Manifest, name: str, deps: ServingDeps, options: RemoveOptions = RemoveOptions()) -> RemoveResult:
     """Remove the model served as ``name`` (see the module doc). UsageError (exit 2) when nothing
     or another model is served; ServeError when Serve refuses or does not delete in time."""
-    current = deps.state.current_revision(manifest.name)
+    _served_as(manifest, name, deps, deps.state.current_revision(manifest.name))  # refused before any SSH
+    if options.dry_run:
+        return _run(manifest, name, deps, options)
+    with cluster_lock.hold(deps.state.cluster_dir(manifest.name), manifest.name, "remove", deps.wall_clock):
+        return _run(manifest, name, deps, options)
+
+
+def _served_as(manifest: Manifest, name: str, deps: ServingDeps, current: Revision | None) -> Revision:
+    """``current``, the ready revision, when it serves ``name``; else UsageError naming what serves."""
     if current is None:
         raise UsageError(f"cluster {manifest.name!r} serves no model: nothing to remove", hint="orch status shows what runs")
     served = served_name_of(deps.state, manifest.name, current)
     if served != name:
         raise UsageError(f"cluster {manifest.name!r} serves {served!r} (revision {current.number}), not {name!r}",
                          hint=f"orch remove {served} ...")  # fmt: skip
-    if options.dry_run:
-        return _run(manifest, name, deps, options)
-    with cluster_lock.hold(deps.state.cluster_dir(manifest.name), manifest.name, "remove", deps.wall_clock):
-        return _run(manifest, name, deps, options)
+    return current
 
 
 def _run(manifest: Manifest, name: str, deps: ServingDeps, options: RemoveOptions) -> RemoveResult:
@@ -68,40 +73,30 @@ def _run(manifest: Manifest, name: str, deps: ServingDeps, options: RemoveOption
     with deps.open_runners(manifest) as runners, deps.open_apis(manifest, runners, token) as apis:
         status = apis.serve.status()
         current, serving = serving_now(deps.state, manifest.name, status)
-        if current is None:  # removed meanwhile (the lock was taken after the first read)
-            raise UsageError(f"cluster {manifest.name!r} serves no model: nothing to remove", hint="orch status shows what runs")
+        current = _served_as(manifest, name, deps, current)  # again under the lock: another command may have changed it
         gone = sorted(n for n in status.applications if n == serving.app_name or decisions.revision_of_app(n) is not None)
         kept = sorted(n for n in status.applications if n not in gone)
         result = RemoveResult(manifest.name, name, current.number, gone, kept, action="dry_run" if options.dry_run else "removed")
         if options.dry_run:
             return result
-        step = _stepper(result, deps.progress)
-        others = [a.deployed_config for n, a in status.applications.items() if n in kept and a.deployed_config]
-        if len(others) != len(kept):
-            raise ServeError(f"Serve reports no deployed config for {', '.join(n for n in kept if not status.applications[n].deployed_config)}: "
-                             "a PUT without it would delete it", hint="orch status; remove it with Serve's own tools first")  # fmt: skip
+        unknown = [n for n in kept if not status.applications[n].deployed_config]
+        if unknown:
+            raise ServeError(f"Serve reports no deployed config for {', '.join(unknown)}: a PUT without it would delete it",
+                             hint="orch status; remove it with Serve's own tools first")  # fmt: skip
         t0 = deps.clock()
+        step = _stepper(result, deps.progress)
         step(f"removing {', '.join(gone) or 'nothing (not in Serve)'} (revision {current.number}, '{name}'); keeping {', '.join(kept) or 'no other application'}")
-        apis.serve.apply(deploy_body(others, manifest))
+        put(apis.serve, [dict(status.applications[n].deployed_config or {}) for n in kept], manifest)
         deps.state.update_revision(manifest.name, current.number, "removed")
         step(f"revision {current.number} recorded removed: nothing serves '{name}' now")
-        _wait_deleted(apis.serve.status, set(gone), deps, options, step)
+        waited = poll_until(lambda: set(gone) & set(apis.serve.status().applications), lambda left: not left,
+                            deadline=deps.clock() + options.timeout_s, clock=deps.clock, sleep=deps.sleep, interval=options.poll_s)  # fmt: skip
+        if not waited.done:
+            raise ServeError(f"Serve still lists {', '.join(sorted(waited.value))} {options.timeout_s:g} s after the removal (DELETING)",
+                             hint="orch status; Serve keeps deleting in the background")  # fmt: skip
+        step("Serve deleted them: their replicas and the resources they held are free")
         result.seconds = round(deps.clock() - t0, 1)
         return result
-
-
-def _wait_deleted(status: Callable[[], ServeStatus], gone: set[str], deps: ServingDeps, options: RemoveOptions,
-                  step: Callable[[str], None]) -> None:  # fmt: skip
-    deadline = deps.clock() + options.timeout_s
-    while True:
-        left = sorted(gone & set(status().applications))
-        if not left:
-            step("Serve deleted them: their replicas and the resources they held are free")
-            return
-        if deps.clock() >= deadline:
-            raise ServeError(f"Serve still lists {', '.join(left)} {options.timeout_s:g} s after the removal (DELETING)",
-                             hint="orch status; Serve keeps deleting in the background")  # fmt: skip
-        deps.sleep(options.poll_s)
 
 
 def _stepper(result: RemoveResult, progress: Callable[[str], None]) -> Callable[[str], None]:
