@@ -556,15 +556,20 @@ def run_variant(variant: str, endpoints: dict[str, tuple[str, str | None]], args
     return out
 
 
+def run_header(args, **load) -> dict:
+    """The printed object's head: the load every measurement sends, the machine, the start time."""
+    return {"load": {"levels": args.levels, "requests": "max(64, 2 x level)", "output_tokens": args.output_tokens, "ignore_eos": True,
+                     "rounds": args.rounds, "order": "bare first in even rounds, Serve first in odd", **load},
+            "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "variants": {}}  # fmt: skip
+
+
 def measure_running(args) -> int:
     """Measure two servers that run already (``--bare-url``, ``--serve-url``): no start, no stop."""
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     if args.api_key_env and not key:
         print(f"error: {args.api_key_env} is not set", file=sys.stderr)
         return 2
-    out: dict = {"load": {"levels": args.levels, "requests": "max(64, 2 x level)", "output_tokens": args.output_tokens, "ignore_eos": True,
-                          "rounds": args.rounds, "order": "bare first in even rounds, Serve first in odd", "servers": "running (not started here)"},
-                 "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "variants": {}}  # fmt: skip
+    out = run_header(args, servers="running (not started here)")
     endpoints = {"bare": (args.bare_url.rstrip("/"), None), "serve": (args.serve_url.rstrip("/"), key)}
     out["variants"]["running"] = run_variant("running", endpoints, args, None, "")
     out["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -604,10 +609,8 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="orch-overhead-"))
     key = "bench-" + secrets.token_hex(16)
     procs: list[subprocess.Popen] = []
-    out: dict = {"load": {"levels": args.levels, "requests": "max(64, 2 x level)", "output_tokens": args.output_tokens, "ignore_eos": True, "fast_start": args.fast_start,
-                          "rounds": args.rounds, "order": "bare first in even rounds, Serve first in odd"},
-                 "cpus": os.cpu_count(), "model": "tiny (orchestrator.plan.tinymodel)", "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                 "variants": {}}  # fmt: skip
+    out = run_header(args, fast_start=args.fast_start)
+    out["model"] = "tiny (orchestrator.plan.tinymodel)"
     failed = True
     try:
         bare_port = free_port()
