@@ -76,6 +76,9 @@ RunnerOpener = Callable[[Manifest], AbstractContextManager[Mapping[str, Runner]]
 DashboardOpener = Callable[[Runner, int, "str | None"], AbstractContextManager[Any]]
 
 RAY_START_TIMEOUT_S = 180.0
+# What Ray says when a new raylet did not register with the GCS in its 30 s (ray/_private/node.py).
+REGISTRATION_TIMEOUT = "timed out during startup"
+START_ATTEMPTS = 3  # for that failure; any other failure of `ray start` is tried twice
 RAY_STOP_TIMEOUT_S = 120.0
 RUNBOOK_START = runbook("RAY_START_FAILED")
 # Errors that mean "orch could not get onto the node" (as opposed to a command failing there).
@@ -210,20 +213,27 @@ def _start(
     progress: Progress,
     retry: Callable[[], bool] = lambda: True,
 ) -> None:
-    """`ray start` on one node; a failed start is stopped and tried once more. Ray gives a new
-    raylet 30 s to register with the GCS (ray/_private/node.py) and fails the start otherwise,
-    which a loaded machine can exceed once; a second failure is reported with Ray's words."""
-    for attempt in (1, 2):
+    """`ray start` on one node; a failed start is stopped and tried again. Ray gives a new raylet
+    30 s to register with the GCS (``raylet_start_wait_time_s`` in ray/_private/node.py, not
+    configurable) and fails the start otherwise, which a loaded head can exceed (a worker healed
+    while Serve restarts the lost replica's engine on the other nodes): that failure is tried
+    up to ``START_ATTEMPTS`` times, any other failure twice; the last one is reported with Ray's words."""
+    attempt = 0
+    while True:
+        attempt += 1
         res = runner.run(argv, timeout=RAY_START_TIMEOUT_S, env=env)
         if res.ok:
             return
-        tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-3:])
-        if attempt == 1 and retry():
-            progress(f"`ray start` failed on {node.name} (exit {res.exit_code}); stopping it and trying once more")
+        said = res.stderr.strip() or res.stdout.strip()
+        tail = " | ".join(said.splitlines()[-3:])
+        limit = START_ATTEMPTS if REGISTRATION_TIMEOUT in said else 2
+        if attempt < limit and retry():
+            progress(f"`ray start` failed on {node.name} (exit {res.exit_code}); stopping it and trying again ({attempt + 1} of {limit})")
             stop_node(runner, manifest, node, env.get(CLUSTER_ID_ENV))
             continue
+        times = {1: "", 2: "twice "}.get(attempt, f"{attempt} times ")
         raise ClusterError(
-            f"`ray start` failed {'twice ' if attempt == 2 else ''}on {node.name} (exit {res.exit_code}): {tail}",
+            f"`ray start` failed {times}on {node.name} (exit {res.exit_code}): {tail}",
             hint=f"see {node.name}'s Ray logs (TEMP_DIR/session_latest/logs); see {RUNBOOK_START}",
         )
 

@@ -29,7 +29,7 @@ from orchestrator.cli.cluster_apis import open_cluster_apis
 from orchestrator.cluster.node_state import current_by_name
 from orchestrator.cluster.ray_nodes import node_token_path
 from orchestrator.doctor.diagnose import diagnose
-from orchestrator.errors import RolloutFailed
+from orchestrator.errors import OrchError, RolloutFailed
 from orchestrator.manifest.load import load_manifest_file
 from orchestrator.remote.connect import open_runners
 from orchestrator.serve.desired import RolloutRequest
@@ -486,7 +486,11 @@ def test_node_loss_while_serving_shows_dead_then_up_and_serve_restore_it(spannin
         else:  # Serve already replaced it (a slow status call on a busy machine): its health verdict
             assert any(m.startswith("deployment LLMServer:") and "UNHEALTHY" in m for m in lost), every
 
-        healed = up(served.manifest, cluster.deps(), UpOptions(timeout=240, collective_check=False))
+        heal_log: list[str] = []
+        try:
+            healed = up(served.manifest, cluster.deps(heal_log.append), UpOptions(timeout=240, collective_check=False))
+        except OrchError as exc:  # said first, so that a shortened CI log keeps what went wrong
+            pytest.fail(f"orch up did not heal {victim}: {exc.message} (hint: {exc.hint}); it said: {heal_log}", pytrace=False)
         assert healed.action == "heal" and healed.started == [victim]
 
         def answers():

@@ -38,6 +38,16 @@ ray: {{port: 26379, dashboard_port: 28265, temp_dir: /tmp/orch-tb}}
 # What `ray start --node-ip-address ADDR` reports: loopback names become the machine's own address
 # (ray/_private/services.py: resolve_ip_for_localhost -> get_node_ip_address); others stay.
 MACHINE_ADDRESS = "192.0.2.44"
+# What `ray start` prints when the new raylet did not register in time (ray/_private/node.py, Ray
+# 2.60) and when the GCS cannot be reached (ray/_private/state.py): the first is retried longer.
+REGISTRATION_TIMEOUT_SAID = (
+    "Exception: The current node timed out during startup. This could happen because some of the "
+    "raylet failed to startup or the GCS has become overloaded."
+)
+GCS_UNREACHABLE_SAID = (
+    "ray.exceptions.RaySystemError: System error: Failed to connect to GCS. Please check if the GCS "
+    "server is running and if this node can connect to the head node."
+)
 
 
 def ray_node_ip(given: str) -> str:
@@ -62,7 +72,7 @@ class Clock:
 class World:
     """The simulated nodes and the head's view of the Ray cluster."""
 
-    def __init__(self, manifest, unreachable=(), never_joins=(), start_fails=()):
+    def __init__(self, manifest, unreachable=(), never_joins=(), start_fails=(), start_error=REGISTRATION_TIMEOUT_SAID):
         self.manifest = manifest
         self.running: dict[str, NodeState] = {}
         self.dead: list[NodeState] = []
@@ -70,6 +80,7 @@ class World:
         self.never_joins = set(never_joins)
         # node -> how many `ray start` calls fail before it works (a set: every call fails)
         self.start_fails = dict(start_fails) if isinstance(start_fails, dict) else {n: 10**6 for n in start_fails}
+        self.start_error = start_error  # what a failing `ray start` prints
         self.serial = 0
         self.runners = {n.name: self._runner(n.name) for n in manifest.nodes}
         self.dashboard_opens: list[tuple[str, int, str | None]] = []
@@ -211,7 +222,7 @@ class World:
         assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN_PATH"] == "/home/ops/.orch/nodes/tb/ray-token"
         if self.start_fails.get(name, 0) > 0:
             self.start_fails[name] -= 1
-            return result(exit_code=1, stderr="Exception: The current node timed out during startup.")
+            return result(exit_code=1, stderr=self.start_error)
         if "--head" not in args:
             # A worker waits for the head's GCS (Ray's retry loop) as long as its env says.
             assert env["RAY_gcs_server_port_wait_time_s"] == "60"

@@ -27,7 +27,7 @@ from orchestrator.workflows.cluster import (
 from orchestrator.workflows.down import down
 from orchestrator.workflows.node_files import install_token, node_home, remove_token
 from orchestrator.workflows.status_nodes import status_nodes
-from tests.workflows.cluster_world import MACHINE_ADDRESS, PY, YAML, Clock, World, manifest_of
+from tests.workflows.cluster_world import GCS_UNREACHABLE_SAID, MACHINE_ADDRESS, PY, YAML, Clock, World, manifest_of
 
 
 @pytest.fixture()
@@ -333,27 +333,37 @@ def _deps_for(world, tmp_path, messages=None):
                        progress=(messages.append if messages is not None else (lambda _m: None)))  # fmt: skip
 
 
-def test_worker_start_failing_twice_names_every_failed_node(tmp_path):
+def test_worker_start_timing_out_three_times_names_every_failed_node(tmp_path):
     manifest = manifest_of()
     world = World(manifest, start_fails={"w1", "w2"})
     deps = _deps_for(world, tmp_path)
     with pytest.raises(ClusterError) as err:
         up(manifest, deps)
-    assert "`ray start` failed twice on w1" in err.value.message and "failed twice on w2" in err.value.message
+    assert "`ray start` failed 3 times on w1" in err.value.message and "failed 3 times on w2" in err.value.message
     assert "timed out during startup" in err.value.message
-    assert world.verbs("w1") == ["stop", "start", "stop", "start"]
+    assert world.verbs("w1") == ["stop", "start", "stop", "start", "stop", "start"]
     assert deps.state.get_cluster("tb") is None
 
 
-def test_a_start_that_fails_once_is_stopped_and_retried(tmp_path):
+def test_a_start_failing_otherwise_is_tried_twice(tmp_path):
     manifest = manifest_of()
-    world = World(manifest, start_fails={"w2": 1})
+    world = World(manifest, start_fails={"w1"}, start_error=GCS_UNREACHABLE_SAID)
+    with pytest.raises(ClusterError) as err:
+        up(manifest, _deps_for(world, tmp_path))
+    assert "`ray start` failed twice on w1" in err.value.message and "Failed to connect to GCS" in err.value.message
+    assert world.verbs("w1") == ["stop", "start", "stop", "start"]
+
+
+def test_a_start_that_times_out_twice_is_stopped_and_retried(tmp_path):
+    manifest = manifest_of()
+    world = World(manifest, start_fails={"w2": 2})
     messages: list[str] = []
     res = up(manifest, _deps_for(world, tmp_path, messages))
     assert res.action == "start" and set(world.running) == {"head", "w1", "w2"}
-    assert world.verbs("w2") == ["stop", "start", "stop", "start"]
+    assert world.verbs("w2") == ["stop", "start", "stop", "start", "stop", "start"]
     assert world.verbs("w1") == ["stop", "start"]
-    assert any("failed on w2 (exit 1); stopping it and trying once more" in m for m in messages)
+    assert any("failed on w2 (exit 1); stopping it and trying again (2 of 3)" in m for m in messages)
+    assert any("failed on w2 (exit 1); stopping it and trying again (3 of 3)" in m for m in messages)
 
 
 def test_head_start_failure_is_the_error_and_workers_are_not_retried(tmp_path):
@@ -362,8 +372,8 @@ def test_head_start_failure_is_the_error_and_workers_are_not_retried(tmp_path):
     deps = _deps_for(world, tmp_path)
     with pytest.raises(ClusterError) as err:
         up(manifest, deps)
-    assert err.value.message.startswith("`ray start` failed twice on head")
-    assert world.verbs("head") == ["stop", "start", "stop", "start"]
+    assert err.value.message.startswith("`ray start` failed 3 times on head")
+    assert world.verbs("head") == ["stop", "start", "stop", "start", "stop", "start"]
     assert world.verbs("w1") == ["stop", "start"]  # no second try: the head is gone
     assert deps.state.get_cluster("tb") is None
 
