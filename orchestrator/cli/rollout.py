@@ -216,18 +216,22 @@ def _sync_first(manifest: Any, state_dir: Path, request: Any, source: str, dry_r
 @click.command("rollback")
 @click.argument("cluster_yaml", required=False, type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option("--to", "to", type=click.IntRange(min=1), default=None, help="Revision number [default: the one before the current].")
+@click.option("--model", "served_name", default=None,
+              help="The served name of the model to roll back [default: the only one served].")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print what would be deployed; change nothing.")
 @click.option("--allow-downtime", is_flag=True, help="Replace in place when there is no room for a second copy.")
 @click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=900.0, show_default=True,
               help="Seconds for the revision to be RUNNING (then it is rolled back).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
-def rollback(ctx, cluster_yaml, to, dry_run, allow_downtime, timeout_s, as_json) -> None:
-    """Return to an earlier revision (its recorded config, as a new revision).
+def rollback(ctx, cluster_yaml, to, served_name, dry_run, allow_downtime, timeout_s, as_json) -> None:
+    """Return a model to an earlier revision (its recorded config, as a new revision); the other
+    models the cluster serves are not touched.
 
     \b
     Examples:
       orch rollback            # the revision that served before the current one
+      orch rollback --model chat cluster.yaml
       orch rollback --to 3 cluster.yaml
     """
     from orchestrator.state import StateStore
@@ -236,7 +240,7 @@ def rollback(ctx, cluster_yaml, to, dry_run, allow_downtime, timeout_s, as_json)
 
     state_dir = ctx.obj["state_dir"]
     manifest = resolve_manifest(cluster_yaml, state_dir, "rollback")
-    build = desired_for_revision(StateStore(state_dir), manifest.name, to)
+    build = desired_for_revision(StateStore(state_dir), manifest.name, to, served_name)
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s, command="rollback")
     api_key = os.environ.get(manifest.serve.api_key_env) or None
     with progress_display(enabled=not as_json) as progress, _sigterm_as_interrupt():

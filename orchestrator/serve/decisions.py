@@ -33,7 +33,9 @@ plus an engine start-up constant.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import hashlib
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,6 +54,12 @@ REFUSE = "refuse"
 PUBLIC_APP = "orch"
 APP_PREFIX = "orch-r"
 CANDIDATE_ROUTE_PREFIX = "/_orch/r"
+# Several models on one cluster: one application per served name, so a rollout of one never
+# restarts another (Serve hashes an application's args into its code version: two models in one
+# application would restart together). The first keeps ``orch``; each further one is
+# ``orch-m-<slug>`` on ``/_orch/m/<slug>`` while another model holds ``/``.
+MODEL_APP_PREFIX = "orch-m-"
+MODEL_ROUTE_PREFIX = "/_orch/m/"
 
 # Downtime estimate of an in-place change when no cold load was measured for this model.
 DISK_GIB_PER_S = 1.0  # sequential read of safetensors from a local NVMe/network store, per node
@@ -62,10 +70,32 @@ ENGINE_START_S = {"gpu": 90.0, "cpu": 120.0}  # process start, imports, CUDA gra
 REPLICA_ACTOR_CPUS = 1.0
 
 
-def public_app_name() -> str:
-    """The name of the application on the public route (one model per cluster today; the
-    several-models work keys it per model here, and only here)."""
-    return PUBLIC_APP
+def public_app_name(served_name: str | None = None, taken: Collection[str] = ()) -> str:
+    """The name of a new model's application: ``orch`` (the name a cluster's first model gets,
+    and the one an older orch gave its only model) unless ``taken`` holds it, else
+    ``orch-m-<served name>`` (``model_slug``). A model that serves keeps the name its revision
+    recorded: a new name would be a new application, and Serve would start it from nothing."""
+    if served_name is None or PUBLIC_APP not in taken:
+        return PUBLIC_APP
+    return MODEL_APP_PREFIX + model_slug(served_name)
+
+
+def model_slug(served_name: str) -> str:
+    """``served_name`` as it can stand in an application name and a route: letters, digits,
+    ``.``, ``_`` and ``-`` kept, any other run of characters one ``-``; a name that changed gets
+    8 hex digits of its SHA-256, so two names never share a slug (``org/m`` and ``org-m``)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", served_name).strip("-.") or "model"
+    if slug != served_name:
+        slug += "-" + hashlib.sha256(served_name.encode()).hexdigest()[:8]
+    return slug
+
+
+def model_route(served_name: str, taken_routes: Collection[str]) -> str:
+    """The route a new model's application takes: the public route ``/`` while no other model's
+    application holds it, else its own ``/_orch/m/<slug>`` under the same base URL and key."""
+    if "/" not in taken_routes:
+        return "/"
+    return MODEL_ROUTE_PREFIX + model_slug(served_name)
 
 
 def candidate_app_name(revision: int) -> str:
@@ -128,13 +158,13 @@ def engine_change(live_config: Mapping[str, Any] | None, desired_config: Mapping
     return f"the switch turns {old.description} into {new.description}: Serve replaces the engine deployment without a surge"
 
 
-def model_change(serving_name: str | None, desired_name: str, decision: Decision) -> Decision:
-    """``decision`` with a note when the rollout replaces the served model by another name: a
-    cluster serves one model, so requests naming the old one stop being answered."""
-    if serving_name is None or serving_name == desired_name or decision.kind not in (SIDE_BY_SIDE, IN_PLACE, FRESH):
+def beside(others: Mapping[str, str], desired_name: str, decision: Decision, app_name: str, route: str) -> Decision:
+    """``decision`` with a note when the model comes up (fresh) beside other served models
+    (served name -> their application): they keep serving and are not restarted."""
+    if not others or decision.kind != FRESH:
         return decision
-    note = (f"warning: this cluster serves one model: '{desired_name}' replaces '{serving_name}' on the public route, "
-            f"and requests naming '{serving_name}' get 404 once it is done")  # fmt: skip
+    names = ", ".join(f"'{n}' ({a})" for n, a in sorted(others.items()))
+    note = f"'{desired_name}' comes up as its own application {app_name} on {route}, beside {names}: they keep serving, untouched"
     return replace(decision, notes=(*decision.notes, note))
 
 

@@ -6,7 +6,7 @@ calibration included), then the pure rendering (``serve.desired.desired_from_pla
 
 from __future__ import annotations
 
-from orchestrator.errors import StateError
+from orchestrator.errors import StateError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.plan.model_ref import resolve_ref
 from orchestrator.plan.shape import ClusterShape, shape_from_manifest
@@ -22,6 +22,7 @@ from orchestrator.serve.desired import (
 from orchestrator.serve.location import locate
 from orchestrator.state import StateStore
 from orchestrator.workflows.plan import size_model
+from orchestrator.workflows.served_models import served_name_of, serving_by_name
 
 
 def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: ServeDefaults = ServeDefaults(),
@@ -40,16 +41,24 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     return desired_from_plan(manifest, request, location, sized.spec, sized.plan, shape, defaults, capacity_for)
 
 
-def desired_for_revision(state: StateStore, cluster: str, to: int | None):
-    """A factory for `orch rollback [--to N]`: N's stored config (default: the revision that
-    served before the current one)."""
+def desired_for_revision(state: StateStore, cluster: str, to: int | None, served_name: str | None = None):
+    """A factory for `orch rollback [--to N] [--model NAME]`: N's stored config (default: the
+    revision that served the model before its current one; the model: ``served_name``, else the
+    only one served, else the one N served)."""
 
     revisions = state.list_revisions(cluster)
-    current = state.current_revision(cluster)
+    serving = serving_by_name(state, cluster)
     if to is None:
-        earlier = [r for r in revisions if r.status in ("superseded", "rolled_back", "removed") and (current is None or r.number < current.number)]
+        if served_name is None and len(serving) > 1:
+            raise UsageError(f"cluster {cluster!r} serves {len(serving)} models ({', '.join(sorted(serving))}): name the one to roll back",
+                             hint=f"orch rollback --model {sorted(serving)[0]} (or --to N)")  # fmt: skip
+        name = served_name if served_name is not None else next(iter(serving), None)
+        current = serving.get(name) if name is not None else None
+        earlier = [r for r in revisions if r.status in ("superseded", "rolled_back", "removed") and (current is None or r.number < current.number)
+                   and (name is None or served_name_of(state, cluster, r) == name)]  # fmt: skip
         if not earlier:
-            raise StateError(f"cluster {cluster!r} has no earlier revision to roll back to", hint="`orch status` lists the revisions")
+            which = f" of {name!r}" if name is not None else ""
+            raise StateError(f"cluster {cluster!r} has no earlier revision{which} to roll back to", hint="`orch status` lists the revisions")
         target = earlier[-1]
     else:
         found = next((r for r in revisions if r.number == to), None)
@@ -57,6 +66,9 @@ def desired_for_revision(state: StateStore, cluster: str, to: int | None):
             raise StateError(f"cluster {cluster!r} has no revision {to}", hint="`orch status` lists the revisions")
         if found.status in ("pending", "failed"):
             raise StateError(f"revision {to} is {found.status}: only a revision that once served can come back")
+        if served_name is not None and served_name_of(state, cluster, found) != served_name:
+            raise UsageError(f"revision {to} served {served_name_of(state, cluster, found)!r}, not {served_name!r}",
+                             hint="leave out --model, or pick a revision of that model (`orch status` lists them)")  # fmt: skip
         target = found
     meta = state.revision_meta(cluster, target.number) or {}
     return desired_from_revision(target.model, target.number, target.config, target.plan, meta)

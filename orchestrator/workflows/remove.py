@@ -1,12 +1,13 @@
 """`orch remove NAME CLUSTER`: stop serving one model and free what its replicas held; Ray and
 the cluster stay up.
 
-A cluster serves one model today (serve/decisions.py: public_app_name): NAME must be the served
-name of the ready revision (what requests name in ``model``). Under the cluster lock, one Serve PUT
-keeps every other application and leaves out the model's public application and any candidate of
-an unfinished rollout of it (``orch-rN``); the revision is recorded ``removed`` at once (nothing
-serves it from then on), then orch waits until Serve has deleted the applications. A later
-`orch rollout` deploys fresh; `orch rollback` brings the removed revision back.
+Each served model is its own Serve application (``workflows/served_models.py``): NAME is a
+served name (what requests name in ``model``) with a ready revision. Under the cluster lock, one
+Serve PUT keeps every other application as Serve runs it (the other models are not restarted) and
+leaves out NAME's application and any candidate of an unfinished rollout of it (``orch-rN``); the
+revision is recorded ``removed`` at once (nothing serves it from then on), then orch waits until
+Serve has deleted the applications. A later `orch rollout` of NAME deploys fresh; `orch rollback`
+brings the removed revision back.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.polling import poll_until
 from orchestrator.serve import decisions
 from orchestrator.state import Revision
-from orchestrator.workflows.rollout_steps import ServingDeps, put, served_name_of, serving_now
+from orchestrator.workflows.rollout_steps import ServingDeps, put, serving_now
+from orchestrator.workflows.served_models import served_name_of, serving_by_name
 
 
 @dataclass(frozen=True)
@@ -50,31 +52,35 @@ class RemoveResult:
 def remove(manifest: Manifest, name: str, deps: ServingDeps, options: RemoveOptions = RemoveOptions()) -> RemoveResult:
     """Remove the model served as ``name`` (see the module doc). UsageError (exit 2) when nothing
     or another model is served; ServeError when Serve refuses or does not delete in time."""
-    _served_as(manifest, name, deps, deps.state.current_revision(manifest.name))  # refused before any SSH
+    _served_as(manifest, name, deps)  # refused before any SSH
     if options.dry_run:
         return _run(manifest, name, deps, options)
     with cluster_lock.hold(deps.state.cluster_dir(manifest.name), manifest.name, "remove", deps.wall_clock):
         return _run(manifest, name, deps, options)
 
 
-def _served_as(manifest: Manifest, name: str, deps: ServingDeps, current: Revision | None) -> Revision:
-    """``current``, the ready revision, when it serves ``name``; else UsageError naming what serves."""
-    if current is None:
+def _served_as(manifest: Manifest, name: str, deps: ServingDeps) -> Revision:
+    """The ready revision that serves ``name``; else UsageError naming what serves."""
+    serving = serving_by_name(deps.state, manifest.name)
+    if name in serving:
+        return serving[name]
+    if not serving:
         raise UsageError(f"cluster {manifest.name!r} serves no model: nothing to remove", hint="orch status shows what runs")
-    served = served_name_of(deps.state, manifest.name, current)
-    if served != name:
-        raise UsageError(f"cluster {manifest.name!r} serves {served!r} (revision {current.number}), not {name!r}",
-                         hint=f"orch remove {served} ...")  # fmt: skip
-    return current
+    listed = ", ".join(f"{n!r} (revision {r.number})" for n, r in sorted(serving.items()))
+    raise UsageError(f"cluster {manifest.name!r} serves no model named {name!r}; it serves {listed}",
+                     hint=f"orch remove {sorted(serving)[0]} ...")  # fmt: skip
 
 
 def _run(manifest: Manifest, name: str, deps: ServingDeps, options: RemoveOptions) -> RemoveResult:
     token = deps.state.read_token(manifest.name) if manifest.ray.token_auth else None
     with deps.open_runners(manifest) as runners, deps.open_apis(manifest, runners, token) as apis:
         status = apis.serve.status()
-        current, serving = serving_now(deps.state, manifest.name, status)
-        current = _served_as(manifest, name, deps, current)  # again under the lock: another command may have changed it
-        gone = sorted(n for n in status.applications if n == serving.app_name or decisions.revision_of_app(n) is not None)
+        current = _served_as(manifest, name, deps)  # again under the lock: another command may have changed it
+        _, serving = serving_now(deps.state, manifest.name, status, name)
+        # a candidate goes unless it is another model's (one left with no record goes too)
+        theirs = {r.number for r in deps.state.list_revisions(manifest.name) if served_name_of(deps.state, manifest.name, r) != name}
+        gone = sorted(n for n in status.applications
+                      if n == serving.app_name or decisions.revision_of_app(n) not in (None, *theirs))  # fmt: skip
         kept = sorted(n for n in status.applications if n not in gone)
         result = RemoveResult(manifest.name, name, current.number, gone, kept, action="dry_run" if options.dry_run else "removed")
         if options.dry_run:

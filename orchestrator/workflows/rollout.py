@@ -62,11 +62,11 @@ from orchestrator.workflows.rollout_steps import (
     replica_log_error,
     restore,
     restore_plan,
-    served_name_of,
     serving_now,
     wait_for_app,
 )
 from orchestrator.workflows.secrets import fill_secrets, for_display, unfilled
+from orchestrator.workflows.served_models import no_room, other_models, place
 from orchestrator.workflows.start_failures import StartWatch
 
 __all__ = ["ClusterApis", "RolloutOptions", "RolloutResult", "ServingDeps", "execute"]
@@ -131,6 +131,9 @@ class Attempt:
     restore: RestorePlan  # how to put back what serves now
     options: RolloutOptions
     gate: GatePlan | None = None  # --slo-gate: the load the candidate must carry with the objective met
+    app_name: str = decisions.PUBLIC_APP  # the model's application (fresh and in place: the name it gets)
+    route: str = PUBLIC_ROUTE  # where the model's application answers
+    others: tuple[dict, ...] = field(default=(), repr=False)  # the other models' applications, carried by every PUT
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,8 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         deps.progress(VALIDATING)
         deps.validate(desired.rendered.app)
         status = apis.serve.status()
-        current, serving = serving_now(deps.state, manifest.name, status)
+        others = other_models(deps.state, manifest.name, status, desired.served_name)
+        current, serving = serving_now(deps.state, manifest.name, status, desired.served_name, others)
         fingerprint = desired.rendered.fingerprint(api_key)
         groups, strategy = decisions.copy_demand(desired.rendered.app)
         room = decisions.fits(groups, strategy, decisions.free_resources(nodes))
@@ -231,8 +235,10 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         live = status.app(serving.app_name) if serving.live and serving.app_name else None
         change = decisions.engine_change(live.deployed_config if live is not None else None, desired.rendered.app)
         decision = decisions.decide(fingerprint, serving, room, options.allow_downtime, downtime, change)
-        serving_name = served_name_of(deps.state, manifest.name, current) if current is not None else None
-        decision = decisions.model_change(serving_name, desired.served_name, decision)
+        app_name, route = place(desired.served_name, serving, status, others)
+        decision = decisions.beside(others.names, desired.served_name, decision, app_name, route)
+        if decision.kind == decisions.FRESH and others.names and not room:
+            raise UsageError(*no_room(desired, others, nodes))
         for note in decision.notes:
             deps.progress(note)
         result = RolloutResult(
@@ -251,7 +257,8 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
             result.action = "dry_run:" + decision.kind
             return result
         assert api_key is not None  # checked by execute before the lock
-        plan = restore_plan(manifest, current, serving, status, api_key, deps)
+        kept = tuple(others.configs(manifest.env, deps.environ))
+        plan = restore_plan(manifest, current, serving, status, api_key, deps, kept)
         if decision.kind != decisions.SIDE_BY_SIDE:
             # Putting it back rolls the public application again, without room for two copies:
             # no surge. (Side by side the live application is put back as it ran, and after the
@@ -262,7 +269,8 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
                 f"refusing to replace revision {serving.revision} in place: if the new revision failed, orch could not put it back ({plan.why_not})",
                 hint="export the named variables (or set them in the manifest's env) and rerun",
             )
-        attempt = Attempt(manifest, desired, api_key, fingerprint, decision, current, serving, status, plan, options, gate)
+        attempt = Attempt(manifest, desired, api_key, fingerprint, decision, current, serving, status, plan, options, gate,
+                          app_name, route, kept)  # fmt: skip
         return _carry_out(attempt, Link(runners, apis, nodes), deps, result)
 
 
@@ -280,14 +288,14 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         # would move the public route to another application, and HAProxy refused requests
         # during such a move ("router_unreachable"). So the name is kept; status and messages
         # name the revision from the record.
-        served_as = desired.rendered.renamed(old_live, PUBLIC_ROUTE)
+        served_as = desired.rendered.renamed(old_live, attempt.route)
         app = desired.rendered.renamed(decisions.candidate_app_name(number), decisions.candidate_route(number))
         body = app.with_api_key(api_key)
     else:
         # Fresh and in place: the public application under its stable name, updated in place
         # (an older orch's orch-r<N> is replaced by it in the same PUT). No room for two copies,
         # so no surge: Serve stops the old replica, then starts the new one.
-        served_as = app = desired.rendered.renamed(decisions.public_app_name(), PUBLIC_ROUTE)
+        served_as = app = desired.rendered.renamed(attempt.app_name, attempt.route)
         before = attempt.status.app(app.name)
         body = app.with_api_key(api_key)
         if before is not None:  # Serve rolls it (nothing to roll when it is new)
@@ -307,7 +315,7 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             check_model_path(manifest, link.runners, desired.model_source)
         reach("put orch's Serve hook module on the nodes")
         put_serve_hooks(manifest, link.runners, app.app)
-        keep = [attempt.restore.config] if side and attempt.restore.config else []
+        keep = [*attempt.others, *([attempt.restore.config] if side and attempt.restore.config else [])]
         reach(f"apply {app.name} ({attempt.decision.kind})")
         t_apply = deps.clock()
         trail.applied = True
@@ -319,7 +327,7 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             step(f"applied candidate {app.name} (revision {number}) on {app.app['route_prefix']} ({attempt.decision.kind})")
         else:
             how = "; max_surge_percent 0: Serve stops the old replica, then starts the new one" if before is not None else ""
-            step(f"applied revision {number} as {app.name} on {PUBLIC_ROUTE} ({attempt.decision.kind}{how})")
+            step(f"applied revision {number} as {app.name} on {attempt.route} ({attempt.decision.kind}{how})")
         reach(f"wait for {app.name} to run")
         wait_for_app(apis.serve, app.name, options.timeout_s, deps, options.poll_s, since=since,
                      watch=StartWatch(manifest, link.runners, link.nodes, deps.progress))  # fmt: skip
@@ -342,16 +350,16 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             since = old_app.last_deployed_time_s if old_app else None
             reach(f"switch {old_live} to revision {number}'s config")
             trail.switched = True
-            put(apis.serve, [served_as.with_api_key(api_key)], manifest)
+            put(apis.serve, [*attempt.others, served_as.with_api_key(api_key)], manifest)
             result.app_name = old_live
-            older = "" if old_live == decisions.public_app_name() else " (the name an older orch gave it, kept: renaming would move the route)"
-            step(f"{old_live}{older} on {PUBLIC_ROUTE} takes revision {number}'s config: its new replica starts beside the old one, "
+            older = "" if decisions.revision_of_app(old_live) is None else " (the name an older orch gave it, kept: renaming would move the route)"
+            step(f"{old_live}{older} on {attempt.route} takes revision {number}'s config: its new replica starts beside the old one, "
                  f"which serves until the new one is healthy; candidate {app.name} removed")  # fmt: skip
             reach(f"wait for {old_live} to take revision {number}'s config")
             wait_for_app(apis.serve, old_live, options.timeout_s, deps, options.poll_s, since=since,
                          watch=StartWatch(manifest, link.runners, link.nodes, deps.progress))  # fmt: skip
-            reach(f"readiness probe of {old_live} on {PUBLIC_ROUTE}")
-            check_ready(apis, PUBLIC_ROUTE, desired.served_name, api_key, deps, options)
+            reach(f"readiness probe of {old_live} on {attempt.route}")
+            check_ready(apis, attempt.route, desired.served_name, api_key, deps, options)
             step(f"{old_live} serves revision {number}; the old replica is gone")
         reach("record the revision as ready")
         state.update_revision(name, number, "ready")

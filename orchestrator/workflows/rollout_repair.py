@@ -21,7 +21,7 @@ from dataclasses import replace
 from orchestrator.errors import RolloutFailed, StateError
 from orchestrator.manifest.model import Manifest
 from orchestrator.runbooks import runbook
-from orchestrator.serve.config import IN_PLACE_SURGE_PERCENT, PUBLIC_ROUTE
+from orchestrator.serve.config import IN_PLACE_SURGE_PERCENT
 from orchestrator.serve.decisions import SIDE_BY_SIDE
 from orchestrator.serve.fingerprint import config_fingerprint
 from orchestrator.serve.ray_io.client import ServeStatus
@@ -40,6 +40,7 @@ from orchestrator.workflows.rollout_steps import (
     serving_now,
     wait_for_app,
 )
+from orchestrator.workflows.served_models import other_models, served_name_of
 
 RUNBOOK = "see " + runbook("ROLLOUT_INTERRUPTED")
 
@@ -72,40 +73,52 @@ def _repair_surge(deps: ServingDeps, cluster: str, orphans: list[Revision], plan
 
 def repair_interrupted(manifest: Manifest, apis: ClusterApis, api_key: str, deps: ServingDeps, options: RolloutOptions,
                        step: Progress) -> list[str]:  # fmt: skip
-    """Repair what interrupted rollouts left (see the module doc); the notes say what was done."""
+    """Repair what interrupted rollouts left (see the module doc), model by model (each served
+    name's own application; the other models' are carried unchanged); the notes say what was done."""
+    orphans = interrupted(deps, manifest.name)
+    by_name: dict[str, list[Revision]] = {}
+    for rev in orphans:
+        by_name.setdefault(served_name_of(deps.state, manifest.name, rev), []).append(rev)
+    notes: list[str] = []
+    for served, revs in sorted(by_name.items()):
+        notes += _repair_model(manifest, apis, api_key, deps, options, step, served, revs)
+    return notes
+
+
+def _repair_model(manifest: Manifest, apis: ClusterApis, api_key: str, deps: ServingDeps, options: RolloutOptions,
+                  step: Progress, served: str, orphans: list[Revision]) -> list[str]:  # fmt: skip
     state, name = deps.state, manifest.name
-    orphans = interrupted(deps, name)
-    if not orphans:
-        return []
     numbers = ", ".join(str(r.number) for r in orphans)
     step(f"revision {numbers} was interrupted (orch stopped before it finished): putting the recorded state back")
     status = apis.serve.status()
-    current, serving = serving_now(state, name, status)
-    plan = restore_plan(manifest, current, serving, status, api_key, deps)
+    others = other_models(state, name, status, served)
+    kept = tuple(others.configs(manifest.env, deps.environ))
+    current, serving = serving_now(state, name, status, served, others)
+    plan = restore_plan(manifest, current, serving, status, api_key, deps, kept)
     if current is not None and not _runs_recorded_config(status, plan, current):
         # The live application holds the interrupted revision's config (or is gone): rebuild it
         # from the record, not from what Serve runs.
-        plan = restore_plan(manifest, current, serving, ServeStatus(), api_key, deps)
+        plan = restore_plan(manifest, current, serving, ServeStatus(), api_key, deps, kept)
         if plan.config is None:
             raise StateError(f"cannot put revision {current.number} back: {plan.why_not}",
                              hint="export the named variables (or set them in the manifest's env) and rerun")  # fmt: skip
     plan = replace(plan, surge_percent=_repair_surge(deps, name, orphans, plan))
     body = plan.body()
     keep = [body] if body is not None else []
-    stray = sorted(n for n in status.applications if n != plan.app_name)
+    stray = sorted(n for n in status.applications if n != plan.app_name and n not in others.apps)
     deadline = deps.clock() + options.timeout_s
     app = status.app(str(plan.app_name)) if plan.app_name else None
     unchanged = app is not None and body is not None and app.deployed_config == body
     since = app.last_deployed_time_s if app is not None and not unchanged else None
     if stray or not unchanged:
-        put(apis.serve, keep, manifest, deps, deadline)
+        put(apis.serve, [*kept, *keep], manifest, deps, deadline)
         step("removed " + (", ".join(stray) if stray else "nothing") + (f"; {plan.app_name} runs revision {plan.revision}'s config" if keep else ""))
     restored = current is None
     error = None
     if current is not None and plan.config is not None:
         try:
             wait_for_app(apis.serve, str(plan.app_name), options.timeout_s, deps, options.poll_s, since=since)
-            check_ready(apis, PUBLIC_ROUTE, str(plan.served_name), _deployed_key(plan.config) or api_key, deps, options)
+            check_ready(apis, plan.route, str(plan.served_name), _deployed_key(plan.config) or api_key, deps, options)
             restored = True
             step(f"revision {current.number} serves ({plan.app_name})")
         except Failure as failure:

@@ -32,10 +32,11 @@ from orchestrator.serve import decisions, node_hooks
 from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body, with_max_surge
 from orchestrator.serve.ray_io.client import APP_RUNNING, AppStatus, ServeApiError, ServeStatus, failure_messages
 from orchestrator.serve.ray_io.readiness import ProbeResult
-from orchestrator.serve.shapes import llm_config_of, llm_configs
+from orchestrator.serve.shapes import llm_config_of
 from orchestrator.state import Revision, StateStore
 from orchestrator.workflows.node_files import install_serve_hooks, node_home
 from orchestrator.workflows.secrets import fill_secrets, placeholder_paths, unfilled
+from orchestrator.workflows.served_models import OtherModels, current_of, served_app_name, served_name_of
 from orchestrator.workflows.start_failures import Stop, stop_text
 
 Progress = Callable[[str], None]
@@ -306,19 +307,14 @@ def put_serve_hooks(manifest: Manifest, runners: Mapping[str, Runner], app: Mapp
 # ------------------------------------------------------------------------------ what serves
 
 
-def served_app_name(state: StateStore, revision: Revision) -> str | None:
-    """The Serve application a revision serves as: the database's column, else (a revision
-    recorded before the column existed) its meta file; None when neither says."""
-    if revision.app_name:
-        return revision.app_name
-    meta = state.revision_meta(revision.cluster, revision.number) or {}
-    name = meta.get("app_name")
-    return name if isinstance(name, str) and name else None
-
-
-def serving_now(state: StateStore, cluster: str, status: ServeStatus) -> tuple[Revision | None, decisions.Serving]:
-    current = state.current_revision(cluster)
-    live = tuple(sorted(n for n, a in status.applications.items() if a.status == APP_RUNNING))
+def serving_now(state: StateStore, cluster: str, status: ServeStatus, served_name: str | None = None,
+                others: OtherModels | None = None) -> tuple[Revision | None, decisions.Serving]:  # fmt: skip
+    """The revision serving ``served_name`` (None: the newest ready one) and how Serve sees its
+    application. ``running_apps``: the RUNNING applications a fresh deploy of it would replace
+    (every one but the other models' ``others``)."""
+    current = current_of(state, cluster, served_name)
+    theirs = set(others.apps) if others is not None else set()
+    live = tuple(sorted(n for n, a in status.applications.items() if a.status == APP_RUNNING and n not in theirs))
     if current is None:
         return None, decisions.Serving(running_apps=live)
     meta = state.revision_meta(cluster, current.number) or {}
@@ -352,6 +348,9 @@ class RestorePlan:
     # The surge Serve rolls back with (serve.config.with_max_surge): 0 where the cluster has no
     # room for two copies; None: the config as it is.
     surge_percent: int | None = None
+    route: str = PUBLIC_ROUTE  # where the model's application answers
+    # The other models' applications as Serve runs them: every PUT of the restore carries them.
+    others: tuple[dict, ...] = field(default=(), repr=False)
 
     def body(self) -> dict | None:
         """The application to PUT to put it back: ``config`` with the restore's surge."""
@@ -361,12 +360,13 @@ class RestorePlan:
 
 
 def restore_plan(manifest: Manifest, current: Revision | None, serving: decisions.Serving, status: ServeStatus,
-                 api_key: str, deps: ServingDeps) -> RestorePlan:  # fmt: skip
-    """The previous revision's application as Serve runs it now, or rebuilt from its record."""
+                 api_key: str, deps: ServingDeps, others: tuple[dict, ...] = ()) -> RestorePlan:  # fmt: skip
+    """The previous revision's application as Serve runs it now, or rebuilt from its record;
+    ``others``: the other models' applications, carried by every PUT of the restore."""
     if current is None:
-        return RestorePlan(why_not="no earlier revision")
+        return RestorePlan(why_not="no earlier revision", others=others)
     if serving.app_name is None:
-        return RestorePlan(current.number, why_not=f"the Serve application of revision {current.number} is not recorded")
+        return RestorePlan(current.number, why_not=f"the Serve application of revision {current.number} is not recorded", others=others)
     served = served_name_of(deps.state, manifest.name, current)
     running = status.app(serving.app_name)
     if running is not None and running.deployed_config:
@@ -374,25 +374,16 @@ def restore_plan(manifest: Manifest, current: Revision | None, serving: decision
         # there gets its real value.
         deployed = fill_secrets(running.deployed_config, manifest.env, deps.environ)
         if not unfilled(deployed):
-            return RestorePlan(current.number, serving.app_name, deployed, served, serving.live)
+            return RestorePlan(current.number, serving.app_name, deployed, served, serving.live,
+                               route=running.route_prefix or PUBLIC_ROUTE, others=others)  # fmt: skip
     filled = fill_secrets(current.config, manifest.env, deps.environ)
     left = unfilled(filled)
-    app = RenderedApp(app=filled).renamed(serving.app_name, PUBLIC_ROUTE)
+    route = str(current.config.get("route_prefix") or PUBLIC_ROUTE)
+    app = RenderedApp(app=filled).renamed(serving.app_name, route)
     if left:
-        return RestorePlan(current.number, serving.app_name, None, served, serving.live,
+        return RestorePlan(current.number, serving.app_name, None, served, serving.live, route=route, others=others,
                            why_not=f"revision {current.number}'s stored config needs secrets orch does not keep: {', '.join(left)}")  # fmt: skip
-    return RestorePlan(current.number, serving.app_name, app.with_api_key(api_key), served, serving.live)
-
-
-def served_name_of(state: StateStore, cluster: str, revision: Revision) -> str:
-    """The model name a revision served under (what requests name in ``model``)."""
-    meta = state.revision_meta(cluster, revision.number) or {}
-    return str(meta.get("served_name") or _model_id(revision.config) or revision.model)
-
-
-def _model_id(config: Mapping[str, Any]) -> str | None:
-    llm = (llm_configs(config) or [{}])[0]
-    return (llm.get("model_loading_config") or {}).get("model_id")
+    return RestorePlan(current.number, serving.app_name, app.with_api_key(api_key), served, serving.live, route=route, others=others)
 
 
 def _status(serve: ServeApi, deps: ServingDeps, deadline: float) -> ServeStatus:
@@ -407,12 +398,13 @@ def _status(serve: ServeApi, deps: ServingDeps, deadline: float) -> ServeStatus:
 
 
 def restore(plan: RestorePlan, manifest: Manifest, apis: ClusterApis, deps: ServingDeps, options: RolloutOptions, step: Progress) -> bool:
-    """Make Serve run the previous revision's application alone (every other application orch
-    put there goes) and wait until it answers; True when it serves again. Serve unreachable until
-    the deadline raises (the caller leaves the revision pending for the repair)."""
+    """Make Serve run the previous revision's application beside the other models' (every other
+    application orch put there for this model goes) and wait until it answers; True when it
+    serves again. Serve unreachable until the deadline raises (the caller leaves the revision
+    pending for the repair)."""
     deadline = deps.clock() + options.timeout_s
     if plan.config is None:
-        put(apis.serve, [], manifest, deps, deadline)
+        put(apis.serve, list(plan.others), manifest, deps, deadline)
         step(f"removed the new revision; {plan.why_not or 'nothing to restore'}")
         return False
     body = plan.body()
@@ -420,12 +412,12 @@ def restore(plan: RestorePlan, manifest: Manifest, apis: ClusterApis, deps: Serv
     # Its config changed (an interrupted switch, an in-place update of the same application):
     # Serve rolls it back; wait for that deploy, not for the RUNNING it reports before it has begun.
     since = before.last_deployed_time_s if before is not None and before.deployed_config != body else None
-    put(apis.serve, [body], manifest, deps, deadline)
+    put(apis.serve, [*plan.others, body], manifest, deps, deadline)
     step(f"putting revision {plan.revision} back ({plan.app_name})")
     api_key = llm_config_of(plan.config)["engine_kwargs"]["api_key"][0]
     try:
         wait_for_app(apis.serve, str(plan.app_name), options.timeout_s, deps, options.poll_s, since=since)
-        check_ready(apis, PUBLIC_ROUTE, str(plan.served_name), api_key, deps, options)
+        check_ready(apis, plan.route, str(plan.served_name), api_key, deps, options)
     except Failure as again:
         step(f"revision {plan.revision} did not come back: {again.what}")
         return False

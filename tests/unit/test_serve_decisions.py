@@ -252,16 +252,30 @@ def test_a_fresh_deploy_over_running_apps_names_them_all_and_the_downtime():
     assert r.decide("x", nothing, room_for_copy=True, allow_downtime=True, downtime_s=95.0).kind == r.FRESH
 
 
-def test_a_model_change_is_noted_only_when_the_rollout_replaces_the_served_model():
-    from orchestrator.serve.decisions import FRESH, IN_PLACE, NOOP, REFUSE, SIDE_BY_SIDE, Decision, model_change
+def test_a_model_coming_up_beside_others_is_noted_only_when_it_is_fresh_beside_them():
+    from orchestrator.serve.decisions import FRESH, IN_PLACE, NOOP, REFUSE, SIDE_BY_SIDE, Decision, beside
 
-    for kind in (SIDE_BY_SIDE, IN_PLACE, FRESH):
-        (note,) = model_change("tiny", "other", Decision(kind, "why")).notes
-        assert "'other' replaces 'tiny'" in note and note.startswith("warning:")
-    # nothing is replaced: refused, nothing to do, the same name, or nothing served before
-    for kind in (REFUSE, NOOP):
-        assert model_change("tiny", "other", Decision(kind, "why")).notes == ()
-    assert model_change("tiny", "tiny", Decision(SIDE_BY_SIDE, "why")).notes == ()
-    assert model_change(None, "tiny", Decision(FRESH, "why")).notes == ()
-    kept = Decision(SIDE_BY_SIDE, "why", notes=("earlier",))
-    assert model_change("a", "b", kept).notes[0] == "earlier" and len(model_change("a", "b", kept).notes) == 2
+    (note,) = beside({"tiny": "orch", "b": "orch-m-b"}, "c", Decision(FRESH, "why"), "orch-m-c", "/_orch/m/c").notes
+    assert note == "'c' comes up as its own application orch-m-c on /_orch/m/c, beside 'b' (orch-m-b), 'tiny' (orch): they keep serving, untouched"
+    for kind in (SIDE_BY_SIDE, IN_PLACE, NOOP, REFUSE):  # a model that serves already, or nothing done
+        assert beside({"tiny": "orch"}, "c", Decision(kind, "why"), "orch-m-c", "/").notes == ()
+    assert beside({}, "c", Decision(FRESH, "why"), "orch", "/").notes == ()  # nothing beside it
+    kept = Decision(FRESH, "why", notes=("earlier",))
+    assert beside({"a": "orch"}, "b", kept, "orch-m-b", "/_orch/m/b").notes[0] == "earlier"
+    assert len(beside({"a": "orch"}, "b", kept, "orch-m-b", "/_orch/m/b").notes) == 2
+
+
+def test_a_new_models_application_name_and_route_beside_others():
+    # the first model keeps the name and route an older orch gave its only model
+    assert r.public_app_name("tiny", set()) == "orch" and r.public_app_name("tiny", {"orch-m-x"}) == "orch"
+    assert r.model_route("tiny", set()) == "/" and r.model_route("tiny", {"/_orch/m/x"}) == "/"
+    # beside a model that holds them: its own, named after the served name
+    assert r.public_app_name("qwen-0.5b_chat", {"orch"}) == "orch-m-qwen-0.5b_chat"
+    assert r.model_route("qwen-0.5b_chat", {"/"}) == "/_orch/m/qwen-0.5b_chat"
+    # a name that cannot stand in a route as it is gets a digest: two names never share one
+    slash, dash = r.model_slug("meta-llama/Llama-3.1-8B"), r.model_slug("meta-llama-Llama-3.1-8B")
+    assert slash.startswith("meta-llama-Llama-3.1-8B-") and len(slash) == len("meta-llama-Llama-3.1-8B") + 9 and slash != dash
+    assert dash == "meta-llama-Llama-3.1-8B"
+    assert r.model_slug("a b") != r.model_slug("a  b") and r.model_slug("a b").startswith("a-b-")
+    assert r.model_slug("///").startswith("model-") and r.model_slug(".hidden").startswith("hidden-")
+    assert r.revision_of_app(r.public_app_name("r4", {"orch"})) is None  # never read as a candidate

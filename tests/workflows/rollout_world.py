@@ -119,7 +119,8 @@ class FakeServe:
             message = self.message if st == "DEPLOY_FAILED" else ""
             if self.messages.get(name):
                 message = self.messages[name][min(i, len(self.messages[name]) - 1)]
-            dep = DeploymentStatus(f"{shape.engine_class}:tiny", dep_status, message=message, replicas=reps)
+            model_id = (llm_config_of(cfg).get("model_loading_config") or {}).get("model_id", "tiny")
+            dep = DeploymentStatus(f"{shape.engine_class}:{model_id}", dep_status, message=message, replicas=reps)
             out[name] = AppStatus(name, st, route_prefix=cfg["route_prefix"], last_deployed_time_s=self.deployed[name],
                                   deployments=(dep,), deployed_config=cfg)  # fmt: skip
         self._keep()

@@ -64,7 +64,7 @@ def test_dry_run_changes_nothing(world):
 def test_another_name_or_nothing_served_is_refused_naming_what_is_served(world):
     with pytest.raises(UsageError) as err:
         remove(world.manifest, "llama", world.deps)
-    assert "serves 'tiny' (revision 1), not 'llama'" in err.value.message and err.value.hint == "orch remove tiny ..."
+    assert err.value.message == "cluster 'wf' serves no model named 'llama'; it serves 'tiny' (revision 1)" and err.value.hint == "orch remove tiny ..."
     assert err.value.exit_code == 2 and world.state.current_revision("wf").number == 1
     remove(world.manifest, "tiny", world.deps)
     with pytest.raises(UsageError, match="serves no model"):
@@ -91,3 +91,14 @@ def test_remove_waits_for_no_lock_it_cannot_take(world):
         with pytest.raises(ClusterBusy):
             remove(world.manifest, "tiny", world.deps)
     assert world.state.current_revision("wf").number == 1
+
+
+def test_removing_one_of_two_models_leaves_the_other_serving_untouched(world):
+    world.rollout(served_name="other")
+    tiny_config, tiny_deployed = copy.deepcopy(world.serve.apps["orch"]), world.serve.deployed["orch"]
+    res = remove(world.manifest, "other", world.deps)
+    assert (res.apps, res.kept) == (["orch-m-other"], ["orch"])
+    assert world.serve.apps == {"orch": tiny_config} and world.serve.deployed["orch"] == tiny_deployed  # not redeployed
+    assert {r.number: r.status for r in world.state.list_revisions("wf")} == {1: "ready", 2: "removed"}
+    with pytest.raises(UsageError, match="serves no model named 'other'; it serves 'tiny' \\(revision 1\\)"):
+        remove(world.manifest, "other", world.deps)

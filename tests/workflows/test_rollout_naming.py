@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.errors import RolloutFailed
+from orchestrator.errors import RolloutFailed, StateError, UsageError
 from orchestrator.serve.config import RenderedApp
 from orchestrator.status.serving import pick_app, revision_app
 from orchestrator.workflows.desired import desired_for_revision
@@ -194,18 +194,68 @@ def test_an_interrupted_in_place_update_of_orch_is_repaired_without_a_surge(tmp_
     assert back["deployments"] == NO_SURGE  # no room for two copies: back without a surge
 
 
-def test_another_served_name_is_said_to_replace_the_served_model(world):
-    """A cluster serves one model: a rollout under another served name replaces it on the public
-    route, and the rollout says so (requests naming the old name get Serve LLM's 404 after it)."""
+def test_another_served_name_comes_up_beside_the_served_model_and_leaves_it_untouched(world):
+    """Several models per cluster: a rollout under another served name is a new application on
+    its own route; the served model's application is carried by every PUT exactly as Serve runs
+    it (Serve changes nothing in it: its deploy time stays) and its revision keeps serving."""
     said: list[str] = []
     world.deps = world.deps.__class__(**{**world.deps.__dict__, "progress": said.append})
     world.rollout()
-    assert said and not any("replaces" in line for line in said)
+    tiny_config, tiny_deployed = world.serve.apps["orch"], world.serve.deployed["orch"]
     res = world.rollout(served_name="other")
-    assert res.action == "side_by_side" and res.model == "other"
+    assert res.action == "fresh" and res.model == "other" and res.app_name == "orch-m-other"
+    assert world.serve.apps["orch-m-other"]["route_prefix"] == "/_orch/m/other"
     (note,) = res.decision["notes"]
-    assert note.startswith("warning: this cluster serves one model: 'other' replaces 'tiny'") and "naming 'tiny' get 404" in note
+    assert note == "'other' comes up as its own application orch-m-other on /_orch/m/other, beside 'tiny' (orch): they keep serving, untouched"
     assert note in said
-    # the same served name with another setting replaces nothing
+    assert all(b["applications"][0] == tiny_config for b in world.serve.bodies[1:])  # every PUT carried it as it ran
+    assert world.serve.apps["orch"] == tiny_config and world.serve.deployed["orch"] == tiny_deployed
+    assert world.endpoint.probes[-1][:2] == ("/_orch/m/other", "other")
+    assert [(r.number, r.status) for r in world.state.list_revisions("wf")] == [(1, "ready"), (2, "ready")]
+    # a new revision of 'other' is side by side on its own route; 'tiny' still untouched
     again = world.rollout(served_name="other", max_model_len=2048)
-    assert again.action == "side_by_side" and again.decision["notes"] == []
+    assert again.action == "side_by_side" and again.previous_revision == 2 and again.app_name == "orch-m-other"
+    assert world.serve.apps["orch"] == tiny_config and world.serve.deployed["orch"] == tiny_deployed
+    assert world.serve.apps["orch-m-other"]["route_prefix"] == "/_orch/m/other"
+    assert world.endpoint.probes[-1][:2] == ("/_orch/m/other", "other")
+    assert {r.number: r.status for r in world.state.list_revisions("wf")} == {1: "ready", 2: "superseded", 3: "ready"}
+    # and a new revision of 'tiny' leaves 'other' as it runs
+    other_config, other_deployed = world.serve.apps["orch-m-other"], world.serve.deployed["orch-m-other"]
+    back = world.rollout(max_model_len=2048)
+    assert back.action == "side_by_side" and back.previous_revision == 1 and back.app_name == "orch"
+    assert world.serve.apps["orch-m-other"] == other_config and world.serve.deployed["orch-m-other"] == other_deployed
+    assert world.serve.apps["orch"]["route_prefix"] == "/"
+    assert {r.number: r.status for r in world.state.list_revisions("wf")} == {1: "superseded", 2: "superseded", 3: "ready", 4: "ready"}
+
+
+def test_a_model_that_does_not_fit_beside_the_others_is_refused_naming_what_holds_the_capacity(world):
+    world.rollout()
+    world.nodes = _nodes(cpus_used=7.5)  # what the served model's replica holds leaves half a CPU per node
+    bodies = len(world.serve.bodies)
+    with pytest.raises(UsageError) as err:
+        world.rollout(served_name="other")
+    assert err.value.message.startswith("'other' does not fit beside the models this cluster serves: it needs CPU ")
+    assert "free now: head: CPU 0.5; w1: CPU 0.5" in err.value.message and "'tiny' (orch) holds CPU " in err.value.message
+    assert "orch remove" in err.value.hint
+    assert len(world.serve.bodies) == bodies and world.state.list_revisions("wf")[-1].number == 1  # nothing applied or recorded
+
+
+def test_rollback_of_one_model_touches_only_it(world):
+    world.rollout()
+    world.rollout(served_name="other")
+    world.rollout(served_name="other", max_model_len=2048)  # revision 3 supersedes 2
+    tiny_config, tiny_deployed = world.serve.apps["orch"], world.serve.deployed["orch"]
+    with pytest.raises(UsageError, match="serves 2 models \\(other, tiny\\): name the one to roll back") as err:
+        desired_for_revision(world.state, "wf", None)
+    assert err.value.hint == "orch rollback --model other (or --to N)"
+    with pytest.raises(UsageError, match="revision 2 served 'other', not 'tiny'"):
+        desired_for_revision(world.state, "wf", 2, "tiny")
+    res = execute(world.manifest, desired_for_revision(world.state, "wf", None, "other"), KEY, world.deps,
+                  RolloutOptions(timeout_s=60, probe_timeout_s=10, command="rollback"))  # fmt: skip
+    assert res.action == "side_by_side" and res.model == "other" and res.app_name == "orch-m-other"
+    assert _max_len(world.serve.apps["orch-m-other"]) == 1024  # revision 2's config is back
+    assert world.serve.apps["orch"] == tiny_config and world.serve.deployed["orch"] == tiny_deployed
+    assert {r.number: r.status for r in world.state.list_revisions("wf")} == {1: "ready", 2: "superseded", 3: "rolled_back", 4: "ready"}
+    # 'tiny' has no earlier revision of its own: the other model's are not its
+    with pytest.raises(StateError, match="has no earlier revision of 'tiny' to roll back to"):
+        desired_for_revision(world.state, "wf", None, "tiny")

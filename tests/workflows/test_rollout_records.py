@@ -105,7 +105,9 @@ def test_an_unknown_application_name_refuses_instead_of_deploying_fresh(world):
         conn.execute("UPDATE revisions SET app_name = NULL, config_json = '{}' WHERE number = 1")
     world.state.revision_meta_path("wf", 1).unlink()
     bodies = len(world.serve.bodies)
-    with pytest.raises(UsageError, match="the name of its Serve application is not") as err:
+    # Which model it served is lost with its record too: nothing is known to serve 'tiny', and the
+    # application Serve runs is refused rather than replaced.
+    with pytest.raises(UsageError, match="no revision serves yet, but Serve runs orch: a fresh deploy would delete it") as err:
         world.rollout(options=OPTIONS, max_model_len=2048)
     assert "--allow-downtime" in err.value.message + (err.value.hint or "")
     assert len(world.serve.bodies) == bodies and set(world.serve.apps) == {"orch"}  # the live app untouched
