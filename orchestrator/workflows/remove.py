@@ -22,6 +22,7 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.polling import poll_until
 from orchestrator.serve import decisions
 from orchestrator.state import Revision
+from orchestrator.workflows.front_steps import front_without
 from orchestrator.workflows.rollout_steps import ServingDeps, put, serving_now
 from orchestrator.workflows.served_models import served_name_of, serving_by_name
 
@@ -92,7 +93,7 @@ def _run(manifest: Manifest, name: str, deps: ServingDeps, options: RemoveOption
         t0 = deps.clock()
         step = _stepper(result, deps.progress)
         step(f"removing {', '.join(gone) or 'nothing (not in Serve)'} (revision {current.number}, '{name}'); keeping {', '.join(kept) or 'no other application'}")
-        put(apis.serve, [dict(status.applications[n].deployed_config or {}) for n in kept], manifest)
+        put(apis.serve, front_without([dict(status.applications[n].deployed_config or {}) for n in kept], manifest), manifest)
         deps.state.update_revision(manifest.name, current.number, "removed")
         step(f"revision {current.number} recorded removed: nothing serves '{name}' now")
         waited = poll_until(lambda: set(gone) & set(apis.serve.status().applications), lambda left: not left,

@@ -46,6 +46,7 @@ from orchestrator.serve.ray_io.client import ServeStatus
 from orchestrator.serve.slo_gate import GatePlan, judge_gate, plan_gate
 from orchestrator.state import Revision, StateStore
 from orchestrator.workflows.calibration import calibrate_rollout
+from orchestrator.workflows.front_steps import settle_front
 from orchestrator.workflows.load_record import configured_replicas, levels_of, record_load, recorded_load, shape_of
 from orchestrator.workflows.rollout_repair import repair_interrupted
 from orchestrator.workflows.rollout_steps import (
@@ -300,6 +301,7 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         body = app.with_api_key(api_key)
         if before is not None:  # Serve rolls it (nothing to roll when it is new)
             body = with_max_surge(body, IN_PLACE_SURGE_PERCENT)
+    live_body = body  # what Serve runs for the model once it serves (side by side: set at the switch)
     # What the revision serves as: side by side, the live application takes its config at the
     # switch (the candidate on its own route is only the proof), so that is what is recorded.
     state.set_served_as(name, number, served_as.name, served_as.app)
@@ -350,7 +352,8 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             since = old_app.last_deployed_time_s if old_app else None
             reach(f"switch {old_live} to revision {number}'s config")
             trail.switched = True
-            put(apis.serve, [*attempt.others, served_as.with_api_key(api_key)], manifest)
+            live_body = served_as.with_api_key(api_key)
+            put(apis.serve, [*attempt.others, live_body], manifest)
             result.app_name = old_live
             older = "" if decisions.revision_of_app(old_live) is None else " (the name an older orch gave it, kept: renaming would move the route)"
             step(f"{old_live}{older} on {attempt.route} takes revision {number}'s config: its new replica starts beside the old one, "
@@ -361,6 +364,12 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             reach(f"readiness probe of {old_live} on {attempt.route}")
             check_ready(apis, attempt.route, desired.served_name, api_key, deps, options)
             step(f"{old_live} serves revision {number}; the old replica is gone")
+        reach("route the front to every model")
+        ran = settle_front(manifest, apis, deps, options, step, attempt.others, live_body, api_key)
+        route = next((a["route_prefix"] for a in ran if a.get("name") == served_as.name), attempt.route)
+        if route != served_as.app["route_prefix"]:  # the front took "/": the model answers on its own route
+            served_as = served_as.renamed(served_as.name, route)
+            state.set_served_as(name, number, served_as.name, served_as.app)
         reach("record the revision as ready")
         state.update_revision(name, number, "ready")
         if attempt.current is not None and attempt.current.number != number:

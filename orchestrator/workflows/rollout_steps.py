@@ -379,6 +379,9 @@ def restore_plan(manifest: Manifest, current: Revision | None, serving: decision
     filled = fill_secrets(current.config, manifest.env, deps.environ)
     left = unfilled(filled)
     route = str(current.config.get("route_prefix") or PUBLIC_ROUTE)
+    taken = {str(c.get("route_prefix")) for c in others}
+    if route in taken:  # the front took "/" after this revision was recorded there
+        route = decisions.model_route(served, taken)
     app = RenderedApp(app=filled).renamed(serving.app_name, route)
     if left:
         return RestorePlan(current.number, serving.app_name, None, served, serving.live, route=route, others=others,

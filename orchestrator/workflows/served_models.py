@@ -19,6 +19,7 @@ from typing import Any
 from orchestrator.errors import ServeError
 from orchestrator.serve import decisions
 from orchestrator.serve.desired import Desired
+from orchestrator.serve.front import FRONT_APP
 from orchestrator.serve.ray_io.client import AppStatus, ServeStatus
 from orchestrator.serve.shapes import llm_configs
 from orchestrator.state import Revision, StateStore
@@ -99,7 +100,8 @@ def other_models(state: StateStore, cluster: str, status: ServeStatus, served_na
         app = served_app_name(state, rev)
         if name != served_name and app:
             names[name] = app
-    apps = {n: a for n, a in status.applications.items() if n in names.values()}
+    # The front (serve/front.py) is carried like another model's application.
+    apps = {n: a for n, a in status.applications.items() if n in names.values() or n == FRONT_APP}
     return OtherModels(names, apps)
 
 

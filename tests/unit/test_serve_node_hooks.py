@@ -358,3 +358,50 @@ def test_importing_the_module_asks_for_nothing(on_the_node_path, monkeypatch):
     monkeypatch.setattr(torch.cpu, "_init_amx", lambda: asked.append(1) or True)
     module = importlib.import_module(node_hooks.MODULE)
     assert module.SkipNodeInit is not None and asked == []
+
+
+def _asgi(check, path, headers=(), method="POST", root_path=""):
+    """One request through the front's key check over an app that answers 200."""
+    sent = []
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "path": root_path + path, "root_path": root_path, "headers": list(headers)}
+    asyncio.run(check(app)(scope, None, send))
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_the_front_checks_the_api_key_as_vllm_does(on_the_node_path):
+    """vLLM's AuthenticationMiddleware (vllm/entrypoints/serve/middleware/authenticate.py): a
+    guarded path needs "Bearer KEY" (scheme in any case), else 401 {"error": "Unauthorized"};
+    OPTIONS and other paths pass."""
+    import importlib
+
+    hooks = importlib.import_module(node_hooks.MODULE)
+    hooks._FRONT_KEYS[:] = ["k-123"]
+    check = hooks._KeyCheck
+    assert _asgi(check, "/v1/completions") == (401, b'{"error":"Unauthorized"}')
+    assert _asgi(check, "/v1/models", [(b"authorization", b"Bearer wrong")])[0] == 401
+    assert _asgi(check, "/v1/models", [(b"authorization", b"k-123")])[0] == 401  # no scheme
+    assert _asgi(check, "/v1/chat/completions", [(b"authorization", b"Bearer k-123")])[0] == 200
+    assert _asgi(check, "/v1/chat/completions", [(b"authorization", b"bearer k-123")])[0] == 200
+    for guarded in ("/v2/x", "/inference/v1/generate", "/cohere/v2/rerank"):
+        assert _asgi(check, guarded)[0] == 401
+    assert _asgi(check, "/health")[0] == 200 and _asgi(check, "/v1/models", method="OPTIONS")[0] == 200
+    assert _asgi(check, "/v1/models", root_path="/api")[0] == 401  # the path under Serve's route prefix
+    hooks._FRONT_KEYS[:] = []
+    assert _asgi(check, "/v1/models", [(b"authorization", b"Bearer k-123")])[0] == 401  # no key set: closed
+
+
+def test_the_front_builds_as_serve_builds_it_one_zero_cpu_ingress(on_the_node_path, monkeypatch):
+    from orchestrator.serve.front import FRONT_DEPLOYMENT, FRONT_IMPORT_PATH, front_app
+
+    app = front_app("c1", {"tiny": ("orch", "LLMServer:tiny")}, "/")
+    built = _built(FRONT_IMPORT_PATH, monkeypatch, app)
+    assert [d.name for d in built.deployments] == [FRONT_DEPLOYMENT] and built.ingress_deployment_name == FRONT_DEPLOYMENT
+    (dep,) = built.deployments
+    assert dep._deployment_config.num_replicas == 1 and dep.ray_actor_options == {"num_cpus": 0}

@@ -14,6 +14,7 @@ from orchestrator.cluster.node_state import NodeState
 from orchestrator.manifest.load import load_manifest
 from orchestrator.remote.fake import FakeRunner, Prefix, result
 from orchestrator.serve.desired import RolloutRequest
+from orchestrator.serve.front import FRONT_DEPLOYMENT, is_front
 from orchestrator.serve.ray_io.client import AppStatus, DeploymentStatus, ReplicaStatus, ServeStatus
 from orchestrator.serve.ray_io.readiness import ProbeResult
 from orchestrator.serve.shapes import llm_config_of, shape_of_app
@@ -111,6 +112,12 @@ class FakeServe:
             self.polls[name] = i + 1
             st = script[min(i, len(script) - 1)]
             dep_status = {"RUNNING": "HEALTHY", "DEPLOY_FAILED": "DEPLOY_FAILED"}.get(st, "UPDATING")
+            if is_front(cfg):  # orch's front: one replica of its own deployment
+                rep = ReplicaStatus("f1", "RUNNING" if st == "RUNNING" else "STARTING", node_id="n-head")
+                out[name] = AppStatus(name, st, route_prefix=cfg["route_prefix"], last_deployed_time_s=self.deployed[name],
+                                      deployments=(DeploymentStatus(FRONT_DEPLOYMENT, dep_status, replicas=(rep,)),),
+                                      deployed_config=cfg)  # fmt: skip
+                continue
             # A data-parallel application's engine deployment is DPServer:<model>, one replica per rank.
             shape = shape_of_app(cfg)
             ranks = (llm_config_of(cfg).get("engine_kwargs") or {}).get("data_parallel_size", 1) if shape.gang else 1

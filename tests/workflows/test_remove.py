@@ -96,9 +96,16 @@ def test_remove_waits_for_no_lock_it_cannot_take(world):
 def test_removing_one_of_two_models_leaves_the_other_serving_untouched(world):
     world.rollout(served_name="other")
     tiny_config, tiny_deployed = copy.deepcopy(world.serve.apps["orch"]), world.serve.deployed["orch"]
+    assert tiny_config["route_prefix"] == "/_orch/m/tiny"  # the front holds "/"
     res = remove(world.manifest, "other", world.deps)
-    assert (res.apps, res.kept) == (["orch-m-other"], ["orch"])
-    assert world.serve.apps == {"orch": tiny_config} and world.serve.deployed["orch"] == tiny_deployed  # not redeployed
+    assert (res.apps, res.kept) == (["orch-m-other"], ["orch", "orch-front"])
+    assert set(world.serve.apps) == {"orch", "orch-front"}
+    assert world.serve.apps["orch"] == tiny_config and world.serve.deployed["orch"] == tiny_deployed  # not redeployed
+    (dep,) = world.serve.apps["orch-front"]["deployments"]  # the front routes to what is left, with the key it had
+    assert dep["user_config"] == {"models": [{"model_id": "tiny", "app": "orch", "deployment": "LLMServer:tiny"}], "api_key": [KEY]}
     assert {r.number: r.status for r in world.state.list_revisions("wf")} == {1: "ready", 2: "removed"}
     with pytest.raises(UsageError, match="serves no model named 'other'; it serves 'tiny' \\(revision 1\\)"):
         remove(world.manifest, "other", world.deps)
+    # the last model goes, and the front with it
+    remove(world.manifest, "tiny", world.deps)
+    assert world.serve.apps == {}

@@ -194,37 +194,60 @@ def test_an_interrupted_in_place_update_of_orch_is_repaired_without_a_surge(tmp_
     assert back["deployments"] == NO_SURGE  # no room for two copies: back without a surge
 
 
-def test_another_served_name_comes_up_beside_the_served_model_and_leaves_it_untouched(world):
+def _without_route(app):
+    return {k: v for k, v in app.items() if k != "route_prefix"}
+
+
+def _front_models(app):
+    (dep,) = app["deployments"]
+    return {m["model_id"]: (m["app"], m["deployment"]) for m in dep["user_config"]["models"]}, dep["user_config"]["api_key"]
+
+
+def test_another_served_name_comes_up_beside_the_served_model_behind_one_front(world):
     """Several models per cluster: a rollout under another served name is a new application on
-    its own route; the served model's application is carried by every PUT exactly as Serve runs
-    it (Serve changes nothing in it: its deploy time stays) and its revision keeps serving."""
+    its own route; every PUT carries the served model's application as Serve runs it. Once the
+    new one answered, the front comes up on its staging route, answers for both models, then takes
+    "/" while each model moves to its own route (a route change only: no new config otherwise)."""
     said: list[str] = []
     world.deps = world.deps.__class__(**{**world.deps.__dict__, "progress": said.append})
+    world.endpoint = ServeEndpoint(world)
     world.rollout()
-    tiny_config, tiny_deployed = world.serve.apps["orch"], world.serve.deployed["orch"]
+    tiny_config = world.serve.apps["orch"]
     res = world.rollout(served_name="other")
     assert res.action == "fresh" and res.model == "other" and res.app_name == "orch-m-other"
-    assert world.serve.apps["orch-m-other"]["route_prefix"] == "/_orch/m/other"
     (note,) = res.decision["notes"]
     assert note == "'other' comes up as its own application orch-m-other on /_orch/m/other, beside 'tiny' (orch): they keep serving, untouched"
     assert note in said
-    assert all(b["applications"][0] == tiny_config for b in world.serve.bodies[1:])  # every PUT carried it as it ran
-    assert world.serve.apps["orch"] == tiny_config and world.serve.deployed["orch"] == tiny_deployed
-    assert world.endpoint.probes[-1][:2] == ("/_orch/m/other", "other")
+    fresh, staged, final = world.serve.bodies[1:]
+    assert [a["name"] for a in fresh["applications"]] == ["orch", "orch-m-other"] and fresh["applications"][0] == tiny_config
+    assert [(a["name"], a["route_prefix"]) for a in staged["applications"]] == [("orch", "/"), ("orch-m-other", "/_orch/m/other"),
+                                                                             ("orch-front", "/_orch/front")]  # fmt: skip
+    assert staged["applications"][0] == tiny_config
+    assert [(a["name"], a["route_prefix"]) for a in final["applications"]] == [("orch", "/_orch/m/tiny"), ("orch-m-other", "/_orch/m/other"),
+                                                                            ("orch-front", "/")]  # fmt: skip
+    assert _without_route(final["applications"][0]) == _without_route(tiny_config)  # moved, nothing else changed
+    models, key = _front_models(world.serve.apps["orch-front"])
+    assert models == {"tiny": ("orch", "LLMServer:tiny"), "other": ("orch-m-other", "LLMServer:other")} and key == [KEY]
+    # both models answered through the staging route, then through "/"
+    probes = [(route, model) for route, model, _ in world.endpoint.probes]
+    assert probes[-5:] == [("/_orch/m/other", "other"), ("/_orch/front", "other"), ("/_orch/front", "tiny"), ("/", "other"), ("/", "tiny")]
+    assert world.state.get_revision("wf", 2).config["route_prefix"] == "/_orch/m/other"
     assert [(r.number, r.status) for r in world.state.list_revisions("wf")] == [(1, "ready"), (2, "ready")]
-    # a new revision of 'other' is side by side on its own route; 'tiny' still untouched
+    # a new revision of 'other' is side by side on its own route; 'tiny' and the front untouched
+    tiny_now, front_now = world.serve.apps["orch"], world.serve.apps["orch-front"]
+    tiny_deployed, front_deployed = world.serve.deployed["orch"], world.serve.deployed["orch-front"]
     again = world.rollout(served_name="other", max_model_len=2048)
     assert again.action == "side_by_side" and again.previous_revision == 2 and again.app_name == "orch-m-other"
-    assert world.serve.apps["orch"] == tiny_config and world.serve.deployed["orch"] == tiny_deployed
+    assert world.serve.apps["orch"] == tiny_now and world.serve.deployed["orch"] == tiny_deployed
+    assert world.serve.apps["orch-front"] == front_now and world.serve.deployed["orch-front"] == front_deployed
     assert world.serve.apps["orch-m-other"]["route_prefix"] == "/_orch/m/other"
-    assert world.endpoint.probes[-1][:2] == ("/_orch/m/other", "other")
     assert {r.number: r.status for r in world.state.list_revisions("wf")} == {1: "ready", 2: "superseded", 3: "ready"}
-    # and a new revision of 'tiny' leaves 'other' as it runs
+    # and a new revision of 'tiny' keeps its own route and leaves 'other' as it runs
     other_config, other_deployed = world.serve.apps["orch-m-other"], world.serve.deployed["orch-m-other"]
     back = world.rollout(max_model_len=2048)
     assert back.action == "side_by_side" and back.previous_revision == 1 and back.app_name == "orch"
     assert world.serve.apps["orch-m-other"] == other_config and world.serve.deployed["orch-m-other"] == other_deployed
-    assert world.serve.apps["orch"]["route_prefix"] == "/"
+    assert world.serve.apps["orch"]["route_prefix"] == "/_orch/m/tiny" and world.serve.apps["orch-front"] == front_now
     assert {r.number: r.status for r in world.state.list_revisions("wf")} == {1: "superseded", 2: "superseded", 3: "ready", 4: "ready"}
 
 

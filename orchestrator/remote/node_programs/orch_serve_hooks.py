@@ -226,9 +226,99 @@ def _amx_tile_data():
     return AmxTileData
 
 
+FRONT_CLASS = "orch_serve_hooks.OrchFront"
+FRONT_DEPLOYMENT = "OrchFront"
+# The API key the front checks, set by OrchFront in its replica (the middleware reads it there).
+_FRONT_KEYS: list = []
+
+
+def build_front(args: dict):
+    """The one endpoint in front of several models: Serve LLM's OpenAI ingress (``OpenAiIngress``,
+    ray/llm/_internal/serve/core/ingress/ingress.py) with a handle to each model's engine
+    deployment in that model's own application (``serve.get_deployment_handle(deployment, app)``).
+    It picks the model by the request's ``model`` (``base:adapter`` too, through Serve's
+    multiplexing), lists every model on ``/v1/models`` and answers 404 naming an unknown one.
+    Which models, and the API key, come in the deployment's ``user_config`` (``reconfigure``: a
+    change never restarts the replica; orchestrator/serve/front.py). ``args``: ``replicas``.
+    The class is named by import path: the build task imports Ray Serve only."""
+    from ray import serve
+
+    options: dict[str, Any] = {"name": FRONT_DEPLOYMENT, "num_replicas": int(args.get("replicas") or 1),
+                               "max_ongoing_requests": 1000, "ray_actor_options": {"num_cpus": 0}}  # fmt: skip
+    return serve.deployment(**options)(cast(Any, FRONT_CLASS)).bind()
+
+
+# vLLM's own rule (vllm/entrypoints/serve/middleware/authenticate.py, AuthenticationMiddleware):
+# a request under these prefixes needs "Authorization: Bearer KEY"; OPTIONS and other paths
+# (/health) pass; a refusal is 401 {"error": "Unauthorized"}.
+GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
+
+
+class _KeyCheck:
+    """vLLM's API-key check, in front: the handles to the engines do not pass through vLLM's
+    HTTP app, so its own check would not run for requests the front forwards."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope.get("type") in ("http", "websocket") and scope.get("method") != "OPTIONS":
+            root = scope.get("root_path", "")
+            path = scope.get("path", "")
+            path = path[len(root):] if root and path.startswith(root) else path
+            if path.startswith(GUARDED_PREFIX) and not _key_matches(dict(scope.get("headers") or []).get(b"authorization", b"")):
+                body = b'{"error":"Unauthorized"}'
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def _key_matches(header: bytes) -> bool:
+    import hashlib
+    import secrets
+
+    scheme, _, param = header.decode("latin-1").partition(" ")
+    if scheme.lower() != "bearer" or not _FRONT_KEYS:
+        return False
+    given = hashlib.sha256(param.encode("utf-8")).digest()
+    match = False
+    for key in _FRONT_KEYS:
+        match |= secrets.compare_digest(given, hashlib.sha256(str(key).encode("utf-8")).digest())
+    return match
+
+
+def _front_class():
+    """OpenAiIngress over handles to other applications' deployments, with the key check."""
+    from ray import serve
+    from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
+    from ray.llm._internal.serve.core.ingress.ingress import OpenAiIngress, init, make_fastapi_ingress
+
+    class OrchFront(OpenAiIngress):
+        def __init__(self):
+            super().__init__({}, {})
+
+        def reconfigure(self, config: dict) -> None:
+            """The models and the key of ``user_config``: new handles, the old ones dropped."""
+            models = list(config.get("models") or [])
+            self._default_serve_handles = {m["model_id"]: serve.get_deployment_handle(m["deployment"], app_name=m["app"])
+                                           for m in models}  # fmt: skip
+            self._model_cards = {m["model_id"]: ModelCard(id=m["model_id"], object="model", owned_by="orch", permission=[],
+                                                          metadata={"app": m["app"]}) for m in models}  # fmt: skip
+            self._configured_serve_handles = {}
+            _FRONT_KEYS[:] = [str(k) for k in config.get("api_key") or []]
+
+    app = init()
+    app.add_middleware(_KeyCheck)
+    return make_fastapi_ingress(OrchFront, app=app)
+
+
 # The classes made on first use, once per process: the ingress in the replica (the build task
-# imports this module without vLLM), AmxTileData in each vLLM worker of a CPU engine.
-_MADE_ON_FIRST_USE = {INGRESS_CLASS.rsplit(".", 1)[1]: _ingress_class, AMX_CLASS.rsplit(".", 1)[1]: _amx_tile_data}
+# imports this module without vLLM), AmxTileData in each vLLM worker of a CPU engine, the front
+# in its replica.
+_MADE_ON_FIRST_USE = {INGRESS_CLASS.rsplit(".", 1)[1]: _ingress_class, AMX_CLASS.rsplit(".", 1)[1]: _amx_tile_data,
+                      FRONT_CLASS.rsplit(".", 1)[1]: _front_class}  # fmt: skip
 
 
 def __getattr__(name: str):

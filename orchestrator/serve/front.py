@@ -1,0 +1,84 @@
+"""The one endpoint in front of several models: its Serve application, rendered. Pure.
+
+One model answers on the public route ``/`` itself: Serve's HAProxy sends each request straight to
+an engine replica (``node_hooks``: direct streaming, no Python hop). From the second model on,
+each model's application answers on its own route (``/_orch/m/<name>``, ``decisions.model_route``)
+and the front takes ``/``: Serve LLM's own OpenAI ingress (``OpenAiIngress``) in one replica, with
+a Serve handle to each model's engine deployment in that model's application
+(``remote/node_programs/orch_serve_hooks.py``: ``build_front``, ``OrchFront``). It picks the model
+by the request's ``model``, lists every model on ``/v1/models``, answers 404 naming an unknown one
+and checks the API key as vLLM does (the handles skip vLLM's own HTTP app).
+
+Which models it knows and the key are the deployment's ``user_config``: Serve applies a change of
+it with ``reconfigure`` on the running replica (``DeploymentVersion.requires_actor_restart`` in
+ray/serve/_private/version.py leaves user_config out), so a model added or removed never restarts
+the front, and its args, hence its code version, never change.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator.serve import node_hooks
+from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER
+
+FRONT_APP = "orch-front"
+FRONT_DEPLOYMENT = "OrchFront"
+FRONT_IMPORT_PATH = f"{node_hooks.MODULE}:build_front"
+# Where a new front answers until it is RUNNING and proven; then it takes "/".
+FRONT_STAGING_ROUTE = "/_orch/front"
+
+
+def is_front(app: Mapping[str, Any]) -> bool:
+    return app.get("name") == FRONT_APP or app.get("import_path") == FRONT_IMPORT_PATH
+
+
+def front_app(cluster: str, models: Mapping[str, tuple[str, str]], route: str, user_pythonpath: str | None = None,
+              api_key: str = API_KEY_PLACEHOLDER) -> dict[str, Any]:  # fmt: skip
+    """The front's application. ``models``: served name -> (its application, its engine
+    deployment), as Serve names them. ``api_key``: the placeholder (to store), or the real key
+    (only in the body of a PUT)."""
+    return {
+        "name": FRONT_APP,
+        "route_prefix": route,
+        "import_path": FRONT_IMPORT_PATH,
+        "runtime_env": {"env_vars": {"PYTHONPATH": node_hooks.pythonpath(cluster, user_pythonpath)}},
+        "args": {"replicas": 1},
+        "deployments": [
+            {
+                "name": FRONT_DEPLOYMENT,
+                "user_config": {
+                    "models": [{"model_id": m, "app": a, "deployment": d} for m, (a, d) in sorted(models.items())],
+                    "api_key": [api_key],
+                },
+            }
+        ],
+    }
+
+
+def front_models(app: Mapping[str, Any] | None) -> dict[str, tuple[str, str]]:
+    """The models a front's config routes to (served name -> (application, deployment))."""
+    out: dict[str, tuple[str, str]] = {}
+    for dep in (app or {}).get("deployments") or []:
+        if isinstance(dep, Mapping) and dep.get("name") == FRONT_DEPLOYMENT:
+            for m in (dep.get("user_config") or {}).get("models") or []:
+                out[str(m["model_id"])] = (str(m["app"]), str(m["deployment"]))
+    return out
+
+
+def front_key(app: Mapping[str, Any]) -> str | None:
+    for dep in app.get("deployments") or []:
+        if isinstance(dep, Mapping) and dep.get("name") == FRONT_DEPLOYMENT:
+            keys = (dep.get("user_config") or {}).get("api_key") or []
+            return str(keys[0]) if keys else None
+    return None
+
+
+def moved(app: Mapping[str, Any], route: str) -> dict[str, Any]:
+    """A copy of an application on another route (Serve reconfigures its replicas in place:
+    ``route_prefix`` is in the reconfigure hash, not the restart one, ray/serve/_private/version.py)."""
+    out = copy.deepcopy(dict(app))
+    out["route_prefix"] = route
+    return out

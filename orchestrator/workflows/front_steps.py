@@ -1,0 +1,109 @@
+"""The front's part of a rollout or a removal: keep one endpoint in front of every served model.
+I/O only through the Serve API and the endpoint (``rollout_steps``); the rendering is
+``serve/front.py``.
+
+After a model passed its readiness probe on its own application (and before its revision is
+recorded ready), ``settle_front`` makes the front route to every model that serves then:
+
+- one model and no front: nothing (the model answers on ``/`` itself);
+- a second model and no front yet: the front comes up on its staging route beside everything
+  (one PUT; no application changes), answers a completion for every model there, then one PUT
+  moves each model to its own route and the front to ``/`` (route changes: Serve reconfigures
+  the replicas, it does not restart them); every model must then answer through ``/``;
+- a front already: its ``user_config`` takes the new list (Serve reconfigures its replica);
+  the model must answer through ``/``.
+
+A failure raises, and the rollout puts back what ran before it (the other models' applications
+and the front exactly as they were).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from orchestrator.manifest.model import Manifest
+from orchestrator.serve import decisions
+from orchestrator.serve.config import PUBLIC_ROUTE
+from orchestrator.serve.front import FRONT_APP, FRONT_STAGING_ROUTE, front_app, front_key, front_models, is_front, moved
+from orchestrator.serve.shapes import engine_deployment_name, llm_config_of
+from orchestrator.workflows.rollout_steps import (
+    ClusterApis,
+    Progress,
+    RolloutOptions,
+    ServingDeps,
+    check_ready,
+    put,
+    wait_for_app,
+)
+
+
+def served_name_of_app(app: Mapping[str, Any]) -> str:
+    return str((llm_config_of(app).get("model_loading_config") or {}).get("model_id") or app.get("name"))
+
+
+def models_of(apps: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
+    """Served name -> (application, engine deployment) of every model application in ``apps``."""
+    return {served_name_of_app(a): (str(a["name"]), engine_deployment_name(a)) for a in apps if not is_front(a)}
+
+
+def _own_route(app: Mapping[str, Any]) -> str:
+    return decisions.model_route(served_name_of_app(app), {PUBLIC_ROUTE})
+
+
+def settle_front(manifest: Manifest, apis: ClusterApis, deps: ServingDeps, options: RolloutOptions, step: Progress,
+                 kept: Sequence[dict], mine: dict, api_key: str) -> list[dict]:  # fmt: skip
+    """Make the front route to every model once ``mine`` (the model's application as it serves,
+    real key included) serves beside ``kept`` (the other applications as Serve runs them).
+    Returns the applications Serve runs afterwards. See the module doc."""
+    front = next((a for a in kept if is_front(a)), None)
+    apps = [a for a in kept if not is_front(a)] + [mine]
+    models = models_of(apps)
+    user_pythonpath = manifest.env.get("PYTHONPATH")
+    if front is None and len(models) < 2:
+        return apps
+    if front is not None:
+        if front_models(front) == models:
+            return [*apps, front]
+        updated = front_app(manifest.name, models, str(front.get("route_prefix") or PUBLIC_ROUTE), user_pythonpath, api_key)
+        since = _deployed_at(apis, FRONT_APP)
+        put(apis.serve, [*apps, updated], manifest)
+        step(f"the front ({FRONT_APP}) on {updated['route_prefix']} now routes to {', '.join(sorted(models))}")
+        wait_for_app(apis.serve, FRONT_APP, options.timeout_s, deps, options.poll_s, since=since)
+        check_ready(apis, updated["route_prefix"], served_name_of_app(mine), api_key, deps, options)
+        return [*apps, updated]
+    staged = front_app(manifest.name, models, FRONT_STAGING_ROUTE, user_pythonpath, api_key)
+    put(apis.serve, [*apps, staged], manifest)
+    step(f"a second model serves: the front ({FRONT_APP}) comes up on {FRONT_STAGING_ROUTE} to route by the request's model")
+    wait_for_app(apis.serve, FRONT_APP, options.timeout_s, deps, options.poll_s)
+    for name in sorted(models):
+        check_ready(apis, FRONT_STAGING_ROUTE, name, api_key, deps, options)
+    final = [moved(a, _own_route(a)) if a.get("route_prefix") == PUBLIC_ROUTE else a for a in apps]
+    public = front_app(manifest.name, models, PUBLIC_ROUTE, user_pythonpath, api_key)
+    since = _deployed_at(apis, FRONT_APP)
+    put(apis.serve, [*final, public], manifest)
+    routes = ", ".join(f"'{served_name_of_app(a)}' on {a['route_prefix']}" for a in final)
+    step(f"the front takes {PUBLIC_ROUTE} (every model through the request's model field); each model keeps its own route: {routes}")
+    wait_for_app(apis.serve, FRONT_APP, options.timeout_s, deps, options.poll_s, since=since)
+    for name in sorted(models):
+        check_ready(apis, PUBLIC_ROUTE, name, api_key, deps, options)
+    return [*final, public]
+
+
+def _deployed_at(apis: ClusterApis, name: str) -> float | None:
+    app = apis.serve.status().app(name)
+    return app.last_deployed_time_s if app is not None else None
+
+
+def front_without(kept: Sequence[dict], manifest: Manifest) -> list[dict]:
+    """``kept`` (the applications that stay, as Serve runs them) with the front routing to the
+    models left in it: no front when none is left."""
+    models = models_of(kept)
+    out: list[dict] = []
+    for app in kept:
+        if not is_front(app):
+            out.append(app)
+        elif models:
+            out.append(front_app(manifest.name, models, str(app.get("route_prefix") or PUBLIC_ROUTE),
+                                 manifest.env.get("PYTHONPATH"), front_key(app) or ""))  # fmt: skip
+    return out

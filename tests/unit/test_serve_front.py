@@ -1,0 +1,34 @@
+"""The front's rendered application (orchestrator/serve/front.py)."""
+
+from __future__ import annotations
+
+from orchestrator.serve import front, node_hooks
+from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, mask_api_key
+
+
+def test_the_front_config_carries_its_models_and_key_in_user_config_only():
+    models = {"b": ("orch-m-b", "DPServer:b"), "a": ("orch", "LLMServer:a")}
+    app = front.front_app("c1", models, "/", api_key="k-1")
+    assert (app["name"], app["route_prefix"], app["import_path"]) == ("orch-front", "/", "orch_serve_hooks:build_front")
+    # Serve hashes args and runtime_env into the code version: neither names a model or the key
+    assert app["args"] == {"replicas": 1}
+    assert app["runtime_env"] == {"env_vars": {"PYTHONPATH": node_hooks.pythonpath("c1")}}
+    (dep,) = app["deployments"]
+    assert dep["name"] == "OrchFront" and dep["user_config"]["models"] == [
+        {"model_id": "a", "app": "orch", "deployment": "LLMServer:a"},
+        {"model_id": "b", "app": "orch-m-b", "deployment": "DPServer:b"},
+    ]
+    assert front.front_models(app) == models and front.front_key(app) == "k-1"
+    assert front.front_models(None) == {} and front.front_models({"deployments": [{"name": "x"}]}) == {}
+    # what is stored never holds the key (the state store masks every api_key)
+    assert front.front_key(mask_api_key(app)) == API_KEY_PLACEHOLDER
+    assert front.front_key(front.front_app("c1", models, "/")) == API_KEY_PLACEHOLDER
+    assert front.is_front(app) and not front.is_front({"name": "orch", "import_path": node_hooks.BUILDER_IMPORT_PATH})
+
+
+def test_moving_an_application_changes_its_route_only():
+    app = {"name": "orch", "route_prefix": "/", "args": {"x": [1]}}
+    out = front.moved(app, "/_orch/m/tiny")
+    assert out == {"name": "orch", "route_prefix": "/_orch/m/tiny", "args": {"x": [1]}} and app["route_prefix"] == "/"
+    out["args"]["x"].append(2)
+    assert app["args"] == {"x": [1]}  # a deep copy
