@@ -200,6 +200,11 @@ def render_serving(serving: Any) -> Any:
             code = f"HTTP {p.status_code}" if p.status_code is not None else "no answer"
             line = f"endpoint {p.url or serving.endpoint}: [bold red]probe failed[/] ({code}{': ' + p.error if p.error else ''})"
         parts.append(Text.from_markup(line))
+    if len(serving.served_models) > 1:  # several models: each its own application
+        for m in serving.served_models:
+            reps = ", ".join(f"{i} {s}" + (f" on {n}" if n else "") for i, s, n, _ in m.replicas) or "no replica"
+            parts.append(Text(f"model '{m.served_name}': revision {m.revision}, application {m.app_name or '-'} "
+                              f"{m.app_status or 'not in Serve'} on {m.route_prefix or '-'}; replicas: {reps}"))  # fmt: skip
     for name, status in serving.other_apps:
         parts.append(Text(f"also in Serve: application {name} {status}"))
     for problem in serving.problems:

@@ -18,8 +18,10 @@ with what Serve runs now, and picks one of:
   application is updated in place without a surge (the old replica stops, then the new one
   starts: ``serve.config.with_max_surge``); the downtime is about one cold load (estimated).
 
-Names: the public application is ``public_app_name()`` (``orch``), whatever revision it serves; a
-candidate is ``candidate_app_name(N)`` (``orch-rN``) on ``candidate_route(N)``.
+Names: each served name is its own application (``public_app_name``: the first ``orch``, each
+further one ``orch-m-<slug>``), whatever revision it serves; a candidate is
+``candidate_app_name(N)`` (``orch-rN``) on ``candidate_route(N)``. ``beside`` notes a model that
+comes up beside others.
 - ``refuse``: no room and no ``--allow-downtime``: say so with the downtime estimate. The same when
   the new revision changes the engine deployment's kind (a tensor-parallel application becoming a
   data-parallel one, or back: ``engine_change``), which Serve cannot roll with a surge.

@@ -43,6 +43,7 @@ from orchestrator.status.views import (
     Problem,
     ReplicaView,
     RevisionView,
+    ServedModelView,
     ServingStatus,
     SloView,
     WorkerView,
@@ -284,6 +285,7 @@ def build_serving_status(
     rollout_holder: str | None = None,
     engine_workers: Mapping[str, Sequence[Any]] | None = None,
     objective: Any | None = None,
+    served: Mapping[str, tuple[int, str | None]] | None = None,
 ) -> ServingStatus:
     """Join the inputs (see the module doc). ``serve``: a ``serve.ray_io.client.ServeStatus`` (None when
     the dashboard could not be read; ``serve_error`` = (message, hint) then). ``engine_logs``:
@@ -291,7 +293,8 @@ def build_serving_status(
     ``pending``: (number, step reached) of revisions recorded as pending; ``rollout_holder``: who
     holds the cluster's lock (a rollout in flight), None when nobody does.
     ``engine_workers``: replica id -> its engine's Ray worker actors (``status.workers``).
-    ``objective``: the manifest's latency objective (``Manifest.objective``), for ``SloView``."""
+    ``objective``: the manifest's latency objective (``Manifest.objective``), for ``SloView``.
+    ``served``: served name -> (its revision, its application) for every model the cluster serves."""
     engine_logs = engine_logs or {}
     log_errors = log_errors or {}
     problems: list[Problem] = _node_problems(nodes)
@@ -362,6 +365,7 @@ def build_serving_status(
         problems.append(_probe_problem(probe))
     others = tuple(sorted((n, a.status) for n, a in (serve.applications.items() if serve is not None else ()) if app is None or n != app.name))
     return ServingStatus(
+        served_models=served_models(serve, served or {}, nodes),
         app_name=app.name if app is not None else app_name,
         app_status=app.status if app is not None else None,
         app_message=app.message if app is not None else "",
@@ -375,6 +379,23 @@ def build_serving_status(
         other_apps=others,
         notes=tuple(notes),
     )
+
+
+def served_models(serve: Any | None, served: Mapping[str, tuple[int, str | None]], nodes: Sequence[NodeRef]) -> tuple[ServedModelView, ...]:
+    """Every served model with its application's state and engine replicas (``served``: served
+    name -> (revision, application name))."""
+    apps = dict(getattr(serve, "applications", {}) or {}) if serve is not None else {}
+    node_of = {n.node_id: n.name for n in nodes if n.node_id}
+    out = []
+    for name, (number, app_name) in sorted(served.items()):
+        app = apps.get(app_name) if app_name else None
+        replicas = tuple(
+            (r.replica_id, r.state, node_of.get(r.node_id) or r.node_ip, r.start_time_s)
+            for d in (app.deployments if app is not None else ()) if is_engine_deployment(d.name) for r in d.replicas
+        )  # fmt: skip
+        out.append(ServedModelView(name, number, app_name, app.status if app is not None else None,
+                                   app.route_prefix if app is not None else None, replicas))  # fmt: skip
+    return tuple(out)
 
 
 def slo_view(live: LiveMetrics | None, objective: Any | None) -> SloView | None:

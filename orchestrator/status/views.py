@@ -144,6 +144,24 @@ class RevisionView:
         return dict(self.__dict__)
 
 @dataclass(frozen=True)
+class ServedModelView:
+    """One served model (several per cluster): its revision, its application and its engine
+    replicas as Serve lists them (id, state, node, start time: a restart shows as a new id)."""
+
+    served_name: str
+    revision: int
+    app_name: str | None
+    app_status: str | None  # None: not in Serve
+    route_prefix: str | None
+    replicas: tuple[tuple[str, str, str | None, float | None], ...] = ()  # (id, state, node, start_time_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"served_name": self.served_name, "revision": self.revision, "application": self.app_name, "status": self.app_status,
+                "route_prefix": self.route_prefix,
+                "replicas": [{"replica_id": i, "state": s, "node": n, "start_time_s": t} for i, s, n, t in self.replicas]}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class ServingStatus:
     app_name: str | None
     app_status: str | None  # RUNNING, DEPLOYING, ... None: not in Serve (or Serve unreadable)
@@ -158,6 +176,7 @@ class ServingStatus:
     other_apps: tuple[tuple[str, str], ...] = ()  # (name, status) of further Serve applications
     notes: tuple[str, ...] = ()
     calibration: Mapping[str, Any] | None = None  # predicted vs measured memory (orchestrator.plan.calibration)
+    served_models: tuple[ServedModelView, ...] = ()  # every model the cluster serves (each its own application)
 
     @property
     def healthy(self) -> bool:
@@ -179,6 +198,7 @@ class ServingStatus:
             "other_applications": [{"name": n, "status": s} for n, s in self.other_apps],
             "notes": list(self.notes),
             "calibration": dict(self.calibration) if self.calibration else None,
+            "served_models": [m.to_dict() for m in self.served_models],
         }
 
 @dataclass(frozen=True)

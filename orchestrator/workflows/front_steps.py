@@ -26,7 +26,7 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.serve import decisions
 from orchestrator.serve.config import PUBLIC_ROUTE
 from orchestrator.serve.front import FRONT_APP, FRONT_STAGING_ROUTE, front_app, front_key, front_models, is_front, moved
-from orchestrator.serve.shapes import engine_deployment_name, llm_config_of
+from orchestrator.serve.shapes import engine_deployment_name, llm_config_of, llm_configs
 from orchestrator.workflows.rollout_steps import (
     ClusterApis,
     Progress,
@@ -43,8 +43,9 @@ def served_name_of_app(app: Mapping[str, Any]) -> str:
 
 
 def models_of(apps: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
-    """Served name -> (application, engine deployment) of every model application in ``apps``."""
-    return {served_name_of_app(a): (str(a["name"]), engine_deployment_name(a)) for a in apps if not is_front(a)}
+    """Served name -> (application, engine deployment) of every model application in ``apps``
+    (an application with no model config, not orch's, is none)."""
+    return {served_name_of_app(a): (str(a["name"]), engine_deployment_name(a)) for a in apps if not is_front(a) and llm_configs(a)}
 
 
 def _own_route(app: Mapping[str, Any]) -> str:

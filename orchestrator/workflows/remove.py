@@ -83,17 +83,21 @@ def _run(manifest: Manifest, name: str, deps: ServingDeps, options: RemoveOption
         gone = sorted(n for n in status.applications
                       if n == serving.app_name or decisions.revision_of_app(n) not in (None, *theirs))  # fmt: skip
         kept = sorted(n for n in status.applications if n not in gone)
+        unknown = [n for n in kept if not status.applications[n].deployed_config]
+        if unknown and not options.dry_run:
+            raise ServeError(f"Serve reports no deployed config for {', '.join(unknown)}: a PUT without it would delete it",
+                             hint="orch status; remove it with Serve's own tools first")  # fmt: skip
+        # The front routes to the models left; with none left it goes too.
+        body = front_without([dict(status.applications[n].deployed_config or {"name": n}) for n in kept], manifest)
+        gone = sorted({*gone, *(set(kept) - {a["name"] for a in body})})
+        kept = sorted(a["name"] for a in body)
         result = RemoveResult(manifest.name, name, current.number, gone, kept, action="dry_run" if options.dry_run else "removed")
         if options.dry_run:
             return result
-        unknown = [n for n in kept if not status.applications[n].deployed_config]
-        if unknown:
-            raise ServeError(f"Serve reports no deployed config for {', '.join(unknown)}: a PUT without it would delete it",
-                             hint="orch status; remove it with Serve's own tools first")  # fmt: skip
         t0 = deps.clock()
         step = _stepper(result, deps.progress)
         step(f"removing {', '.join(gone) or 'nothing (not in Serve)'} (revision {current.number}, '{name}'); keeping {', '.join(kept) or 'no other application'}")
-        put(apis.serve, front_without([dict(status.applications[n].deployed_config or {}) for n in kept], manifest), manifest)
+        put(apis.serve, body, manifest)
         deps.state.update_revision(manifest.name, current.number, "removed")
         step(f"revision {current.number} recorded removed: nothing serves '{name}' now")
         waited = poll_until(lambda: set(gone) & set(apis.serve.status().applications), lambda left: not left,

@@ -69,6 +69,7 @@ from orchestrator.workflows.engine_logs import (
     replica_target,
     worker_targets,
 )
+from orchestrator.workflows.served_models import served_app_name, serving_by_name
 
 DISCOVERY_FILE = "prom_metrics_service_discovery.json"
 DEFAULT_WINDOW_S = 300.0
@@ -242,6 +243,7 @@ def gather_serving(
         endpoint=endpoint, serve_error=serve_error, metrics_error=metrics_error,
         pending=pending_revs, rollout_holder=holder.describe() if holder else None, engine_workers=workers,
         objective=manifest.objective,
+        served={n: (r.number, served_app_name(deps.state, r)) for n, r in serving_by_name(deps.state, name).items()},
     )  # fmt: skip
     report = build(probe=None)
     if options.probe and serve is not None and app is not None:

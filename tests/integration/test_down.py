@@ -14,6 +14,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.state import StateStore
+from tests.integration.test_rollout import STEADY_PAUSE_S, BackgroundClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.ends_cluster]
 
@@ -51,6 +52,67 @@ def _gone(c, host: str) -> bool:
 
 def _alive(c, host: str, marker: str) -> bool:
     return c.bed.ns_exec(host, ["pgrep", "-f", marker], check=False).returncode == 0
+
+
+def _engine_replicas(c, app: str) -> list[str]:
+    """The replica ids of ``app``'s engine deployment, as Serve lists them."""
+    with c.dashboard() as dash:
+        apps = dash.get_json("/api/serve/applications/").get("applications") or {}
+    deployments = (apps.get(app) or {}).get("deployments") or {}
+    return sorted(r["replica_id"] for d in deployments.values() if d["name"].startswith("LLMServer:") for r in d["replicas"])
+
+
+def _complete(served, model: str, key: str | None, stream: bool = False) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    body = {"model": model, "prompt": "hello", "max_tokens": 4, "stream": stream}
+    return httpx.post(f"{served.endpoint}/v1/completions", json=body, headers=headers, timeout=60)
+
+
+def test_a_second_model_serves_behind_one_endpoint_and_the_first_is_never_disturbed(served_tiny, monkeypatch, capsys, measured):
+    """A second model (the tiny model as 'tiny-b') comes up beside the session's 'tiny' while a
+    client sends 'tiny' requests; then 'tiny-b' gets a new revision, then `orch remove tiny-b`.
+    'tiny' never fails a request and keeps its replicas; both answer through the one base URL
+    with the key (the front), streaming too; an unknown model gets 404 naming the served ones."""
+    c = served_tiny.cluster
+    key = served_tiny.api_key
+    before = _engine_replicas(c, "orch")
+    assert before
+    with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S) as client:
+        added = served_tiny.rollout(served_name="tiny-b")
+    assert added.action == "fresh" and added.app_name == "orch-m-tiny-b", added.steps
+    assert client.fail == 0, client.errors[:5]
+    assert _engine_replicas(c, "orch") == before
+    for model in ("tiny", "tiny-b"):
+        resp = _complete(served_tiny, model, key)
+        assert resp.status_code == 200 and resp.json()["model"] == model and resp.json()["usage"]["completion_tokens"] > 0, resp.text[:300]
+    streamed = _complete(served_tiny, "tiny-b", key, stream=True)
+    assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]"), streamed.text[-300:]
+    listed = httpx.get(f"{served_tiny.endpoint}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    assert sorted(m["id"] for m in listed.json()["data"]) == ["tiny", "tiny-b"], listed.text[:300]
+    assert _complete(served_tiny, "tiny", None).status_code == 401
+    assert _complete(served_tiny, "tiny", "wrong-key").status_code == 401
+    unknown = _complete(served_tiny, "nope", key)
+    assert unknown.status_code == 404 and "'nope' is not served here; served: tiny, tiny-b" in unknown.text, unknown.text[:300]
+
+    # a new revision of the second model: the first keeps serving, its replicas the same
+    with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S) as client:
+        again = served_tiny.rollout(served_name="tiny-b", max_model_len=2048)
+    assert again.revision > added.revision and again.app_name == "orch-m-tiny-b", again.steps
+    assert client.fail == 0, client.errors[:5]
+    assert _engine_replicas(c, "orch") == before
+    assert _complete(served_tiny, "tiny-b", key).status_code == 200
+    measured(f"second model: fresh beside the first in {added.cold_load_s} s; its new revision ({again.action}) in {again.cold_load_s} s; "
+             f"the first answered {client.ok} requests during it, none failed")
+
+    # removing it leaves the first serving through the same base URL
+    monkeypatch.setenv(served_tiny.manifest.serve.api_key_env, key)
+    capsys.readouterr()
+    assert main(c.cli("remove", "tiny-b", served_tiny.manifest_path, "--json")) == 0
+    removed = json.loads(capsys.readouterr().out)
+    assert removed["apps"] == ["orch-m-tiny-b"] and "orch" in removed["kept"], removed
+    assert _complete(served_tiny, "tiny", key).status_code == 200
+    assert _complete(served_tiny, "tiny-b", key).status_code == 404
+    assert _engine_replicas(c, "orch") == before
 
 
 def test_remove_stops_serving_the_model_and_ray_stays_up(served_tiny, monkeypatch, capsys, measured):

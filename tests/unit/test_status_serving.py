@@ -205,7 +205,7 @@ def test_the_cap_and_batch_as_deployed_and_configured():
 def test_json_shape():
     d = json.loads(json.dumps(build().to_dict()))
     assert set(d) == {"healthy", "application", "endpoint", "revision", "deployments", "models", "probe",
-                      "problems", "other_applications", "notes", "calibration"}  # fmt: skip
+                      "problems", "other_applications", "notes", "calibration", "served_models"}  # fmt: skip
     assert d["application"] == {"name": "orch-r1", "status": "RUNNING", "message": "", "route_prefix": "/"}
     model = d["models"][0]
     assert model["kv_cache"]["tokens"] == 524_288 and model["kv_cache"]["max_concurrency"] == 512.0
@@ -260,3 +260,23 @@ def test_each_replica_carries_the_start_time_serve_reports_so_a_restart_is_visib
             r["start_time_s"] = "soon"
     (rep,) = parse_serve_status(broken).applications["orch-r1"].deployments[0].replicas[:1]
     assert rep.start_time_s is None
+
+
+def test_every_served_model_is_listed_with_its_revision_application_and_engine_replicas():
+    """Several models: each its own application; the ids and start times of its engine replicas
+    come from Serve's own status (a captured payload: one LLMServer replica and the router)."""
+    data = payload()
+    second = copy.deepcopy(data["applications"]["orch-r1"])
+    second.update(name="orch-m-b", route_prefix="/_orch/m/b", status="DEPLOYING")
+    data["applications"]["orch-m-b"] = second
+    report = build(data, served={"tiny": (3, "orch-r1"), "b": (5, "orch-m-b"), "gone": (6, "orch-m-gone")})
+    by = {m.served_name: m.to_dict() for m in report.served_models}
+    assert list(by) == ["b", "gone", "tiny"]
+    assert by["tiny"] == {"served_name": "tiny", "revision": 3, "application": "orch-r1", "status": "RUNNING", "route_prefix": "/",
+                          "replicas": [{"replica_id": "75z13c9r", "state": "RUNNING", "node": "head",
+                                        "start_time_s": 1795945954.4387853}]}  # fmt: skip  # the router is no engine
+    assert (by["b"]["status"], by["b"]["route_prefix"], len(by["b"]["replicas"])) == ("DEPLOYING", "/_orch/m/b", 1)
+    assert by["gone"] == {"served_name": "gone", "revision": 6, "application": "orch-m-gone", "status": None, "route_prefix": None,
+                          "replicas": []}  # fmt: skip
+    assert report.to_dict()["served_models"] == [by["b"], by["gone"], by["tiny"]]
+    assert build().served_models == ()

@@ -291,6 +291,7 @@ def _key_matches(header: bytes) -> bool:
 
 def _front_class():
     """OpenAiIngress over handles to other applications' deployments, with the key check."""
+    from fastapi import HTTPException
     from ray import serve
     from ray.llm._internal.serve.core.configs.openai_api_models import ModelCard
     from ray.llm._internal.serve.core.ingress.ingress import OpenAiIngress, init, make_fastapi_ingress
@@ -308,6 +309,14 @@ def _front_class():
                                                           metadata={"app": m["app"]}) for m in models}  # fmt: skip
             self._configured_serve_handles = {}
             _FRONT_KEYS[:] = [str(k) for k in config.get("api_key") or []]
+
+        async def _get_model_id(self, model):
+            try:
+                return await super()._get_model_id(model)
+            except HTTPException as exc:  # an unknown model: name the ones served here
+                if exc.status_code != 404:
+                    raise
+                raise HTTPException(404, f"model {model!r} is not served here; served: {', '.join(sorted(self._model_cards))}") from None
 
     app = init()
     app.add_middleware(_KeyCheck)
