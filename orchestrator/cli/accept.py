@@ -26,7 +26,7 @@ def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat
     from orchestrator.remote.connect import open_runners
     from orchestrator.serve.ray_io.client import open_serve_client
     from orchestrator.state import StateStore
-    from orchestrator.workflows.accept import ClusterAcceptanceEnv, deployed_max_model_len
+    from orchestrator.workflows.accept import ClusterAcceptanceEnv, deployed_max_model_len, model_revision
     from orchestrator.workflows.load_record import configured_replicas, record_sweep
 
     unknown = [s for s in skip if s not in STAGES]
@@ -36,8 +36,8 @@ def run_accept(ctx: click.Context, target: dict, *, tokenizer: Path | None, chat
     state_dir = ctx.obj["state_dir"]
     state = StateStore(state_dir)
     targets = manifest.targets or manifest.slo or Targets()
-    mml = max_model_len or deployed_max_model_len(state, manifest.name) or 1024
-    current = state.current_revision(manifest.name)
+    mml = max_model_len or deployed_max_model_len(state, manifest.name, target["model"]) or 1024
+    current = model_revision(state, manifest.name, target["model"])
     replicas = (configured_replicas(current.config) if current is not None else None) or 1
     plan = AcceptancePlan(targets=targets, max_model_len=mml, requests=requests, max_concurrency=max_concurrency, skip=skip, replicas=replicas)
     bench = BenchOptions(

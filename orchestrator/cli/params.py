@@ -68,7 +68,7 @@ def load_target_options(fn):
     opts = [
         click.argument("cluster_yaml", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)),
         click.option("--url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000 (default: the cluster's)."),
-        click.option("--model", help="Served model name (default: the first of /v1/models)."),
+        click.option("--model", help="Served model name (default: the only one /v1/models lists)."),
         click.option("--api-key-env", help="Environment variable holding the API key (default: the manifest's serve.api_key_env)."),
         click.option("--metrics-url", multiple=True, help="Prometheus page(s) with vLLM's metrics (repeatable; default: discovered)."),
         click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path), help="Local model folder: exact prompt lengths."),

@@ -149,6 +149,9 @@ def resolve_load_target(
         models = bench_target.served_models(base, api_key)
         if not models:
             raise UsageError(f"{base}/v1/models lists no model", hint="pass --model NAME")
+        if len(models) > 1:  # several models behind orch's front: which one is the user's to say
+            raise UsageError(f"{base} serves {len(models)} models ({', '.join(models)}): name the one to measure",
+                             hint=f"pass --model {models[0]}")  # fmt: skip
         model = models[0]
     metrics = list(metrics_url)
     settle_s = 5.0  # a bare vLLM's page is current at once

@@ -31,8 +31,9 @@ from orchestrator.runbooks import runbook
 from orchestrator.serve.config import deploy_body
 from orchestrator.serve.ray_io import readiness
 from orchestrator.serve.ray_io.client import APP_RUNNING, AppStatus, ServeClient
-from orchestrator.state import StateStore
+from orchestrator.state import Revision, StateStore
 from orchestrator.status.serving import model_of_deployment, pick_app
+from orchestrator.workflows.served_models import current_of, served_app_name
 
 ENGINE_COMM = "VLLM::EngineCor"  # comm is the first 15 characters of vLLM's "VLLM::EngineCore" title
 COLLECTIVE_ENV_PREFIXES = ("NCCL_", "GLOO_", "VLLM_HOST_IP", "CUDA_VISIBLE_DEVICES", "UCX_", "FI_")
@@ -103,7 +104,9 @@ class ClusterAcceptanceEnv:
         self.runners = runners
         self.serve = serve
         self.bench = bench
-        self.app_name = app_name
+        rev = model_revision(state, manifest.name, bench.model)
+        # The model's own application (several models: the front holds "/", pick_app would find it).
+        self.app_name = app_name or (served_app_name(state, rev) if rev is not None else None)
         self._clock = clock
         self._sleep = sleep
 
@@ -149,7 +152,7 @@ class ClusterAcceptanceEnv:
     # -- cold load
     def cold_load(self) -> dict | None:
 
-        rev = self.state.current_revision(self.manifest.name)
+        rev = model_revision(self.state, self.manifest.name, self.bench.model)
         if rev is None:
             raise StateError(f"cluster {self.manifest.name!r} has no ready revision", hint="orch rollout --model NAME cluster.yaml")
         meta = self.state.revision_meta(self.manifest.name, rev.number) or {}
@@ -246,9 +249,15 @@ class ClusterAcceptanceEnv:
         self.serve.apply(deploy_body([*others, app.deployed_config], self.manifest))
 
 
-def deployed_max_model_len(state: StateStore, cluster: str) -> int | None:
-    """The max_model_len the cluster's current revision was planned or rendered with (None: unknown)."""
-    rev = state.current_revision(cluster)
+def model_revision(state: StateStore, cluster: str, served_name: str | None) -> Revision | None:
+    """The ready revision serving ``served_name`` (several models per cluster); when no revision
+    records that name (an older record), the newest ready one."""
+    return current_of(state, cluster, served_name) or state.current_revision(cluster)
+
+
+def deployed_max_model_len(state: StateStore, cluster: str, served_name: str | None = None) -> int | None:
+    """The max_model_len the model's current revision was planned or rendered with (None: unknown)."""
+    rev = model_revision(state, cluster, served_name)
     if rev is None:
         return None
     for source in (rev.plan or {}, rev.config or {}):
