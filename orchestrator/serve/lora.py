@@ -74,10 +74,14 @@ def check_source(source: str, where: str) -> str:
 def parse_lora(value: str) -> LoraAdapter:
     """``NAME=SOURCE`` of one --lora flag; bad input is a UsageError naming the flag and the value."""
     name, sep, source = value.partition("=")
-    name, source = name.strip(), source.strip()
     where = f"{FLAG} {value!r}"
     if not sep:
         raise UsageError(f"{where}: expected NAME=SOURCE", hint=_EXAMPLE)
+    return adapter(name.strip(), source.strip(), where)
+
+
+def adapter(name: str, source: str, where: str) -> LoraAdapter:
+    """One adapter checked; ``where`` names the flag (or the manifest's field) in the errors."""
     if not name:
         raise UsageError(f"{where}: the adapter's name (before =) is empty", hint="the name is what clients send as the request's model; " + _EXAMPLE)
     if not ADAPTER_NAME.match(name):
@@ -86,6 +90,13 @@ def parse_lora(value: str) -> LoraAdapter:
     if not source:
         raise UsageError(f"{where}: the source (after =) is empty", hint=_EXAMPLE)
     return LoraAdapter(name, check_source(source, where))
+
+
+def manifest_adapters(served_name: str, sources: Mapping[str, str]) -> tuple[LoraAdapter, ...]:
+    """The manifest's ``serve.lora.<served_name>`` (adapter name -> source), checked as the flag is."""
+    where = f"serve.lora.{served_name}"
+    adapters = [adapter(str(name), str(source).strip(), f"{where}.{name}") for name, source in sources.items()]
+    return check_adapters(adapters, served_name, what=where)
 
 
 def check_adapters(adapters: Sequence[LoraAdapter], served_name: str, *, what: str = FLAG) -> tuple[LoraAdapter, ...]:

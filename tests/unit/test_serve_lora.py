@@ -148,3 +148,43 @@ def test_an_s3_adapter_on_a_base_from_a_bucket_is_refused():
     with pytest.raises(UsageError, match="S3 adapter is downloaded on the node by orch's Serve callback"):
         adapter_modules(manifest, request, "l8", "s3://models/llama3-8b", plan)
     assert adapter_modules(manifest, request, "l8", "/models/llama3-8b", plan)[0]["path"] == "s3://b/sql"
+
+
+# ---- the manifest's serve.lora ----
+
+
+def _manifest_with(lora_yaml: str, tmp_path: Path):
+    from orchestrator.manifest.load import load_manifest
+
+    text = (TEMPLATES / "local.yaml").read_text().replace("serve:\n", "serve:\n  lora:\n" + lora_yaml, 1)
+    return load_manifest(text, tmp_path / "cluster.yaml")
+
+
+def test_the_manifests_adapters_of_a_model_are_served_unless_the_flag_gives_them(tmp_path):
+    from orchestrator.plan.tinymodel import build_tiny_model
+
+    manifest = _manifest_with("    tiny:\n      sql: /models/adapters/sql\n      chat: s3://bucket/chat/\n    other:\n      x: /m/x\n", tmp_path)
+    model = str(build_tiny_model(tmp_path / "tiny"))
+
+    def engine(**request) -> dict:
+        desired = desired_for_model(manifest, RolloutRequest(model=model, served_name="tiny", max_model_len=1024, **request))([], 2)
+        return desired.rendered.llm_config["engine_kwargs"]
+
+    assert [(m["name"], m["path"]) for m in engine()["lora_modules"]] == [("sql", "/models/adapters/sql"), ("chat", "s3://bucket/chat")]
+    assert engine()["max_loras"] == 2
+    assert [m["name"] for m in engine(adapters=(LoraAdapter("only", "/m/only"),))["lora_modules"]] == ["only"]
+    other = desired_for_model(manifest, RolloutRequest(model=model, served_name="plain", max_model_len=1024))([], 2)
+    assert "lora_modules" not in other.rendered.llm_config["engine_kwargs"]  # another model: none of them
+
+
+@pytest.mark.parametrize(("lora_yaml", "needle"), [
+    ("    tiny:\n      sql: gs://b/sql\n", "cluster.yaml:65: serve.lora: serve.lora.tiny.sql: the scheme gs:// of 'gs://b/sql' is not supported"),
+    ("    tiny:\n      tiny: /m/x\n", "the name 'tiny' is the base model's served name"),
+    ("    tiny:\n      sql: models/sql\n", "serve.lora.tiny.sql: 'models/sql' is not an absolute folder on the nodes"),
+])  # fmt: skip
+def test_bad_adapters_in_the_manifest_name_the_field_and_line(lora_yaml, needle, tmp_path):
+    from orchestrator.errors import ManifestError
+
+    with pytest.raises(ManifestError) as caught:
+        _manifest_with(lora_yaml, tmp_path)
+    assert needle in caught.value.message and caught.value.exit_code == 2
