@@ -8,7 +8,8 @@ the PEFT layout vLLM loads (``vllm/lora/lora_model.py from_local_checkpoint``: t
 initialises it to zeros, which would make the adapter a no-op).
 
 ``S3Store``: moto's S3 server, a real process (``python -m moto.server``) bound to 127.0.0.1 on
-a free port, with a boto3 client to upload; ``env`` is what the nodes need to reach it.
+a free port (or, with ``prefix`` = a test host's ``ns_exec``, inside that host's namespaces, bound to
+its address), with a boto3 client to upload; ``env`` is what the nodes need to reach it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.wait import wait_until
@@ -62,8 +64,9 @@ def _free_port() -> int:
 class S3Store:
     """``with S3Store() as store:`` moto's S3 server process on loopback (stopped on exit)."""
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", prefix: Sequence[str] = ()) -> None:
         self.host = host
+        self.prefix = list(prefix)
         self.port = _free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -77,7 +80,7 @@ class S3Store:
         return {**S3_ENV, "AWS_ENDPOINT_URL_S3": self.endpoint}
 
     def __enter__(self) -> S3Store:
-        argv = [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)]
+        argv = [*self.prefix, sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
         def answers() -> bool:
