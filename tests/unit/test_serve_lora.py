@@ -188,3 +188,21 @@ def test_bad_adapters_in_the_manifest_name_the_field_and_line(lora_yaml, needle,
     with pytest.raises(ManifestError) as caught:
         _manifest_with(lora_yaml, tmp_path)
     assert needle in caught.value.message and caught.value.exit_code == 2
+
+
+def test_an_s3_adapter_for_an_engine_that_spans_nodes_is_refused():
+    # The callback downloads on the replica's node only; vLLM's workers on the other nodes load
+    # the adapter from the same path (each worker's LoRA manager reads it).
+    from orchestrator.plan.planner import plan_model
+    from orchestrator.plan.shape import shape_from_manifest
+    from orchestrator.serve.desired import adapter_modules
+
+    manifest = load_manifest_file(TEMPLATES / "2x8-h100-405b.yaml")
+    plan = plan_model(CATALOG["llama3-405b"], shape_from_manifest(manifest))
+    assert plan.tp * plan.pp > plan.gpus_per_node  # TP=8 x PP=2 over two 8-GPU nodes
+    s3 = RolloutRequest(model="llama3-405b", adapters=(LoraAdapter("sql", "s3://b/sql"),))
+    with pytest.raises(UsageError, match="this plan's engine spans nodes") as caught:
+        adapter_modules(manifest, s3, "l", "/models/llama3-405b", plan)
+    assert "every node's disk" in (caught.value.hint or "")
+    disk = RolloutRequest(model="llama3-405b", adapters=(LoraAdapter("sql", "/models/adapters/sql"),))
+    assert adapter_modules(manifest, disk, "l", "/models/llama3-405b", plan)[0]["path"] == "/models/adapters/sql"
