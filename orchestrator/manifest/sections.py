@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.errors import UsageError
+from orchestrator.manifest.adapters import manifest_adapters
 from orchestrator.manifest.gpu_types import find_gpu_type, unknown_gpu_type
 
 if TYPE_CHECKING:  # NodeSpec's helpers take the whole manifest; for annotations only
@@ -318,9 +320,6 @@ def _refuse_prefix_affinity(value: Any) -> Any:
 
 
 def _check_lora(value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    from orchestrator.errors import UsageError
-    from orchestrator.serve.lora import manifest_adapters
-
     for served_name, adapters in value.items():
         try:
             manifest_adapters(served_name, adapters)
