@@ -5,7 +5,8 @@ the model whose ``config.json`` is in ``model_dir``, written with torch and safe
 the PEFT layout vLLM loads (``vllm/lora/lora_model.py from_local_checkpoint``: tensor names
 ``base_model.model.<module>.lora_A.weight`` [r, in] and ``lora_B.weight`` [out, r]; the config's
 ``r``, ``lora_alpha``, ``target_modules`` read by ``vllm/lora/peft_helper.py``). Random B (PEFT
-initialises it to zeros, which would make the adapter a no-op).
+initialises it to zeros, which would make the adapter a no-op), and A and B ten times the tiny
+model's own weights' scale (``initializer_range`` 0.02), so the adapter visibly moves the logits.
 
 ``S3Store``: moto's S3 server, a real process (``python -m moto.server``) bound to 127.0.0.1 on
 a free port (or, with ``prefix`` = a test host's ``ns_exec``, inside that host's namespaces, bound to
@@ -29,7 +30,8 @@ from tests.wait import wait_until
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def make_adapter(folder: Path, model_dir: Path, *, rank: int = 8, targets: tuple[str, ...] = ("q_proj", "v_proj"), seed: int = 0) -> Path:
+def make_adapter(folder: Path, model_dir: Path, *, rank: int = 8, targets: tuple[str, ...] = ("q_proj", "v_proj"), seed: int = 0,
+                 scale: float = 0.2) -> Path:
     import torch
     from safetensors.torch import save_file
 
@@ -44,8 +46,8 @@ def make_adapter(folder: Path, model_dir: Path, *, rank: int = 8, targets: tuple
         for module in targets:
             prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
             fan_in = heads * head_dim if module == "o_proj" else hidden
-            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, fan_in, generator=generator, dtype=torch.float32) * 0.02
-            tensors[f"{prefix}.lora_B.weight"] = torch.randn(outs[module], rank, generator=generator, dtype=torch.float32) * 0.02
+            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, fan_in, generator=generator, dtype=torch.float32) * scale
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(outs[module], rank, generator=generator, dtype=torch.float32) * scale
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}, str(folder / "adapter_model.safetensors"))

@@ -63,7 +63,7 @@ def lora_bed(testbed_factory, tmp_path_factory, tiny_model_dir):
 
 def _post(endpoint: str, key: str | None, model: str) -> httpx.Response:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    body = {"model": model, "prompt": "orch deploys vLLM on", "max_tokens": 8, "temperature": 0}
+    body = {"model": model, "prompt": "orch deploys vLLM on", "max_tokens": 8, "temperature": 0, "logprobs": 1}
     return httpx.post(f"{endpoint}/v1/completions", json=body, headers=headers, timeout=120)
 
 
@@ -84,11 +84,17 @@ def test_adapters_from_s3_and_from_the_nodes_disk_answer_through_the_public_endp
     assert (engine["enable_lora"], engine["max_loras"], engine["max_lora_rank"]) == (True, 2, 8)
     endpoint = cluster.manifest.serve_url()
 
+    first_logprobs = {}
     for adapter in ("sql", "terse", "tiny"):
         resp = _post(endpoint, key, adapter)
         assert resp.status_code == 200, (adapter, resp.text)
         data = resp.json()
         assert data["model"] == adapter and data["usage"]["completion_tokens"] > 0, data
+        first_logprobs[adapter] = data["choices"][0]["logprobs"]["top_logprobs"][0]
+    # each adapter's weights took part: the first token's distribution differs from the base's
+    # and between the two (random adapters of different seeds)
+    assert first_logprobs["sql"] != first_logprobs["tiny"] and first_logprobs["terse"] != first_logprobs["tiny"], first_logprobs
+    assert first_logprobs["sql"] != first_logprobs["terse"], first_logprobs
     assert _post(endpoint, None, "sql").status_code == 401
     missing = _post(endpoint, key, "nope")
     assert missing.status_code == 404 and "nope" in missing.text, missing.text
