@@ -61,18 +61,19 @@ def _draft_vocab(model: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def feature_options(ctx: click.Context) -> tuple[LoraOptions | None, SpeculativeOptions | None]:
-    """The LoRA and speculative options the flags ask for (None: not asked for)."""
+def feature_options(ctx: click.Context, adapters: int = 0) -> tuple[LoraOptions | None, SpeculativeOptions | None]:
+    """The LoRA and speculative options the flags ask for (None: not asked for). ``adapters``: how
+    many `orch rollout --lora` gives; they imply --enable-lora, one slot each unless --max-loras."""
     flags = ctx.meta.get(_KEY, {})
     lora = None
     lora_values = {k: flags.get(k) for k in ("max_loras", "max_lora_rank", "max_cpu_loras")}
-    if flags.get("enable_lora"):
-        lora = LoraOptions(max_loras=lora_values["max_loras"] or 1, max_lora_rank=int(lora_values["max_lora_rank"] or 16),
+    if flags.get("enable_lora") or (adapters and any(v is not None for v in lora_values.values())):
+        lora = LoraOptions(max_loras=lora_values["max_loras"] or max(1, adapters), max_lora_rank=int(lora_values["max_lora_rank"] or 16),
                            max_cpu_loras=lora_values["max_cpu_loras"])  # fmt: skip
-    else:
+    elif not adapters:
         for name, value in lora_values.items():
             if value is not None:
-                raise UsageError(f"--{name.replace('_', '-')} needs --enable-lora", hint="add --enable-lora, or leave it out")
+                raise UsageError(f"--{name.replace('_', '-')} needs --enable-lora (or --lora)", hint="add --enable-lora, or leave it out")
     method, model, tokens = flags.get("speculative_method"), flags.get("speculative_model"), flags.get("num_speculative_tokens")
     if method is None:
         for name, value in (("speculative-model", model), ("num-speculative-tokens", tokens)):

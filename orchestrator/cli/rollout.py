@@ -132,6 +132,10 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE", help="Extra vLLM engine argument (repeatable; not the ones that size memory, which have their own flags).")
 @engine_flags
 @feature_flags
+@click.option("--lora", "loras", multiple=True, metavar="NAME=SOURCE",
+              help="Serve a LoRA adapter on the model as NAME (the request's model field; repeatable): SOURCE is its folder on "
+                   "the nodes (absolute; `orch model sync` places it) or s3://bucket/prefix (downloaded on each node; "
+                   "AWS_ENDPOINT_URL_S3 in the manifest's env for a store other than AWS). Implies --enable-lora, one slot per adapter.")
 @click.option("--dry-run", is_flag=True, help="Print the plan, the decision and the rendered config; change nothing.")
 @click.option("--allow-downtime", is_flag=True, help="Replace the serving revision in place when there is no room for a second copy.")
 @click.option("--timeout", "timeout_s", type=FiniteFloat(min=1), default=900.0, show_default=True, help="Seconds for the new revision to be RUNNING.")
@@ -145,7 +149,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
 @click.pass_context
 def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, expert_parallel, max_model_len, gpu_memory_utilization, kv_cache_gib, dtype,
             kv_cache_dtype, replicas, max_ongoing_requests, engine_args, vllm_version, max_num_seqs, max_num_batched_tokens, enforce_eager, block_size,
-            sampler, dry_run, allow_downtime, timeout_s, as_json, sync_model, sync_from, request_router, slo_gate) -> None:  # fmt: skip
+            sampler, loras, dry_run, allow_downtime, timeout_s, as_json, sync_model, sync_from, request_router, slo_gate) -> None:  # fmt: skip
     """Deploy MODEL as a Ray Serve LLM application, gated by a real completion.
 
     \b
@@ -153,18 +157,21 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
       orch rollout --model tiny cluster-templates/local.yaml
       orch rollout --model llama3-405b cluster.yaml --dry-run
       orch rollout --model /models/my-llama --served-name my-llama --max-model-len 8192
+      orch rollout --model tiny --lora sql=/models/adapters/sql --lora chat=s3://bucket/adapters/chat
     """
     from orchestrator.serve.desired import RolloutRequest
+    from orchestrator.serve.lora import parse_lora
     from orchestrator.state import StateStore
     from orchestrator.workflows.desired import desired_for_model
     from orchestrator.workflows.plan import planning_shape, recorded_goodput, sampler_for, vllm_version_for
     from orchestrator.workflows.rollout import RolloutOptions, execute
 
+    adapters = tuple(parse_lora(value) for value in loras)  # bad input: exit 2 before anything slow
     state_dir = ctx.obj["state_dir"]
     manifest = resolve_manifest(cluster_yaml, state_dir, "rollout")
     version, _ = vllm_version_for(vllm_version, manifest, state_dir)
     flashinfer, _ = sampler_for(sampler, version, manifest, state_dir)
-    lora, speculative = feature_options(ctx)
+    lora, speculative = feature_options(ctx, len(adapters))
     request = RolloutRequest(
         model=model, served_name=served_name, model_path=model_path, tp=tp, pp=pp, dp=dp, expert_parallel=expert_parallel,
         max_model_len=max_model_len,
@@ -173,7 +180,7 @@ def rollout(ctx, cluster_yaml, model, served_name, model_path, tp, pp, dp, exper
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, enforce_eager=enforce_eager,
         block_size=int(block_size) if block_size else None, vllm_version=version, flashinfer_sampler=flashinfer,
         request_router=request_router.replace("-", "_") if request_router else None,
-        max_ongoing_requests=max_ongoing_requests, lora=lora, speculative=speculative,
+        max_ongoing_requests=max_ongoing_requests, lora=lora, speculative=speculative, adapters=adapters,
     )  # fmt: skip
     options = RolloutOptions(dry_run=dry_run, allow_downtime=allow_downtime, timeout_s=timeout_s, slo_gate=slo_gate)
     api_key = os.environ.get(manifest.serve.api_key_env) or None

@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.errors import UsageError
+from orchestrator.manifest.adapters import manifest_adapters
 from orchestrator.manifest.gpu_types import find_gpu_type, unknown_gpu_type
 
 if TYPE_CHECKING:  # NodeSpec's helpers take the whole manifest; for annotations only
@@ -317,6 +319,15 @@ def _refuse_prefix_affinity(value: Any) -> Any:
     return value
 
 
+def _check_lora(value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    for served_name, adapters in value.items():
+        try:
+            manifest_adapters(served_name, adapters)
+        except UsageError as exc:
+            raise ValueError(f"{exc.message} ({exc.hint})" if exc.hint else exc.message) from exc
+    return value
+
+
 class ServeSettings(_Frozen):
     http_port: Port = 8000
     api_key_env: Annotated[str, Strict(), AfterValidator(_check_env_name)] = "ORCH_API_KEY"
@@ -327,6 +338,9 @@ class ServeSettings(_Frozen):
     # Serve's max_ongoing_requests per engine replica; None: the engine's batch with headroom
     # (orchestrator.serve.in_flight). `orch rollout --max-ongoing-requests` wins over it.
     max_ongoing_requests: PositiveInt | None = None
+    # LoRA adapters a model is served with unless `orch rollout --lora` gives its own: the base's
+    # served name -> adapter name -> a folder on the nodes or s3://bucket/prefix (serve/lora.py).
+    lora: Annotated[dict[str, dict[str, str]], AfterValidator(_check_lora)] = Field(default_factory=dict)
 
 
 class Targets(_Frozen):

@@ -30,6 +30,8 @@ from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, Ser
 from orchestrator.serve.decisions import public_app_name
 from orchestrator.serve.in_flight import SOURCE_FLAG, SOURCE_MANIFEST
 from orchestrator.serve.location import ModelLocation
+from orchestrator.serve.lora import LoraAdapter, check_adapters, lora_modules
+from orchestrator.serve.node_hooks import uses_hooks
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
 from orchestrator.serve.scaling import autoscaling_for
 from orchestrator.serve.shapes import llm_configs
@@ -76,6 +78,9 @@ class RolloutRequest:
     max_ongoing_requests: int | None = None  # Serve's cap per replica; None: the manifest's, else the engine's batch
     lora: LoraOptions | None = None  # PlanOptions.lora: LoRA slots, rendered as enable_lora/max_loras/...
     speculative: SpeculativeOptions | None = None  # PlanOptions.speculative: rendered as speculative_config
+    # --lora NAME=SOURCE: adapters served on the base (serve.lora), rendered as vLLM's lora_modules;
+    # they imply LoRA slots (``lora`` None: one per adapter, vLLM's default rank)
+    adapters: tuple[LoraAdapter, ...] = ()
 
 
 def _free_gpus(manifest: Manifest, nodes: list, use_total: bool) -> dict[str, float]:
@@ -118,6 +123,9 @@ def plan_options(request: RolloutRequest) -> PlanOptions:
     refused (the plan must know it: it has its own flag)."""
     planned = {arg: flag for flag, arg in PLANNED_ENGINE_ARGS}
     for key, _ in request.engine_args:
+        if key == "lora_modules":
+            raise UsageError("--engine-arg lora_modules: orch renders the adapters itself",
+                             hint="give each adapter with --lora NAME=SOURCE (a folder on the nodes or s3://bucket/prefix)")  # fmt: skip
         if key in planned:
             flag = {"tp": "tp", "pp": "pp", "online_quantization": "dtype", "speculative_config": "speculative-method"}.get(
                 planned[key], planned[key]).replace("_", "-")  # fmt: skip
@@ -131,8 +139,31 @@ def plan_options(request: RolloutRequest) -> PlanOptions:
         gpu_memory_utilization=request.gpu_memory_utilization, max_num_seqs=request.max_num_seqs,
         max_num_batched_tokens=request.max_num_batched_tokens, enforce_eager=request.enforce_eager,
         block_size=request.block_size, vllm_version=request.vllm_version or GPU_EXTRA_VLLM,
-        flashinfer_sampler=request.flashinfer_sampler, lora=request.lora, speculative=request.speculative,
+        flashinfer_sampler=request.flashinfer_sampler, lora=lora_options(request), speculative=request.speculative,
     )  # fmt: skip
+
+
+def lora_options(request: RolloutRequest) -> LoraOptions | None:
+    """The LoRA slots to plan: the flags' (--enable-lora ...), else one slot per --lora adapter
+    at vLLM's default rank (``LoraOptions``), so every adapter can be in one batch."""
+    if request.lora is not None or not request.adapters:
+        return request.lora
+    return LoraOptions(max_loras=len(request.adapters))
+
+
+def adapter_modules(manifest: Manifest, request: RolloutRequest, served: str, source: str, plan: ParallelPlan) -> list[dict]:
+    """vLLM's lora_modules for the request's adapters, refused where orch cannot serve them."""
+    adapters = check_adapters(request.adapters, served)
+    remote = [a for a in adapters if a.remote]
+    if remote and not uses_hooks(source):
+        raise UsageError(f"--lora {remote[0].name}={remote[0].source}: an S3 adapter is downloaded on the node by orch's Serve "
+                         f"callback, which a model from {source} does not use",
+                         hint="put the base model on the nodes' disks (`orch model sync`), or the adapter too and give its folder")  # fmt: skip
+    if remote and manifest.accelerator != "cpu" and plan.tp * plan.pp > max(1, plan.gpus_per_node):
+        raise UsageError(f"--lora {remote[0].name}={remote[0].source}: an S3 adapter is downloaded on the node of the engine's "
+                         f"first worker only, and this plan's engine spans nodes (TP={plan.tp} x PP={plan.pp})",
+                         hint="put the adapter on every node's disk (`orch model sync`) and give its folder")  # fmt: skip
+    return lora_modules(adapters, served)
 
 
 def desired_from_plan(manifest: Manifest, request: RolloutRequest, location: ModelLocation, spec: ModelSpec, plan: ParallelPlan,
@@ -154,6 +185,8 @@ def desired_from_plan(manifest: Manifest, request: RolloutRequest, location: Mod
                    "max_model_len", "gpu_memory_utilization")  # fmt: skip
     engine_extra = {k: v for k, v in plan.engine_kwargs().items() if k not in layout_args}
     engine_extra.update(dict(request.engine_args))
+    if request.adapters:
+        engine_extra["lora_modules"] = adapter_modules(manifest, request, served, source, plan)
     serving_plan = ServingPlan.from_parallel_plan(
         plan, replicas=request.replicas, kv_cache_gib=plan.kv_cache_gib_per_gpu if plan.kv_cache_gib_fixed else None
     )

@@ -72,6 +72,8 @@ AMX_CLASS = f"{MODULE}.AmxTileData"
 # The lines the worker logs when it resolves the class (tests and `orch logs` readers look for them).
 AMX_GRANTED_LINE = "orch: AMX tile data enabled for this vLLM worker"
 AMX_REFUSED_LINE = "orch: the kernel refused AMX tile data to this vLLM worker"
+# The line the callback logs for each S3 LoRA adapter it downloaded before the engine started (serve.lora).
+ADAPTER_LINE = "orch: LoRA adapter downloaded"
 # Where LLMServer._start_engine finds the telemetry push it calls after the engine started (Ray
 # 2.60, ray/llm/_internal/serve/core/server/llm_server.py); the callback replaces it there.
 LLM_SERVER_MODULE = "ray.llm._internal.serve.core.server.llm_server"

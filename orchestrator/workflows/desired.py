@@ -6,6 +6,8 @@ calibration included), then the pure rendering (``serve.desired.desired_from_pla
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from orchestrator.errors import StateError, UsageError
 from orchestrator.manifest.model import Manifest
 from orchestrator.plan.model_ref import resolve_ref
@@ -20,6 +22,7 @@ from orchestrator.serve.desired import (
     plan_options,
 )
 from orchestrator.serve.location import locate
+from orchestrator.serve.lora import manifest_adapters
 from orchestrator.state import StateStore
 from orchestrator.workflows.plan import size_model
 from orchestrator.workflows.served_models import served_name_of, serving_by_name
@@ -35,6 +38,9 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     planner_ref = location.planner_ref
     if location.build_demo is not None:
         planner_ref = resolve_ref(str(build_tiny_model(location.build_demo)))
+    configured = manifest.serve.lora.get(location.served_name)
+    if configured and not request.adapters:  # the manifest's adapters of this model, unless --lora gives them
+        request = replace(request, adapters=manifest_adapters(location.served_name, configured))
     options = plan_options(request)
     shape = shape if shape is not None else shape_from_manifest(manifest)
     sized = size_model(planner_ref, shape, options, manifest, state)

@@ -55,6 +55,7 @@ from orchestrator.workflows.rollout_steps import (
     RestorePlan,
     RolloutOptions,
     ServingDeps,
+    check_adapter_paths,
     check_model_path,
     check_ready,
     node_cores,
@@ -315,6 +316,7 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         reach("check the model path on the nodes")
         if options.check_model_path:
             check_model_path(manifest, link.runners, desired.model_source)
+            check_adapter_paths(manifest, link.runners, app.app)
         reach("put orch's Serve hook module on the nodes")
         put_serve_hooks(manifest, link.runners, app.app)
         keep = [*attempt.others, *([attempt.restore.config] if side and attempt.restore.config else [])]

@@ -26,13 +26,15 @@ from typing import Any, Protocol
 
 from orchestrator.errors import ServeError, UsageError
 from orchestrator.manifest.model import Manifest
+from orchestrator.plan.engine_features import LORA_RANKS
 from orchestrator.polling import poll_until
 from orchestrator.remote.runner import Runner, fan_out
 from orchestrator.serve import decisions, node_hooks
 from orchestrator.serve.config import PUBLIC_ROUTE, RenderedApp, deploy_body, with_max_surge
+from orchestrator.serve.lora import ADAPTER_CONFIG, adapter_rank, adapters_of
 from orchestrator.serve.ray_io.client import APP_RUNNING, AppStatus, ServeApiError, ServeStatus, failure_messages
 from orchestrator.serve.ray_io.readiness import ProbeResult
-from orchestrator.serve.shapes import llm_config_of
+from orchestrator.serve.shapes import llm_config_of, llm_configs
 from orchestrator.state import Revision, StateStore
 from orchestrator.workflows.node_files import install_serve_hooks, node_home
 from orchestrator.workflows.secrets import fill_secrets, placeholder_paths, unfilled
@@ -285,6 +287,32 @@ def check_model_path(manifest: Manifest, runners: Mapping[str, Runner], source: 
             "put it on every node with `orch model sync CLUSTER.yaml --model NAME` (or `orch rollout --sync-model`); "
             "orch never copies it unasked",
         )
+
+
+def check_adapter_paths(manifest: Manifest, runners: Mapping[str, Runner], app: Mapping[str, Any]) -> None:
+    """Every LoRA adapter the application serves from the nodes' disks (``serve.lora``) must be
+    there, with its adapter_config.json, on every node; and its rank must fit the engine's
+    max_lora_rank (vLLM refuses a larger one when it loads the adapter at start). An S3 adapter
+    is fetched on the node at engine start (orch's callback), so it is not checked here."""
+    for llm in llm_configs(app):
+        engine = llm.get("engine_kwargs") or {}
+        for adapter in adapters_of(llm):
+            if adapter.remote:
+                continue
+            config_path = f"{adapter.source.rstrip('/')}/{ADAPTER_CONFIG}"
+            missing = sorted(name for name, runner in runners.items() if not runner.run(["test", "-f", config_path], timeout=20).ok)
+            if missing:
+                raise Failure(
+                    f"LoRA adapter {adapter.name}: {adapter.source} does not exist on node(s) {', '.join(missing)} (no {config_path})",
+                    hint="put it on every node with `orch model sync CLUSTER.yaml --model FOLDER` (or give an s3:// source); orch never copies it unasked",
+                )
+            first = runners[sorted(runners)[0]] if runners else None
+            res = first.run(["cat", config_path], timeout=20) if first is not None else None
+            rank, limit = (adapter_rank(res.stdout) if res is not None and res.ok else None), engine.get("max_lora_rank")
+            if rank is not None and isinstance(limit, int) and rank > limit:
+                fit = next((r for r in LORA_RANKS if r >= rank), rank)
+                raise Failure(f"LoRA adapter {adapter.name} has rank {rank} ({config_path}), above the engine's max_lora_rank {limit}: "
+                              "vLLM would refuse it at start", hint=f"add --max-lora-rank {fit} (the LoRA slots grow with it)")  # fmt: skip
 
 
 def put_serve_hooks(manifest: Manifest, runners: Mapping[str, Runner], app: Mapping[str, Any]) -> None:

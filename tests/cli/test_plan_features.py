@@ -63,3 +63,26 @@ def test_rollout_renders_the_lora_and_speculative_arguments_and_refuses_them_as_
     assert data["plan"]["features"]["lora_gib_per_gpu"] > 0
     assert main([*base, "--engine-arg", "max_loras=4"]) == 2
     assert "use --max-loras instead" in capsys.readouterr().err
+
+
+def test_rollout_with_lora_adapters_renders_them_and_their_slots(capsys):
+    base = ["rollout", "--model", "llama3-8b", "--model-path", "/models/llama3-8b", "--max-model-len", "8192", str(M405), "--dry-run", "--json"]
+    assert main([*base, "--lora", "sql=/models/adapters/sql", "--lora", "chat=s3://bucket/adapters/chat", "--max-lora-rank", "8"]) == 0
+    kwargs = json.loads(capsys.readouterr().out)["config"]["args"]["llm_configs"][0]["engine_kwargs"]
+    assert kwargs["lora_modules"] == [{"name": "sql", "path": "/models/adapters/sql", "base_model_name": "llama3-8b"},
+                                      {"name": "chat", "path": "s3://bucket/adapters/chat", "base_model_name": "llama3-8b"}]  # fmt: skip
+    assert (kwargs["enable_lora"], kwargs["max_loras"], kwargs["max_lora_rank"]) == (True, 2, 8)  # --lora implies the slots
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--lora", "sql"], "error: --lora 'sql': expected NAME=SOURCE"),
+    (["--lora", "=/m/sql"], "error: --lora '=/m/sql': the adapter's name (before =) is empty"),
+    (["--lora", "sql=gs://b/sql"], "error: --lora 'sql=gs://b/sql': the scheme gs:// of 'gs://b/sql' is not supported"),
+    (["--lora", "llama3-8b=/m/sql"], "error: --lora llama3-8b=/m/sql: the name 'llama3-8b' is the base model's served name"),
+    (["--lora", "sql=/m/a", "--lora", "sql=/m/b"], "error: --lora sql=/m/b: the adapter 'sql' is given twice (also /m/a)"),
+])  # fmt: skip
+def test_bad_lora_flags_exit_2_with_the_value_and_a_hint(capsys, args, needle):
+    base = ["rollout", "--model", "llama3-8b", "--model-path", "/models/llama3-8b", "--max-model-len", "8192", str(M405), "--dry-run"]
+    assert main([*base, *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "hint: " in err and "Traceback" not in err

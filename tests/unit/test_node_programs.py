@@ -91,7 +91,7 @@ def test_the_names_orch_renders_and_reads_are_the_hook_modules_own():
     """What the rendered application names (classes by import path) and what orch looks for in
     the replicas' logs, against the module that Ray imports on the nodes."""
     hooks = importlib.import_module("orchestrator.remote.node_programs.orch_serve_hooks")
-    for name in ("SKIPPED_LINE", "AMX_GRANTED_LINE", "AMX_REFUSED_LINE", "LLM_SERVER_MODULE", "TELEMETRY_PUSH",
+    for name in ("SKIPPED_LINE", "AMX_GRANTED_LINE", "AMX_REFUSED_LINE", "ADAPTER_LINE", "LLM_SERVER_MODULE", "TELEMETRY_PUSH",
                  "CHECKED_RAY", "INGRESS_CLASS", "AMX_CLASS"):  # fmt: skip
         assert getattr(hooks, name) == getattr(node_hooks, name), name
     for dotted in (node_hooks.CALLBACK_CLASS, node_hooks.INGRESS_CLASS, node_hooks.AMX_CLASS):

@@ -405,3 +405,58 @@ def test_the_front_builds_as_serve_builds_it_one_zero_cpu_ingress(on_the_node_pa
     assert [d.name for d in built.deployments] == [FRONT_DEPLOYMENT] and built.ingress_deployment_name == FRONT_DEPLOYMENT
     (dep,) = built.deployments
     assert dep._deployment_config.num_replicas == 1 and dep.ray_actor_options == {"num_cpus": 0}
+
+
+def test_the_callback_downloads_an_s3_adapter_and_points_vllm_at_the_local_copy(on_the_node_path, tmp_path, monkeypatch):
+    """serve.lora: an ``s3://`` adapter of ``lora_modules`` is fetched on the node before the engine
+    starts, from a real S3-compatible server (moto's, on loopback) through Serve LLM's cloud
+    filesystem code and AWS_ENDPOINT_URL_S3; the path vLLM gets (engine_kwargs and the engine
+    config Serve LLM built from them) is the local folder, beside orch's module on the node."""
+    from ray.llm._internal.common.utils.import_utils import load_class
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+
+    from orchestrator.plan.tinymodel import build_tiny_model
+    from tests.lora_store import S3Store, make_adapter
+
+    model = build_tiny_model(tmp_path / "tiny")
+    adapter = make_adapter(tmp_path / "sql", model)
+    with S3Store() as store:
+        uri = store.upload(adapter, "adapters", "tiny/sql")
+        for key, value in store.env.items():
+            monkeypatch.setenv(key, value)
+        modules = [{"name": "sql", "path": uri, "base_model_name": "tiny"}, {"name": "disk", "path": str(adapter), "base_model_name": "tiny"}]
+        config = LLMConfig(model_loading_config={"model_id": "tiny", "model_source": str(model)},
+                           engine_kwargs={"enable_lora": True, "lora_modules": modules},
+                           callback_config={"callback_class": node_hooks.CALLBACK_CLASS})  # fmt: skip
+        config.get_engine_config()  # Serve LLM may have built it before the callback runs
+        callback = load_class(node_hooks.CALLBACK_CLASS)(raise_error_on_callback=True, llm_config=config, ctx_kwargs={"runtime_env": {}})
+        asyncio.run(callback.run_callback("on_before_node_init"))
+    local = on_the_node_path.parent / "lora"
+    (copy,) = [p for p in local.iterdir() if p.is_dir()]  # beside it: the download's lock file
+    assert copy.name.startswith("sql-")
+    assert (copy / "adapter_config.json").read_bytes() == (adapter / "adapter_config.json").read_bytes()
+    assert (copy / "adapter_model.safetensors").read_bytes() == (adapter / "adapter_model.safetensors").read_bytes()
+    paths = [m["path"] for m in config.engine_kwargs["lora_modules"]]
+    assert paths == [str(copy), str(adapter)]  # the disk adapter is left as it is
+    assert [m["path"] for m in config.get_engine_config().frontend_kwargs["lora_modules"]] == paths
+
+
+def test_an_s3_adapter_prefix_without_an_adapter_fails_the_engine_start_naming_it(on_the_node_path, tmp_path, monkeypatch):
+    from ray.llm._internal.common.utils.import_utils import load_class
+    from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
+
+    from tests.lora_store import S3Store
+
+    with S3Store() as store:
+        (tmp_path / "x").mkdir()
+        (tmp_path / "x" / "README").write_text("not an adapter")
+        uri = store.upload(tmp_path / "x", "adapters", "nothing")
+        for key, value in store.env.items():
+            monkeypatch.setenv(key, value)
+        config = LLMConfig(model_loading_config={"model_id": "tiny", "model_source": "/models/tiny"},
+                           engine_kwargs={"lora_modules": [{"name": "sql", "path": uri, "base_model_name": "tiny"}]},
+                           callback_config={"callback_class": node_hooks.CALLBACK_CLASS})  # fmt: skip
+        callback = load_class(node_hooks.CALLBACK_CLASS)(raise_error_on_callback=True, llm_config=config, ctx_kwargs={"runtime_env": {}})
+        with pytest.raises(Exception, match=f"LoRA adapter 'sql': no adapter_config.json under {uri}"):
+            asyncio.run(callback.run_callback("on_before_node_init"))
+    assert not [p for p in (on_the_node_path.parent / "lora").iterdir() if p.is_dir()]  # no half copy left

@@ -9,7 +9,10 @@ removes it), first on the application's PYTHONPATH (``node_programs``; ``serve/n
 says where). It imports nothing of orch; Ray and vLLM are the node's.
 """
 
+import hashlib
 import logging
+import os
+import shutil
 import sys
 from typing import Any, cast
 
@@ -20,6 +23,7 @@ from ray.llm._internal.common.callbacks.base import CallbackBase
 SKIPPED_LINE = "orch: Serve LLM's per-node model task skipped"
 AMX_GRANTED_LINE = "orch: AMX tile data enabled for this vLLM worker"
 AMX_REFUSED_LINE = "orch: the kernel refused AMX tile data to this vLLM worker"
+ADAPTER_LINE = "orch: LoRA adapter downloaded"
 # Where LLMServer._start_engine finds the telemetry push it calls after the engine started (Ray
 # 2.60, ray/llm/_internal/serve/core/server/llm_server.py); the callback replaces it there.
 LLM_SERVER_MODULE = "ray.llm._internal.serve.core.server.llm_server"
@@ -40,6 +44,7 @@ class SkipNodeInit(CallbackBase):
 
     async def on_before_node_init(self) -> None:
         self.ctx.run_init_node = False
+        _download_adapters(self.llm_config)
         loading = cast(Any, self.llm_config.model_loading_config)  # a ModelLoadingConfig once validated
         logging.getLogger("ray.serve").info(
             SKIPPED_LINE + " (the model is %s: no cloud mirror to download from)",
@@ -52,6 +57,52 @@ class SkipNodeInit(CallbackBase):
 
 def _no_telemetry_push(*args, **kwargs) -> None:
     return None
+
+
+def adapter_dir(uri: str, name: str) -> str:
+    """Where an S3 adapter is put on this node: beside this module, under orch's folder of the
+    cluster (``~/.orch/nodes/<cluster>/lora/``), one folder per adapter and URI."""
+    digest = hashlib.sha256(uri.encode()).hexdigest()[:12]
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lora", f"{name}-{digest}")
+
+
+def _download_adapters(llm_config: Any) -> None:
+    """Each ``lora_modules`` entry whose path is ``s3://...`` is downloaded here, before the engine
+    starts, and its path replaced by the local copy: vLLM loads adapters from local folders only.
+    Serve LLM's cloud filesystem code downloads (``pyarrow-s3://``: pyarrow's S3 client, which
+    reads ``AWS_ENDPOINT_URL_S3`` and the usual AWS credentials; Serve LLM's own ``s3://`` client
+    needs boto3, which ``ray[llm]`` does not install). Downloaded afresh at every engine start, so a
+    new upload under the same prefix is what a restarted engine serves."""
+    modules = (llm_config.engine_kwargs or {}).get("lora_modules") or []
+    remote = [m for m in modules if isinstance(m, dict) and str(m.get("path", "")).startswith("s3://")]
+    if not remote:
+        return
+    from filelock import FileLock
+    from ray.llm._internal.common.utils.cloud_utils import CloudFileSystem
+
+    local = {}
+    for module in remote:
+        uri, name = module["path"], str(module["name"])
+        dest = adapter_dir(uri, name)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with FileLock(dest + ".lock"):  # two replicas starting on one node
+            partial = f"{dest}.partial-{os.getpid()}"
+            shutil.rmtree(partial, ignore_errors=True)
+            CloudFileSystem.download_files(path=partial, bucket_uri="pyarrow-" + uri.rstrip("/"))
+            if not os.path.isfile(os.path.join(partial, "adapter_config.json")):
+                shutil.rmtree(partial, ignore_errors=True)
+                raise ValueError(f"orch: LoRA adapter {name!r}: no adapter_config.json under {uri} "
+                                 "(check the prefix, AWS_ENDPOINT_URL_S3 and the credentials in the nodes' environment)")
+            shutil.rmtree(dest, ignore_errors=True)
+            os.rename(partial, dest)
+        logging.getLogger("ray.serve").info(ADAPTER_LINE + " (%s: %s -> %s)", name, uri, dest)
+        local[uri] = dest
+    # The same dicts are in the engine config Serve LLM may already have made from engine_kwargs
+    # (its frontend_kwargs hold the same list): replacing the path in each dict covers both.
+    frontend = llm_config.get_engine_config().frontend_kwargs.get("lora_modules") or []
+    for module in [*modules, *frontend]:
+        if isinstance(module, dict) and module.get("path") in local:
+            module["path"] = local[module["path"]]
 
 
 # The Ray release whose Serve LLM the light build below was compared with, field by field
