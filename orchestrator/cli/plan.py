@@ -37,6 +37,7 @@ from orchestrator.serve.in_flight import InFlight
 from orchestrator.serve.location import stored_copy
 from orchestrator.state import StateStore
 from orchestrator.workflows.plan import planning_shape, sampler_for, size_model, vllm_version_for
+from orchestrator.workflows.served_models import capacity, describe_capacity
 
 
 @click.command("plan")
@@ -118,13 +119,16 @@ def plan(ctx, model, cluster, gpu_type, gpu_memory_gib, gpus_per_node, nodes, tp
     seed = seed_tables(spec, result, shape.gpu_memory_bytes)
     target = _target(manifest, state_dir, spec, shape, result, target_rps) if manifest is not None and result.fits else None
     requests = serve_in_flight(ServingPlan.from_parallel_plan(result), serve_defaults(manifest, None))
+    held = capacity(manifest, state) if manifest is not None and state is not None else None
     if as_json:
         print_json({**result.to_json(), "shape": shape.describe(), "seed": seed, "in_flight": requests.to_json(),
-                    **({"target": target} if target else {})})
+                    **({"target": target} if target else {}), **({"capacity": held} if held else {})})
     else:
         _render(spec, shape, result, seed, requests)
         if target:
             console().print(f"[bold]Target[/bold]: {target['summary']}")
+        if held:
+            console().print(f"[bold]Capacity[/bold] (the models {manifest.name} serves): {describe_capacity(held)}")
     if not result.fits:
         # The plan (or its JSON, with "fits": false) is printed first; then exit 2, like any plan
         # vLLM would refuse, so a script cannot mistake "nothing fits" for a plan to deploy.

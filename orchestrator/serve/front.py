@@ -18,7 +18,7 @@ the front, and its args, hence its code version, never change.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from orchestrator.serve import node_hooks
@@ -36,10 +36,12 @@ def is_front(app: Mapping[str, Any]) -> bool:
 
 
 def front_app(cluster: str, models: Mapping[str, tuple[str, str]], route: str, user_pythonpath: str | None = None,
-              api_key: str = API_KEY_PLACEHOLDER) -> dict[str, Any]:  # fmt: skip
+              api_key: str = API_KEY_PLACEHOLDER, adapters: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:  # fmt: skip
     """The front's application. ``models``: served name -> (its application, its engine
-    deployment), as Serve names them. ``api_key``: the placeholder (to store), or the real key
-    (only in the body of a PUT)."""
+    deployment), as Serve names them; ``adapters``: served name -> the LoRA adapters its engine
+    serves (a request naming one goes to that model's engine, which knows it by name).
+    ``api_key``: the placeholder (to store), or the real key (only in the body of a PUT)."""
+    adapters = adapters or {}
     return {
         "name": FRONT_APP,
         "route_prefix": route,
@@ -50,7 +52,8 @@ def front_app(cluster: str, models: Mapping[str, tuple[str, str]], route: str, u
             {
                 "name": FRONT_DEPLOYMENT,
                 "user_config": {
-                    "models": [{"model_id": m, "app": a, "deployment": d} for m, (a, d) in sorted(models.items())],
+                    "models": [{"model_id": m, "app": a, "deployment": d, "adapters": sorted(adapters.get(m, ()))}
+                               for m, (a, d) in sorted(models.items())],  # fmt: skip
                     "api_key": [api_key],
                 },
             }
@@ -65,6 +68,16 @@ def front_models(app: Mapping[str, Any] | None) -> dict[str, tuple[str, str]]:
         if isinstance(dep, Mapping) and dep.get("name") == FRONT_DEPLOYMENT:
             for m in (dep.get("user_config") or {}).get("models") or []:
                 out[str(m["model_id"])] = (str(m["app"]), str(m["deployment"]))
+    return out
+
+
+def front_adapters(app: Mapping[str, Any] | None) -> dict[str, tuple[str, ...]]:
+    """The LoRA adapters a front's config knows per model (served name -> adapter names)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for dep in (app or {}).get("deployments") or []:
+        if isinstance(dep, Mapping) and dep.get("name") == FRONT_DEPLOYMENT:
+            for m in (dep.get("user_config") or {}).get("models") or []:
+                out[str(m["model_id"])] = tuple(sorted(str(a) for a in m.get("adapters") or ()))
     return out
 
 

@@ -25,7 +25,17 @@ from typing import Any
 from orchestrator.manifest.model import Manifest
 from orchestrator.serve import decisions
 from orchestrator.serve.config import PUBLIC_ROUTE
-from orchestrator.serve.front import FRONT_APP, FRONT_STAGING_ROUTE, front_app, front_key, front_models, is_front, moved
+from orchestrator.serve.front import (
+    FRONT_APP,
+    FRONT_STAGING_ROUTE,
+    front_adapters,
+    front_app,
+    front_key,
+    front_models,
+    is_front,
+    moved,
+)
+from orchestrator.serve.lora import adapters_of
 from orchestrator.serve.shapes import engine_deployment_name, llm_config_of, llm_configs
 from orchestrator.workflows.rollout_steps import (
     ClusterApis,
@@ -48,6 +58,12 @@ def models_of(apps: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
     return {served_name_of_app(a): (str(a["name"]), engine_deployment_name(a)) for a in apps if not is_front(a) and llm_configs(a)}
 
 
+def adapters_in(apps: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
+    """Served name -> the LoRA adapters its application's engine serves (names, sorted)."""
+    return {served_name_of_app(a): tuple(sorted(x.name for x in adapters_of(llm_config_of(a))))
+            for a in apps if not is_front(a) and llm_configs(a)}  # fmt: skip
+
+
 def _own_route(app: Mapping[str, Any]) -> str:
     return decisions.model_route(served_name_of_app(app), {PUBLIC_ROUTE})
 
@@ -59,28 +75,28 @@ def settle_front(manifest: Manifest, apis: ClusterApis, deps: ServingDeps, optio
     Returns the applications Serve runs afterwards. See the module doc."""
     front = next((a for a in kept if is_front(a)), None)
     apps = [a for a in kept if not is_front(a)] + [mine]
-    models = models_of(apps)
+    models, adapters = models_of(apps), adapters_in(apps)
     user_pythonpath = manifest.env.get("PYTHONPATH")
     if front is None and len(models) < 2:
         return apps
     if front is not None:
-        if front_models(front) == models:
+        if front_models(front) == models and front_adapters(front) == adapters:
             return [*apps, front]
-        updated = front_app(manifest.name, models, str(front.get("route_prefix") or PUBLIC_ROUTE), user_pythonpath, api_key)
+        updated = front_app(manifest.name, models, str(front.get("route_prefix") or PUBLIC_ROUTE), user_pythonpath, api_key, adapters)
         since = _deployed_at(apis, FRONT_APP)
         put(apis.serve, [*apps, updated], manifest)
         step(f"the front ({FRONT_APP}) on {updated['route_prefix']} now routes to {', '.join(sorted(models))}")
         wait_for_app(apis.serve, FRONT_APP, options.timeout_s, deps, options.poll_s, since=since)
         check_ready(apis, updated["route_prefix"], served_name_of_app(mine), api_key, deps, options)
         return [*apps, updated]
-    staged = front_app(manifest.name, models, FRONT_STAGING_ROUTE, user_pythonpath, api_key)
+    staged = front_app(manifest.name, models, FRONT_STAGING_ROUTE, user_pythonpath, api_key, adapters)
     put(apis.serve, [*apps, staged], manifest)
     step(f"a second model serves: the front ({FRONT_APP}) comes up on {FRONT_STAGING_ROUTE} to route by the request's model")
     wait_for_app(apis.serve, FRONT_APP, options.timeout_s, deps, options.poll_s)
     for name in sorted(models):
         check_ready(apis, FRONT_STAGING_ROUTE, name, api_key, deps, options)
     final = [moved(a, _own_route(a)) if a.get("route_prefix") == PUBLIC_ROUTE else a for a in apps]
-    public = front_app(manifest.name, models, PUBLIC_ROUTE, user_pythonpath, api_key)
+    public = front_app(manifest.name, models, PUBLIC_ROUTE, user_pythonpath, api_key, adapters)
     since = _deployed_at(apis, FRONT_APP)
     put(apis.serve, [*final, public], manifest)
     routes = ", ".join(f"'{served_name_of_app(a)}' on {a['route_prefix']}" for a in final)
@@ -106,5 +122,5 @@ def front_without(kept: Sequence[dict], manifest: Manifest) -> list[dict]:
             out.append(app)
         elif models:
             out.append(front_app(manifest.name, models, str(app.get("route_prefix") or PUBLIC_ROUTE),
-                                 manifest.env.get("PYTHONPATH"), front_key(app) or ""))  # fmt: skip
+                                 manifest.env.get("PYTHONPATH"), front_key(app) or "", adapters_in(kept)))  # fmt: skip
     return out

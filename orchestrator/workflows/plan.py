@@ -30,6 +30,7 @@ from orchestrator.state import StateStore
 from orchestrator.workflows.calibration import load_calibrations
 from orchestrator.workflows.hf_fetch import fetch_repo_config
 from orchestrator.workflows.load_record import goodput_of, recorded_load
+from orchestrator.workflows.served_models import serving_by_name
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,12 @@ def recorded_goodput(manifest: Manifest, state: StateStore, spec: ModelSpec, tp:
     objective = manifest.objective
     if objective is None:
         return None, "no goodput: the manifest sets no slo: to judge measured levels by"
-    current = state.current_revision(manifest.name)
-    if current is None:
+    serving = list(serving_by_name(state, manifest.name).values())
+    if not serving:
         return None, "no goodput: no revision serves on this cluster yet"
+    # several models: the one whose revision serves this model (its fingerprint), else the newest
+    same_model = [r for r in serving if (r.plan or {}).get("model_fingerprint") == model_fingerprint(spec)]
+    current = max(same_model or serving, key=lambda r: r.number)
     entry = recorded_load(state, manifest.name, current.number)
     if entry is None:
         return None, f"no goodput: revision {current.number} has no recorded load (`orch bench CLUSTER_YAML` records one)"

@@ -150,3 +150,31 @@ def _describe(resources: Mapping[str, float]) -> str:
     """``CPU 2, GPU 1`` (Ray's resources orch places by; node pins and memory left out)."""
     shown = [f"{res} {amount:g}" for res, amount in sorted(resources.items()) if res in ("CPU", "GPU") and amount > 0]
     return ", ".join(shown) or "no CPU or GPU"
+
+
+def capacity(manifest: Any, state: StateStore) -> dict[str, Any]:
+    """What the served models hold of the cluster (``orch plan --cluster``): the manifest's GPUs
+    and Ray CPUs in all, each model's placement groups as its serving revision rendered them
+    (``decisions.copy_demand``: replicas x bundles, the replica actor's CPU included), and what is
+    left. From the record, without asking Ray (``orch status`` shows what runs now)."""
+    total: dict[str, float] = {"GPU": float(sum(n.gpus for n in manifest.nodes))}
+    cpus = [n.ray_cpus(manifest) for n in manifest.nodes]
+    if all(c is not None for c in cpus):
+        total["CPU"] = float(sum(c for c in cpus if c is not None))
+    held: list[dict[str, Any]] = []
+    for name, rev in sorted(serving_by_name(state, manifest.name).items()):
+        try:
+            groups, _ = decisions.copy_demand(rev.config)
+        except KeyError:  # a config with no model in it (an older record): nothing known
+            continue
+        used = _total([b for g in groups for b in g])
+        held.append({"served_name": name, "revision": rev.number, "application": served_app_name(state, rev),
+                     "resources": {r: used.get(r, 0.0) for r in total}})  # fmt: skip
+    free = {r: total[r] - sum(h["resources"][r] for h in held) for r in total}
+    return {"total": total, "held": held, "free": free}
+
+
+def describe_capacity(cap: Mapping[str, Any]) -> str:
+    """One line: ``CPU 24, GPU 0 in all; 'tiny' (revision 3) holds CPU 2; free: CPU 22``."""
+    held = "; ".join(f"'{h['served_name']}' (revision {h['revision']}) holds {_describe(h['resources'])}" for h in cap["held"])
+    return f"{_describe(cap['total'])} in all; {held or 'no model served'}; free: {_describe(cap['free'])}"

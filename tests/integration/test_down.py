@@ -13,8 +13,13 @@ import httpx
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.manifest.load import load_manifest_file
+from orchestrator.serve import node_hooks
+from orchestrator.serve.lora import LoraAdapter
 from orchestrator.state import StateStore
+from tests.fixtures.cluster import TESTBED_ENV, testbed_manifest
 from tests.integration.test_rollout import STEADY_PAUSE_S, BackgroundClient
+from tests.lora_store import S3Store, make_adapter
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.ends_cluster]
 
@@ -62,47 +67,74 @@ def _engine_replicas(c, app: str) -> list[str]:
     return sorted(r["replica_id"] for d in deployments.values() if d["name"].startswith("LLMServer:") for r in d["replicas"])
 
 
-def _complete(served, model: str, key: str | None, stream: bool = False) -> httpx.Response:
+def _complete(served, model: str, key: str | None, stream: bool = False, logprobs: bool = False) -> httpx.Response:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    body = {"model": model, "prompt": "hello", "max_tokens": 4, "stream": stream}
+    body: dict = {"model": model, "prompt": "orch deploys vLLM on", "max_tokens": 4, "stream": stream, "temperature": 0}
+    if logprobs:
+        body["logprobs"] = 1
     return httpx.post(f"{served.endpoint}/v1/completions", json=body, headers=headers, timeout=60)
 
 
-def test_a_second_model_serves_behind_one_endpoint_and_the_first_is_never_disturbed(served_tiny, monkeypatch, capsys, measured):
-    """A second model (the tiny model as 'tiny-b') comes up beside the session's 'tiny' while a
-    client sends 'tiny' requests; then 'tiny-b' gets a new revision, then `orch remove tiny-b`.
-    'tiny' never fails a request and keeps its replicas; both answer through the one base URL
-    with the key (the front), streaming too; an unknown model gets 404 naming the served ones."""
+def test_a_second_model_with_lora_adapters_serves_behind_one_endpoint_and_the_first_is_never_disturbed(
+        served_tiny, monkeypatch, capsys, measured, tmp_path):  # fmt: skip
+    """A second model (the tiny model as 'tiny-b') with two LoRA adapters comes up beside the
+    session's 'tiny' while a client sends 'tiny' requests: one adapter from an S3-compatible store
+    (moto's real server, started in host0's namespaces), one from the hosts' disk, both random
+    rank-8 adapters made on the spot (tests/lora_store.py). Then 'tiny-b' gets a new revision
+    (without the adapters), then `orch remove tiny-b`. 'tiny' never fails a request and keeps its
+    replicas; every model and adapter answers through the one base URL with the key (the front),
+    streaming too; an unknown model gets 404 naming the served ones."""
     c = served_tiny.cluster
     key = served_tiny.api_key
     before = _engine_replicas(c, "orch")
     assert before
-    with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S) as client:
-        added = served_tiny.rollout(served_name="tiny-b")
+    host = c.bed.hosts[0]
+    with S3Store(host=host.address, prefix=host.ns_exec) as store:
+        s3_uri = store.upload(make_adapter(tmp_path / "upload" / "sql", served_tiny.model_path, seed=1), "adapters", "tiny/sql")
+        disk = make_adapter(tmp_path / "adapters" / "terse", served_tiny.model_path, seed=2)  # the hosts share this filesystem
+        # the store's endpoint and credentials in the manifest's env, as a user's would be
+        variant = served_tiny.manifest_path.with_name(served_tiny.manifest_path.stem + "-lora.yaml")
+        variant.write_text(testbed_manifest(c.bed, model_store=served_tiny.model_path.parent, accelerator="cpu",
+                                            env={**TESTBED_ENV, **store.env}))  # fmt: skip
+        adapters = (LoraAdapter("sql", s3_uri), LoraAdapter("terse", str(disk)))
+        with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S) as client:
+            added = served_tiny.rollout(manifest=load_manifest_file(variant), served_name="tiny-b", adapters=adapters)
     assert added.action == "fresh" and added.app_name == "orch-m-tiny-b", added.steps
     assert client.fail == 0, client.errors[:5]
     assert _engine_replicas(c, "orch") == before
-    for model in ("tiny", "tiny-b"):
-        resp = _complete(served_tiny, model, key)
+    first_logprobs = {}
+    for model in ("tiny", "tiny-b", "sql", "terse"):
+        resp = _complete(served_tiny, model, key, logprobs=True)
         assert resp.status_code == 200 and resp.json()["model"] == model and resp.json()["usage"]["completion_tokens"] > 0, resp.text[:300]
+        first_logprobs[model] = resp.json()["choices"][0]["logprobs"]["top_logprobs"][0]
+    # each adapter's weights take part: its first token's distribution differs from the base's and the other's
+    assert len({json.dumps(first_logprobs[m], sort_keys=True) for m in ("tiny-b", "sql", "terse")}) == 3, first_logprobs
     streamed = _complete(served_tiny, "tiny-b", key, stream=True)
     assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]"), streamed.text[-300:]
-    listed = httpx.get(f"{served_tiny.endpoint}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)
-    assert sorted(m["id"] for m in listed.json()["data"]) == ["tiny", "tiny-b"], listed.text[:300]
+    headers = {"Authorization": f"Bearer {key}"}
+    listed = httpx.get(f"{served_tiny.endpoint}/v1/models", headers=headers, timeout=30)
+    assert sorted(m["id"] for m in listed.json()["data"]) == ["sql", "terse", "tiny", "tiny-b"], listed.text[:300]
+    # vLLM's own listing on the model's route: the adapters' parent, the S3 one loaded from the node's copy
+    own = httpx.get(f"{served_tiny.endpoint}/_orch/m/tiny-b/v1/models", headers=headers, timeout=30).json()["data"]
+    cards = {card["id"]: card for card in own}
+    assert cards["sql"]["parent"] == cards["terse"]["parent"] == "tiny-b" and cards["terse"]["root"] == str(disk), cards
+    home = c.bed.ns_exec(host, ["printenv", "HOME"]).stdout.strip() or "/root"
+    assert cards["sql"]["root"].startswith(str(Path(node_hooks.hooks_dir(c.manifest.name, home)).parent / "lora") + "/sql-"), cards
     assert _complete(served_tiny, "tiny", None).status_code == 401
-    assert _complete(served_tiny, "tiny", "wrong-key").status_code == 401
+    assert _complete(served_tiny, "sql", "wrong-key").status_code == 401
     unknown = _complete(served_tiny, "nope", key)
-    assert unknown.status_code == 404 and "'nope' is not served here; served: tiny, tiny-b" in unknown.text, unknown.text[:300]
+    assert unknown.status_code == 404 and "'nope' is not served here; served: sql, terse, tiny, tiny-b" in unknown.text, unknown.text[:300]
 
-    # a new revision of the second model: the first keeps serving, its replicas the same
+    # a new revision of the second model (its adapters gone): the first keeps serving, its replicas the same
     with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S) as client:
         again = served_tiny.rollout(served_name="tiny-b", max_model_len=2048)
     assert again.revision > added.revision and again.app_name == "orch-m-tiny-b", again.steps
     assert client.fail == 0, client.errors[:5]
     assert _engine_replicas(c, "orch") == before
     assert _complete(served_tiny, "tiny-b", key).status_code == 200
-    measured(f"second model: fresh beside the first in {added.cold_load_s} s; its new revision ({again.action}) in {again.cold_load_s} s; "
-             f"the first answered {client.ok} requests during it, none failed")
+    assert _complete(served_tiny, "sql", key).status_code == 404  # the front forgot the adapters with their engine
+    measured(f"second model with 2 LoRA adapters: fresh beside the first in {added.cold_load_s} s; its new revision "
+             f"({again.action}) in {again.cold_load_s} s; the first answered {client.ok} requests during it, none failed")
 
     # removing it leaves the first serving through the same base URL
     monkeypatch.setenv(served_tiny.manifest.serve.api_key_env, key)

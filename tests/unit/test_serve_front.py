@@ -8,17 +8,18 @@ from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, mask_api_key
 
 def test_the_front_config_carries_its_models_and_key_in_user_config_only():
     models = {"b": ("orch-m-b", "DPServer:b"), "a": ("orch", "LLMServer:a")}
-    app = front.front_app("c1", models, "/", api_key="k-1")
+    app = front.front_app("c1", models, "/", api_key="k-1", adapters={"a": ["sql", "chat"]})
     assert (app["name"], app["route_prefix"], app["import_path"]) == ("orch-front", "/", "orch_serve_hooks:build_front")
     # Serve hashes args and runtime_env into the code version: neither names a model or the key
     assert app["args"] == {"replicas": 1}
     assert app["runtime_env"] == {"env_vars": {"PYTHONPATH": node_hooks.pythonpath("c1")}}
     (dep,) = app["deployments"]
     assert dep["name"] == "OrchFront" and dep["user_config"]["models"] == [
-        {"model_id": "a", "app": "orch", "deployment": "LLMServer:a"},
-        {"model_id": "b", "app": "orch-m-b", "deployment": "DPServer:b"},
+        {"model_id": "a", "app": "orch", "deployment": "LLMServer:a", "adapters": ["chat", "sql"]},
+        {"model_id": "b", "app": "orch-m-b", "deployment": "DPServer:b", "adapters": []},
     ]
     assert front.front_models(app) == models and front.front_key(app) == "k-1"
+    assert front.front_adapters(app) == {"a": ("chat", "sql"), "b": ()} and front.front_adapters(None) == {}
     assert front.front_models(None) == {} and front.front_models({"deployments": [{"name": "x"}]}) == {}
     # what is stored never holds the key (the state store masks every api_key)
     assert front.front_key(mask_api_key(app)) == API_KEY_PLACEHOLDER

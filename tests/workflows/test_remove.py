@@ -102,7 +102,8 @@ def test_removing_one_of_two_models_leaves_the_other_serving_untouched(world):
     assert set(world.serve.apps) == {"orch", "orch-front"}
     assert world.serve.apps["orch"] == tiny_config and world.serve.deployed["orch"] == tiny_deployed  # not redeployed
     (dep,) = world.serve.apps["orch-front"]["deployments"]  # the front routes to what is left, with the key it had
-    assert dep["user_config"] == {"models": [{"model_id": "tiny", "app": "orch", "deployment": "LLMServer:tiny"}], "api_key": [KEY]}
+    assert dep["user_config"] == {"models": [{"model_id": "tiny", "app": "orch", "deployment": "LLMServer:tiny", "adapters": []}],
+                                  "api_key": [KEY]}
     assert {r.number: r.status for r in world.state.list_revisions("wf")} == {1: "ready", 2: "removed"}
     with pytest.raises(UsageError, match="serves no model named 'other'; it serves 'tiny' \\(revision 1\\)"):
         remove(world.manifest, "other", world.deps)

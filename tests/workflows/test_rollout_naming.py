@@ -282,3 +282,39 @@ def test_rollback_of_one_model_touches_only_it(world):
     # 'tiny' has no earlier revision of its own: the other model's are not its
     with pytest.raises(StateError, match="has no earlier revision of 'tiny' to roll back to"):
         desired_for_revision(world.state, "wf", None, "tiny")
+
+
+def test_the_front_learns_a_models_lora_adapters_without_a_restart(world):
+    from orchestrator.serve.lora import LoraAdapter
+
+    world.rollout()
+    world.rollout(served_name="other")
+    front_deployed = world.serve.deployed["orch-front"]
+    res = world.rollout(served_name="other", adapters=(LoraAdapter("sql", "/models/adapters/sql"),))
+    assert res.action == "side_by_side"
+    models, _ = _front_models(world.serve.apps["orch-front"])
+    (dep,) = world.serve.apps["orch-front"]["deployments"]
+    assert {m["model_id"]: m["adapters"] for m in dep["user_config"]["models"]} == {"other": ["sql"], "tiny": []}
+    assert models == {"tiny": ("orch", "LLMServer:tiny"), "other": ("orch-m-other", "LLMServer:other")}
+    # a user_config change: Serve deploys the app's new config (the fake counts it), no new args or code
+    assert world.serve.deployed["orch-front"] == front_deployed + 1 and world.serve.apps["orch-front"]["args"] == {"replicas": 1}
+
+
+def test_plan_cluster_capacity_says_what_each_served_model_holds(world):
+    from orchestrator.workflows.served_models import capacity, describe_capacity
+
+    world.rollout()
+    world.rollout(served_name="other", replicas=2)
+    cap = capacity(world.manifest, world.state)
+    # each replica's placement group as rendered, plus the replica actor's CPU that Serve LLM merges
+    # into bundle 0 (LLMServer.get_deployment_options: ray_actor_options num_cpus, default 1)
+    def cpus(number, replicas):
+        llm = world.state.get_revision("wf", number).config["args"]["llm_configs"][0]
+        return replicas * (sum(b.get("CPU", 0) for b in llm["placement_group_config"]["bundles"]) + 1)
+
+    assert cap["total"] == {"GPU": 0.0, "CPU": 16.0}  # two nodes of `cpus: 8`
+    assert [(h["served_name"], h["revision"], h["application"], h["resources"]) for h in cap["held"]] == [
+        ("other", 2, "orch-m-other", {"GPU": 0.0, "CPU": cpus(2, 2)}), ("tiny", 1, "orch", {"GPU": 0.0, "CPU": cpus(1, 1)})]
+    assert cap["free"] == {"GPU": 0.0, "CPU": 16.0 - cpus(1, 1) - cpus(2, 2)}
+    line = describe_capacity(cap)
+    assert line.startswith("CPU 16 in all; 'other' (revision 2) holds CPU ") and "; free: CPU " in line

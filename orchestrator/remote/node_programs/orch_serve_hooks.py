@@ -350,16 +350,31 @@ def _front_class():
     class OrchFront(OpenAiIngress):
         def __init__(self):
             super().__init__({}, {})
+            self._adapter_base: dict = {}
 
         def reconfigure(self, config: dict) -> None:
-            """The models and the key of ``user_config``: new handles, the old ones dropped."""
+            """The models, their LoRA adapters and the key of ``user_config``: new handles, the
+            old ones dropped. An adapter is a model id of its own, sent to its base's engine,
+            which serves it by name (vLLM's lora_modules)."""
             models = list(config.get("models") or [])
             self._default_serve_handles = {m["model_id"]: serve.get_deployment_handle(m["deployment"], app_name=m["app"])
                                            for m in models}  # fmt: skip
             self._model_cards = {m["model_id"]: ModelCard(id=m["model_id"], object="model", owned_by="orch", permission=[],
                                                           metadata={"app": m["app"]}) for m in models}  # fmt: skip
+            self._adapter_base = {a: m["model_id"] for m in models for a in m.get("adapters") or ()}
+            for name, base in self._adapter_base.items():
+                self._model_cards.setdefault(name, ModelCard(id=name, object="model", owned_by="orch", permission=[],
+                                                             metadata={"parent": base}))  # fmt: skip
             self._configured_serve_handles = {}
             _FRONT_KEYS[:] = [str(k) for k in config.get("api_key") or []]
+
+        def _get_configured_serve_handle(self, model_id: str):
+            base = self._adapter_base.get(model_id)
+            if base is None:
+                return super()._get_configured_serve_handle(model_id)
+            if model_id not in self._configured_serve_handles:
+                self._configured_serve_handles[model_id] = self._default_serve_handles[base].options(stream=True)
+            return self._configured_serve_handles[model_id]
 
         async def _get_model_id(self, model):
             try:
