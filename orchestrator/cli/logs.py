@@ -19,6 +19,7 @@ import click
               help="An engine worker's log instead: its rank, 0-based in vLLM's order (GPU layout: vLLM's Ray executor).")  # fmt: skip
 @click.option("--raylet", is_flag=True, help="The raylet's log of every node (or of --node) instead of a replica's.")
 @click.option("--node", default=None, help="Only what runs on this manifest node.")
+@click.option("--model", "model", default=None, help="The served model whose replicas [default: the only one served].")
 @click.option("--tail", "tail", type=click.IntRange(min=0, max=1_000_000), default=100, show_default=True, help="Lines shown from the end of each file.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing what is written next, until Ctrl-C.")
 @click.option("--json", "as_json", is_flag=True,
@@ -26,7 +27,7 @@ import click
 @click.option("--accept-new-host-keys", is_flag=True, help="Record the host key of nodes contacted for the first time.")
 @click.pass_context
 def logs(ctx: click.Context, cluster_yaml: Path | None, replica: str | None, rank: int | None, raylet: bool, node: str | None,
-         tail: int, follow: bool, as_json: bool, accept_new_host_keys: bool) -> None:  # fmt: skip
+         model: str | None, tail: int, follow: bool, as_json: bool, accept_new_host_keys: bool) -> None:  # fmt: skip
     """Show the logs a failure is in: a replica's, an engine worker's, a node's raylet.
 
     \b
@@ -34,6 +35,7 @@ def logs(ctx: click.Context, cluster_yaml: Path | None, replica: str | None, ran
       orch logs                          # every engine replica's log, last 100 lines
       orch logs --replica 6t2h --follow  # one replica, then what it writes next
       orch logs --rank 3                 # engine worker rank 3 (GPU layout)
+      orch logs --model chat             # several models: the replicas of one
       orch logs --raylet --node w1 --tail 50
     Without CLUSTER_YAML, the one cluster recorded by `orch up`. Exit 4 when a node cannot be
     reached (after what was read), 5 when no cluster is up; Ctrl-C ends --follow with exit 0.
@@ -56,7 +58,7 @@ def logs(ctx: click.Context, cluster_yaml: Path | None, replica: str | None, ran
     known_hosts = known_hosts_path(manifest, state_dir)
     deps = LogsDeps(state=StateStore(state_dir), open_runners=lambda m: open_runners(m, known_hosts, accept_new_host_keys),
                     open_serve=open_serve_client)  # fmt: skip
-    found = find_logs(manifest, LogRequest(kind=kind, replica=replica, rank=rank, node=node, tail=tail), deps)
+    found = find_logs(manifest, LogRequest(kind=kind, replica=replica, rank=rank, node=node, tail=tail, model=model), deps)
     unreached = [source.target.node for source, _, error in found if error is not None and _unreached(error)]
     files = [t for _, tails, _ in found for t in tails]
     if as_json:

@@ -39,6 +39,7 @@ from orchestrator.workflows.engine_logs import (
     replica_target,
     worker_target,
 )
+from orchestrator.workflows.served_models import serving_by_name
 
 RAYLET = ("raylet.out", "raylet.err")
 
@@ -50,6 +51,7 @@ class LogRequest:
     rank: int | None = None  # engine worker rank, 0-based in vLLM's order (pipeline stage, then TP rank)
     node: str | None = None  # only this manifest node
     tail: int = 100
+    model: str | None = None  # the served name whose replicas (several models per cluster); None: the only one
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,14 @@ def _raylet_sources(manifest: Manifest, request: LogRequest) -> list[LogSource]:
 def _serving_sources(manifest: Manifest, request: LogRequest, deps: LogsDeps, runners: Mapping[str, Runner]) -> list[LogSource]:
     """The replicas (or their engine workers) of the serving application, from Serve's status and
     Ray's actor list read through the head's dashboard."""
-    revision = deps.state.current_revision(manifest.name)
+    served = serving_by_name(deps.state, manifest.name)
+    if request.model is not None and request.model not in served:
+        raise UsageError(f"--model {request.model}: cluster {manifest.name} serves no model of that name",
+                         hint="served: " + (", ".join(sorted(served)) or "none"))  # fmt: skip
+    if request.model is None and len(served) > 1:
+        raise UsageError(f"cluster {manifest.name} serves {len(served)} models ({', '.join(sorted(served))}): name one with --model",
+                         hint=f"orch logs --model {sorted(served)[0]}")  # fmt: skip
+    revision = served[request.model] if request.model is not None else deps.state.current_revision(manifest.name)
     app_name, model_ids, _ = revision_app(revision) if revision is not None else (None, [], {})
     token = deps.state.read_token(manifest.name) if manifest.ray.token_auth else None
     head = runners[manifest.head.name]

@@ -19,6 +19,7 @@ METRICS = (Path(__file__).resolve().parents[1] / "data" / "metrics" / "vllm-0.32
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     seen: list[dict] = []
+    models = ["fake-model"]  # what /v1/models lists
 
     def log_message(self, *args):  # quiet
         pass
@@ -32,7 +33,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path == "/v1/models":
-            self._send(200, json.dumps({"data": [{"id": "fake-model"}]}).encode())
+            self._send(200, json.dumps({"data": [{"id": m} for m in Handler.models]}).encode())
         elif self.path == "/metrics":
             self._send(200, METRICS.encode(), "text/plain")
         else:
@@ -54,7 +55,7 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def fake_server():
-    Handler.seen = []
+    Handler.seen, Handler.models = [], ["fake-model"]
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
@@ -116,3 +117,12 @@ def test_unreachable_endpoint_is_an_error_not_a_traceback(capsys):
     assert code == 6  # README's exit codes: 6 is a serving endpoint/API error
     assert err.startswith("error: cannot reach http://127.0.0.1:9/v1/models: ConnectError")
     assert "hint: check the URL" in err and "Traceback" not in err
+
+
+def test_several_models_listed_need_the_model_named(fake_server, capsys):
+    """Behind orch's front /v1/models lists every model: bench measures none of them by chance."""
+    Handler.models = ["tiny", "tiny-b", "sql"]
+    assert main(["bench", "--url", fake_server, "--requests", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {fake_server} serves 3 models (tiny, tiny-b, sql): name the one to measure")
+    assert "hint: pass --model tiny" in err and Handler.seen == []

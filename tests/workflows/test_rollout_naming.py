@@ -318,3 +318,29 @@ def test_plan_cluster_capacity_says_what_each_served_model_holds(world):
     assert cap["free"] == {"GPU": 0.0, "CPU": 16.0 - cpus(1, 1) - cpus(2, 2)}
     line = describe_capacity(cap)
     assert line.startswith("CPU 16 in all; 'other' (revision 2) holds CPU ") and "; free: CPU " in line
+
+
+def test_logs_of_several_models_need_the_model_named(world):
+    from contextlib import contextmanager
+
+    from orchestrator.workflows.logs import LogRequest, LogsDeps, find_logs
+
+    world.rollout()
+    world.rollout(served_name="other")
+    asked: list[str] = []
+
+    @contextmanager
+    def open_serve(_runner, _port, _token):
+        asked.append("serve")
+        raise AssertionError("Serve is not asked before the model is known")
+        yield
+
+    deps = LogsDeps(state=world.state, open_runners=lambda m: world.deps.open_runners(m), open_serve=open_serve)
+    with pytest.raises(UsageError, match="serves 2 models \\(other, tiny\\): name one with --model") as err:
+        find_logs(world.manifest, LogRequest(), deps)
+    assert err.value.hint == "orch logs --model other"
+    with pytest.raises(UsageError, match="--model nope: cluster wf serves no model of that name") as err:
+        find_logs(world.manifest, LogRequest(model="nope"), deps)
+    assert err.value.hint == "served: other, tiny" and asked == []
+    with pytest.raises(AssertionError, match="Serve is not asked"):  # a named model goes on to Serve
+        find_logs(world.manifest, LogRequest(model="other"), deps)
