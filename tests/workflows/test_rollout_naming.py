@@ -344,3 +344,24 @@ def test_logs_of_several_models_need_the_model_named(world):
     assert err.value.hint == "served: other, tiny" and asked == []
     with pytest.raises(AssertionError, match="Serve is not asked"):  # a named model goes on to Serve
         find_logs(world.manifest, LogRequest(model="other"), deps)
+
+
+def test_an_interrupted_rollout_of_one_model_is_repaired_without_touching_the_other(tmp_path):
+    """'other' is interrupted (orch loses Serve after its fresh apply, so nothing is put back and
+    its revision stays pending); the next command repairs it: 'other' removed, 'tiny' as it ran."""
+    world = make_world(tmp_path)
+    world.serve = FakeServe(keep_in=tmp_path / "serve.json")
+    world.endpoint = ServeEndpoint(world)
+    world.rollout(options=OPTIONS)
+    tiny_config, tiny_deployed = world.serve.apps["orch"], world.serve.deployed["orch"]
+    injector = Injector(world, "probe", "tunnel_drop")
+    injector.arm()
+    with pytest.raises(RolloutFailed, match="stays pending|putting revision - back failed|failed too"):
+        world.rollout(options=OPTIONS, served_name="other")
+    injector.disarm()
+    assert world.state.get_revision("wf", 2).status == "pending" and "orch-m-other" in world.serve.apps
+    again = world.rollout(options=OPTIONS)  # a command on 'tiny' repairs 'other' first
+    assert again.action == "noop" and again.repaired and "revision 2" in again.repaired[0]
+    assert set(world.serve.apps) == {"orch"} and world.serve.apps["orch"] == tiny_config
+    assert world.serve.deployed["orch"] == tiny_deployed
+    assert {r.number: r.status for r in world.state.list_revisions("wf")} == {1: "ready", 2: "failed"}
