@@ -1,9 +1,9 @@
 """The one endpoint in front of several models: its Serve application, rendered. Pure.
 
 One model answers on the public route ``/`` itself: Serve's HAProxy sends each request straight to
-an engine replica (``node_hooks``: direct streaming, no Python hop). From the second model on,
-each model's application answers on its own route (``/_orch/m/<name>``, ``decisions.model_route``)
-and the front takes ``/``: Serve LLM's own OpenAI ingress (``OpenAiIngress``) in one replica, with
+an engine replica (``node_hooks``: direct streaming, no Python hop). Each further model answers on
+its own route (``/_orch/m/<name>``, ``decisions.model_route``), and from the second model on the
+front takes ``/v1`` (``FRONT_ROUTE``): Serve LLM's own OpenAI ingress (``OpenAiIngress``) in one replica, with
 a Serve handle to each model's engine deployment in that model's application
 (``remote/node_programs/orch_serve_hooks.py``: ``build_front``, ``OrchFront``). It picks the model
 by the request's ``model``, lists every model on ``/v1/models``, answers 404 naming an unknown one
@@ -27,8 +27,16 @@ from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER
 FRONT_APP = "orch-front"
 FRONT_DEPLOYMENT = "OrchFront"
 FRONT_IMPORT_PATH = f"{node_hooks.MODULE}:build_front"
-# Where a new front answers until it is RUNNING and proven; then it takes "/".
-FRONT_STAGING_ROUTE = "/_orch/front"
+# The front's route: ``/v1``. Serve's HAProxy picks the longest matching route prefix
+# (ray/serve/_private/haproxy.py sorts its backends longest prefix first), so the OpenAI paths
+# go to the front while the first model keeps ``/`` (its /health, /metrics...): no application
+# ever moves, and there is no moment when ``/v1`` has nobody (a route swap between two
+# applications left one: a request got Serve's "404 Path '/v1/completions' not found").
+FRONT_ROUTE = "/v1"
+# Where a new front answers until it is RUNNING and proven; then its route becomes FRONT_ROUTE
+# (a route change: Serve reconfigures the replica). The probe's base routes: without the /v1.
+FRONT_STAGING_ROUTE = "/_orch/front/v1"
+FRONT_STAGING_BASE = "/_orch/front"
 
 
 def is_front(app: Mapping[str, Any]) -> bool:

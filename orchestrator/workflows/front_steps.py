@@ -8,10 +8,13 @@ recorded ready), ``settle_front`` makes the front route to every model that serv
 - one model and no front: nothing (the model answers on ``/`` itself);
 - a second model and no front yet: the front comes up on its staging route beside everything
   (one PUT; no application changes), answers a completion for every model there, then one PUT
-  moves each model to its own route and the front to ``/`` (route changes: Serve reconfigures
-  the replicas, it does not restart them); every model must then answer through ``/``;
+  gives it ``/v1`` (a route change: Serve reconfigures the replica); the first model keeps ``/``,
+  so ``/v1`` always has someone to answer; every model must then answer through ``/v1``;
 - a front already: its ``user_config`` takes the new list (Serve reconfigures its replica);
   the model must answer through ``/``.
+
+``front_without`` is the removal's side: the front routes to the models left; it goes when none is
+left, or when the one left answers on ``/`` itself.
 
 A failure raises, and the rollout puts back what ran before it (the other models' applications
 and the front exactly as they were).
@@ -27,13 +30,14 @@ from orchestrator.serve import decisions
 from orchestrator.serve.config import PUBLIC_ROUTE
 from orchestrator.serve.front import (
     FRONT_APP,
+    FRONT_ROUTE,
+    FRONT_STAGING_BASE,
     FRONT_STAGING_ROUTE,
     front_adapters,
     front_app,
     front_key,
     front_models,
     is_front,
-    moved,
 )
 from orchestrator.serve.lora import adapters_of
 from orchestrator.serve.shapes import engine_deployment_name, llm_config_of, llm_configs
@@ -82,29 +86,33 @@ def settle_front(manifest: Manifest, apis: ClusterApis, deps: ServingDeps, optio
     if front is not None:
         if front_models(front) == models and front_adapters(front) == adapters:
             return [*apps, front]
-        updated = front_app(manifest.name, models, str(front.get("route_prefix") or PUBLIC_ROUTE), user_pythonpath, api_key, adapters)
+        updated = front_app(manifest.name, models, str(front.get("route_prefix") or FRONT_ROUTE), user_pythonpath, api_key, adapters)
         since = _deployed_at(apis, FRONT_APP)
         put(apis.serve, [*apps, updated], manifest)
         step(f"the front ({FRONT_APP}) on {updated['route_prefix']} now routes to {', '.join(sorted(models))}")
         wait_for_app(apis.serve, FRONT_APP, options.timeout_s, deps, options.poll_s, since=since)
-        check_ready(apis, updated["route_prefix"], served_name_of_app(mine), api_key, deps, options)
+        check_ready(apis, _base(updated["route_prefix"]), served_name_of_app(mine), api_key, deps, options)
         return [*apps, updated]
     staged = front_app(manifest.name, models, FRONT_STAGING_ROUTE, user_pythonpath, api_key, adapters)
     put(apis.serve, [*apps, staged], manifest)
     step(f"a second model serves: the front ({FRONT_APP}) comes up on {FRONT_STAGING_ROUTE} to route by the request's model")
     wait_for_app(apis.serve, FRONT_APP, options.timeout_s, deps, options.poll_s)
     for name in sorted(models):
-        check_ready(apis, FRONT_STAGING_ROUTE, name, api_key, deps, options)
-    final = [moved(a, _own_route(a)) if a.get("route_prefix") == PUBLIC_ROUTE else a for a in apps]
-    public = front_app(manifest.name, models, PUBLIC_ROUTE, user_pythonpath, api_key, adapters)
+        check_ready(apis, FRONT_STAGING_BASE, name, api_key, deps, options)
+    public = front_app(manifest.name, models, FRONT_ROUTE, user_pythonpath, api_key, adapters)
     since = _deployed_at(apis, FRONT_APP)
-    put(apis.serve, [*final, public], manifest)
-    routes = ", ".join(f"'{served_name_of_app(a)}' on {a['route_prefix']}" for a in final)
-    step(f"the front takes {PUBLIC_ROUTE} (every model through the request's model field); each model keeps its own route: {routes}")
+    put(apis.serve, [*apps, public], manifest)
+    routes = ", ".join(f"'{served_name_of_app(a)}' on {a['route_prefix']}" for a in apps)
+    step(f"the front takes {FRONT_ROUTE} (every model through the request's model field); the models keep their routes: {routes}")
     wait_for_app(apis.serve, FRONT_APP, options.timeout_s, deps, options.poll_s, since=since)
     for name in sorted(models):
         check_ready(apis, PUBLIC_ROUTE, name, api_key, deps, options)
-    return [*final, public]
+    return [*apps, public]
+
+
+def _base(route: str) -> str:
+    """The route a probe adds ``/v1/completions`` to, for the front's route prefix."""
+    return route[: -len(FRONT_ROUTE)] or PUBLIC_ROUTE if route.endswith(FRONT_ROUTE) else route
 
 
 def _deployed_at(apis: ClusterApis, name: str) -> float | None:
@@ -114,13 +122,16 @@ def _deployed_at(apis: ClusterApis, name: str) -> float | None:
 
 def front_without(kept: Sequence[dict], manifest: Manifest) -> list[dict]:
     """``kept`` (the applications that stay, as Serve runs them) with the front routing to the
-    models left in it: no front when none is left."""
+    models left in it. With one model left on ``/`` the front goes (``/v1`` falls back to that
+    model's own route ``/``: no gap); a model left on its own route keeps the front; with none
+    left the front goes."""
     models = models_of(kept)
+    alone_on_root = len(models) == 1 and any(a.get("route_prefix") == PUBLIC_ROUTE for a in kept if not is_front(a) and llm_configs(a))
     out: list[dict] = []
     for app in kept:
         if not is_front(app):
             out.append(app)
-        elif models:
-            out.append(front_app(manifest.name, models, str(app.get("route_prefix") or PUBLIC_ROUTE),
+        elif models and not alone_on_root:
+            out.append(front_app(manifest.name, models, str(app.get("route_prefix") or FRONT_ROUTE),
                                  manifest.env.get("PYTHONPATH"), front_key(app) or "", adapters_in(kept)))  # fmt: skip
     return out

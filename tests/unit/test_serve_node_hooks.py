@@ -393,6 +393,9 @@ def test_the_front_checks_the_api_key_as_vllm_does(on_the_node_path):
         assert _asgi(check, guarded)[0] == 401
     assert _asgi(check, "/health")[0] == 200 and _asgi(check, "/v1/models", method="OPTIONS")[0] == 200
     assert _asgi(check, "/v1/models", root_path="/api")[0] == 401  # the path under Serve's route prefix
+    # the front's own routes sit under its route prefix /v1 (orchestrator/serve/front.py): guarded too
+    assert _asgi(check, "/completions", root_path="/v1")[0] == 401
+    assert _asgi(check, "/models", [(b"authorization", b"Bearer k-123")], method="GET", root_path="/_orch/front/v1")[0] == 200
     hooks._FRONT_KEYS[:] = []
     assert _asgi(check, "/v1/models", [(b"authorization", b"Bearer k-123")])[0] == 401  # no key set: closed
 

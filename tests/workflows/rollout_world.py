@@ -157,8 +157,15 @@ class ServeEndpoint(FakeEndpoint):
         self.world = world
 
     def probe(self, route, model, key):
+        """The completion's path is ROUTE/v1/completions: the application with the longest route
+        prefix of it takes it (Serve's HAProxy: ray/serve/_private/haproxy.py)."""
         serve = self.world.serve
-        self.ok = any(cfg["route_prefix"] == route and serve.last_seen(name) == "RUNNING" for name, cfg in serve.apps.items())
+        path = route.rstrip("/") + "/v1/completions"
+        routes = [(cfg["route_prefix"], name) for name, cfg in serve.apps.items()
+                  if path == cfg["route_prefix"] or path.startswith(cfg["route_prefix"].rstrip("/") + "/")]  # fmt: skip
+        taker = max(routes, key=lambda r: len(r[0]))[1] if routes else None
+        self.ok = taker is not None and serve.last_seen(taker) == "RUNNING"
+        self.taken_by = getattr(self, "taken_by", []) + [taker]
         return super().probe(route, model, key)
 
 

@@ -96,17 +96,39 @@ def test_remove_waits_for_no_lock_it_cannot_take(world):
 def test_removing_one_of_two_models_leaves_the_other_serving_untouched(world):
     world.rollout(served_name="other")
     tiny_config, tiny_deployed = copy.deepcopy(world.serve.apps["orch"]), world.serve.deployed["orch"]
-    assert tiny_config["route_prefix"] == "/_orch/m/tiny"  # the front holds "/"
+    assert tiny_config["route_prefix"] == "/" and world.serve.apps["orch-front"]["route_prefix"] == "/v1"
     res = remove(world.manifest, "other", world.deps)
-    assert (res.apps, res.kept) == (["orch-m-other"], ["orch", "orch-front"])
-    assert set(world.serve.apps) == {"orch", "orch-front"}
-    assert world.serve.apps["orch"] == tiny_config and world.serve.deployed["orch"] == tiny_deployed  # not redeployed
-    (dep,) = world.serve.apps["orch-front"]["deployments"]  # the front routes to what is left, with the key it had
-    assert dep["user_config"] == {"models": [{"model_id": "tiny", "app": "orch", "deployment": "LLMServer:tiny", "adapters": []}],
-                                  "api_key": [KEY]}
+    # one model left, on "/" itself: the front goes with 'other' (/v1 falls back to "/")
+    assert (res.apps, res.kept) == (["orch-front", "orch-m-other"], ["orch"])
+    assert world.serve.apps == {"orch": tiny_config} and world.serve.deployed["orch"] == tiny_deployed  # not redeployed
     assert {r.number: r.status for r in world.state.list_revisions("wf")} == {1: "ready", 2: "removed"}
     with pytest.raises(UsageError, match="serves no model named 'other'; it serves 'tiny' \\(revision 1\\)"):
         remove(world.manifest, "other", world.deps)
-    # the last model goes, and the front with it
+
+
+def test_removing_the_first_model_keeps_the_front_for_the_one_on_its_own_route(world):
+    world.rollout(served_name="other")
+    other_config = copy.deepcopy(world.serve.apps["orch-m-other"])
+    res = remove(world.manifest, "tiny", world.deps)
+    assert (res.apps, res.kept) == (["orch"], ["orch-front", "orch-m-other"])  # nothing moves: /v1 stays the front's
+    assert world.serve.apps["orch-m-other"] == other_config and world.serve.apps["orch-front"]["route_prefix"] == "/v1"
+    (dep,) = world.serve.apps["orch-front"]["deployments"]
+    assert [m["model_id"] for m in dep["user_config"]["models"]] == ["other"]
+
+
+def test_removing_one_of_three_models_keeps_the_front_for_the_two_left(world):
+    world.rollout(served_name="b")
+    world.rollout(served_name="c")
+    tiny_config = copy.deepcopy(world.serve.apps["orch"])
+    res = remove(world.manifest, "b", world.deps)
+    assert (res.apps, res.kept) == (["orch-m-b"], ["orch", "orch-front", "orch-m-c"])
+    assert world.serve.apps["orch"] == tiny_config  # untouched
+    (dep,) = world.serve.apps["orch-front"]["deployments"]  # the front routes to what is left, with the key it had
+    assert dep["user_config"] == {"models": [{"model_id": "c", "app": "orch-m-c", "deployment": "LLMServer:c", "adapters": []},
+                                             {"model_id": "tiny", "app": "orch", "deployment": "LLMServer:tiny", "adapters": []}],
+                                  "api_key": [KEY]}  # fmt: skip
+    # down to one on "/": the front goes; then the last model
+    remove(world.manifest, "c", world.deps)
+    assert set(world.serve.apps) == {"orch"} and world.serve.apps["orch"] == tiny_config
     remove(world.manifest, "tiny", world.deps)
     assert world.serve.apps == {}

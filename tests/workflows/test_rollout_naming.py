@@ -205,9 +205,10 @@ def _front_models(app):
 
 def test_another_served_name_comes_up_beside_the_served_model_behind_one_front(world):
     """Several models per cluster: a rollout under another served name is a new application on
-    its own route; every PUT carries the served model's application as Serve runs it. Once the
-    new one answered, the front comes up on its staging route, answers for both models, then takes
-    "/" while each model moves to its own route (a route change only: no new config otherwise)."""
+    its own route; every PUT carries the served model's application as Serve runs it (no
+    application moves). Once the new one answered, the front comes up on its staging route,
+    answers for both models, then takes /v1 (the OpenAI paths: the longest route prefix wins)
+    while the first model keeps "/"."""
     said: list[str] = []
     world.deps = world.deps.__class__(**{**world.deps.__dict__, "progress": said.append})
     world.endpoint = ServeEndpoint(world)
@@ -219,18 +220,18 @@ def test_another_served_name_comes_up_beside_the_served_model_behind_one_front(w
     assert note == "'other' comes up as its own application orch-m-other on /_orch/m/other, beside 'tiny' (orch): they keep serving, untouched"
     assert note in said
     fresh, staged, final = world.serve.bodies[1:]
-    assert [a["name"] for a in fresh["applications"]] == ["orch", "orch-m-other"] and fresh["applications"][0] == tiny_config
+    assert [a["name"] for a in fresh["applications"]] == ["orch", "orch-m-other"]
     assert [(a["name"], a["route_prefix"]) for a in staged["applications"]] == [("orch", "/"), ("orch-m-other", "/_orch/m/other"),
-                                                                             ("orch-front", "/_orch/front")]  # fmt: skip
-    assert staged["applications"][0] == tiny_config
-    assert [(a["name"], a["route_prefix"]) for a in final["applications"]] == [("orch", "/_orch/m/tiny"), ("orch-m-other", "/_orch/m/other"),
-                                                                            ("orch-front", "/")]  # fmt: skip
-    assert _without_route(final["applications"][0]) == _without_route(tiny_config)  # moved, nothing else changed
+                                                                             ("orch-front", "/_orch/front/v1")]  # fmt: skip
+    assert [(a["name"], a["route_prefix"]) for a in final["applications"]] == [("orch", "/"), ("orch-m-other", "/_orch/m/other"),
+                                                                            ("orch-front", "/v1")]  # fmt: skip
+    assert all(b["applications"][0] == tiny_config for b in (fresh, staged, final))  # never moved, never changed
     models, key = _front_models(world.serve.apps["orch-front"])
     assert models == {"tiny": ("orch", "LLMServer:tiny"), "other": ("orch-m-other", "LLMServer:other")} and key == [KEY]
-    # both models answered through the staging route, then through "/"
+    # both models answered through the staging route (the front), then through "/" (/v1: the front)
     probes = [(route, model) for route, model, _ in world.endpoint.probes]
     assert probes[-5:] == [("/_orch/m/other", "other"), ("/_orch/front", "other"), ("/_orch/front", "tiny"), ("/", "other"), ("/", "tiny")]
+    assert world.endpoint.taken_by[-4:] == ["orch-front"] * 4
     assert world.state.get_revision("wf", 2).config["route_prefix"] == "/_orch/m/other"
     assert [(r.number, r.status) for r in world.state.list_revisions("wf")] == [(1, "ready"), (2, "ready")]
     # a new revision of 'other' is side by side on its own route; 'tiny' and the front untouched
@@ -247,7 +248,7 @@ def test_another_served_name_comes_up_beside_the_served_model_behind_one_front(w
     back = world.rollout(max_model_len=2048)
     assert back.action == "side_by_side" and back.previous_revision == 1 and back.app_name == "orch"
     assert world.serve.apps["orch-m-other"] == other_config and world.serve.deployed["orch-m-other"] == other_deployed
-    assert world.serve.apps["orch"]["route_prefix"] == "/_orch/m/tiny" and world.serve.apps["orch-front"] == front_now
+    assert world.serve.apps["orch"]["route_prefix"] == "/" and world.serve.apps["orch-front"] == front_now
     assert {r.number: r.status for r in world.state.list_revisions("wf")} == {1: "superseded", 2: "superseded", 3: "ready", 4: "ready"}
 
 

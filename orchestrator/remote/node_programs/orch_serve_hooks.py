@@ -279,6 +279,7 @@ def _amx_tile_data():
 
 FRONT_CLASS = "orch_serve_hooks.OrchFront"
 FRONT_DEPLOYMENT = "OrchFront"
+FRONT_ROUTE_SUFFIX = "/v1"  # the front's route prefix ends so (orchestrator/serve/front.py)
 # The API key the front checks, set by OrchFront in its replica (the middleware reads it there).
 _FRONT_KEYS: list = []
 
@@ -314,10 +315,13 @@ class _KeyCheck:
 
     async def __call__(self, scope, receive, send):
         if scope.get("type") in ("http", "websocket") and scope.get("method") != "OPTIONS":
+            # The front answers under its route prefix ``/v1``: the full path says what is guarded
+            # (vLLM strips its own root path; its routes carry /v1, the front's do not).
             root = scope.get("root_path", "")
-            path = scope.get("path", "")
-            path = path[len(root):] if root and path.startswith(root) else path
-            if path.startswith(GUARDED_PREFIX) and not _key_matches(dict(scope.get("headers") or []).get(b"authorization", b"")):
+            full = scope.get("path", "")
+            path = full[len(root):] if root and full.startswith(root) else full
+            guarded = path.startswith(GUARDED_PREFIX) or root.endswith(FRONT_ROUTE_SUFFIX)
+            if guarded and not _key_matches(dict(scope.get("headers") or []).get(b"authorization", b"")):
                 body = b'{"error":"Unauthorized"}'
                 await send({"type": "http.response.start", "status": 401,
                             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
@@ -386,7 +390,16 @@ def _front_class():
 
     app = init()
     app.add_middleware(_KeyCheck)
-    return make_fastapi_ingress(OrchFront, app=app)
+    # The front's route prefix ends in /v1 (orchestrator/serve/front.py): its routes are the
+    # OpenAI paths under it, as Starlette matches the path less the route prefix.
+    endpoints = {
+        "models": lambda a: a.get("/models"),
+        "model_data": lambda a: a.get("/models/{model:path}"),
+        "completions": lambda a: a.post("/completions"),
+        "chat": lambda a: a.post("/chat/completions"),
+        "embeddings": lambda a: a.post("/embeddings"),
+    }
+    return make_fastapi_ingress(OrchFront, endpoint_map=endpoints, app=app)
 
 
 # The classes made on first use, once per process: the ingress in the replica (the build task
