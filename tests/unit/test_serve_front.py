@@ -33,3 +33,19 @@ def test_moving_an_application_changes_its_route_only():
     assert out == {"name": "orch", "route_prefix": "/_orch/m/tiny", "args": {"x": [1]}} and app["route_prefix"] == "/"
     out["args"]["x"].append(2)
     assert app["args"] == {"x": [1]}  # a deep copy
+
+
+def test_the_front_is_known_by_its_name_or_its_builder_and_other_deployments_are_not_it():
+    assert front.is_front({"name": "orch-front", "import_path": "x:y"})
+    assert front.is_front({"name": "renamed", "import_path": "orch_serve_hooks:build_front"})
+    assert not front.is_front({"name": "orch", "import_path": "orch_serve_hooks:build_openai_app"}) and not front.is_front({})
+    app = front.front_app("c1", {"a": ("orch", "LLMServer:a")}, "/v1", user_pythonpath="/opt/lib", api_key="k-2", adapters={"a": ["x"]})
+    assert app["runtime_env"]["env_vars"]["PYTHONPATH"] == node_hooks.pythonpath("c1", "/opt/lib") != node_hooks.pythonpath("c1")
+    # an override for another deployment of the application (Serve's app-level list) is not the front's
+    other = {"name": "Other", "user_config": {"models": [{"model_id": "z", "app": "q", "deployment": "d", "adapters": ["w"]}],
+                                              "api_key": ["not-it"]}}  # fmt: skip
+    app["deployments"] = [other, *app["deployments"]]
+    assert front.front_key(app) == "k-2" and front.front_models(app) == {"a": ("orch", "LLMServer:a")}
+    assert front.front_adapters(app) == {"a": ("x",)}
+    app["deployments"][1]["user_config"]["api_key"] = []
+    assert front.front_key(app) is None
