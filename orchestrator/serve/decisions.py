@@ -255,6 +255,13 @@ def copy_demand(app: Mapping[str, Any]) -> tuple[list[list[dict[str, float]]], s
     return shape_of_app(app).capacity_groups(bundles, strategy, replicas, llm_config)
 
 
+def copy_total(app: Mapping[str, Any]) -> dict[str, float]:
+    """Every resource a copy of the rendered application asks Ray for, summed over its placement
+    groups (``copy_demand``): what it holds once it runs."""
+    groups, _ = copy_demand(app)
+    return _sum([b for g in groups for b in g])
+
+
 def _fits_on(free: Mapping[str, float], demand: Mapping[str, float]) -> bool:
     return all(free.get(res, 0.0) + 1e-9 >= amount for res, amount in demand.items() if amount > 0)
 

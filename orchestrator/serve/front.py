@@ -17,7 +17,6 @@ the front, and its args, hence its code version, never change.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -95,11 +94,3 @@ def front_key(app: Mapping[str, Any]) -> str | None:
             keys = (dep.get("user_config") or {}).get("api_key") or []
             return str(keys[0]) if keys else None
     return None
-
-
-def moved(app: Mapping[str, Any], route: str) -> dict[str, Any]:
-    """A copy of an application on another route (Serve reconfigures its replicas in place:
-    ``route_prefix`` is in the reconfigure hash, not the restart one, ray/serve/_private/version.py)."""
-    out = copy.deepcopy(dict(app))
-    out["route_prefix"] = route
-    return out

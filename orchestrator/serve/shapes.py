@@ -291,6 +291,12 @@ def api_key_of(app: Mapping[str, Any]) -> str | None:
     return key[0] if isinstance(key, list) and key else None
 
 
+def model_id_of(app: Mapping[str, Any]) -> str | None:
+    """The (first) model config's ``model_id``: the name requests use; None when it has none."""
+    llm = (llm_configs(app) or [{}])[0]
+    return (llm.get("model_loading_config") or {}).get("model_id") if isinstance(llm, Mapping) else None
+
+
 def engine_deployment_name(app: Mapping[str, Any]) -> str:
     """The engine deployment's name as Serve LLM gives it (Ray 2.60,
     ``ray/llm/_internal/serve/core/server/builder.py``: ``build_llm_deployment``): the shape's

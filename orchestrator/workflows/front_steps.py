@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from orchestrator.manifest.model import Manifest
-from orchestrator.serve import decisions
 from orchestrator.serve.config import PUBLIC_ROUTE
 from orchestrator.serve.front import (
     FRONT_APP,
@@ -40,7 +39,7 @@ from orchestrator.serve.front import (
     is_front,
 )
 from orchestrator.serve.lora import adapters_of
-from orchestrator.serve.shapes import engine_deployment_name, llm_config_of, llm_configs
+from orchestrator.serve.shapes import engine_deployment_name, llm_config_of, llm_configs, model_id_of
 from orchestrator.workflows.rollout_steps import (
     ClusterApis,
     Progress,
@@ -53,7 +52,7 @@ from orchestrator.workflows.rollout_steps import (
 
 
 def served_name_of_app(app: Mapping[str, Any]) -> str:
-    return str((llm_config_of(app).get("model_loading_config") or {}).get("model_id") or app.get("name"))
+    return model_id_of(app) or str(app.get("name"))
 
 
 def models_of(apps: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
@@ -68,31 +67,27 @@ def adapters_in(apps: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]
             for a in apps if not is_front(a) and llm_configs(a)}  # fmt: skip
 
 
-def _own_route(app: Mapping[str, Any]) -> str:
-    return decisions.model_route(served_name_of_app(app), {PUBLIC_ROUTE})
-
-
 def settle_front(manifest: Manifest, apis: ClusterApis, deps: ServingDeps, options: RolloutOptions, step: Progress,
-                 kept: Sequence[dict], mine: dict, api_key: str) -> list[dict]:  # fmt: skip
+                 kept: Sequence[dict], mine: dict, api_key: str) -> None:  # fmt: skip
     """Make the front route to every model once ``mine`` (the model's application as it serves,
-    real key included) serves beside ``kept`` (the other applications as Serve runs them).
-    Returns the applications Serve runs afterwards. See the module doc."""
+    real key included) serves beside ``kept`` (the other applications as Serve runs them); no
+    model's application changes. See the module doc."""
     front = next((a for a in kept if is_front(a)), None)
     apps = [a for a in kept if not is_front(a)] + [mine]
     models, adapters = models_of(apps), adapters_in(apps)
     user_pythonpath = manifest.env.get("PYTHONPATH")
     if front is None and len(models) < 2:
-        return apps
+        return
     if front is not None:
         if front_models(front) == models and front_adapters(front) == adapters:
-            return [*apps, front]
+            return
         updated = front_app(manifest.name, models, str(front.get("route_prefix") or FRONT_ROUTE), user_pythonpath, api_key, adapters)
         since = _deployed_at(apis, FRONT_APP)
         put(apis.serve, [*apps, updated], manifest)
         step(f"the front ({FRONT_APP}) on {updated['route_prefix']} now routes to {', '.join(sorted(models))}")
         wait_for_app(apis.serve, FRONT_APP, options.timeout_s, deps, options.poll_s, since=since)
         check_ready(apis, _base(updated["route_prefix"]), served_name_of_app(mine), api_key, deps, options)
-        return [*apps, updated]
+        return
     staged = front_app(manifest.name, models, FRONT_STAGING_ROUTE, user_pythonpath, api_key, adapters)
     put(apis.serve, [*apps, staged], manifest)
     step(f"a second model serves: the front ({FRONT_APP}) comes up on {FRONT_STAGING_ROUTE} to route by the request's model")
@@ -107,7 +102,6 @@ def settle_front(manifest: Manifest, apis: ClusterApis, deps: ServingDeps, optio
     wait_for_app(apis.serve, FRONT_APP, options.timeout_s, deps, options.poll_s, since=since)
     for name in sorted(models):
         check_ready(apis, PUBLIC_ROUTE, name, api_key, deps, options)
-    return [*apps, public]
 
 
 def _base(route: str) -> str:

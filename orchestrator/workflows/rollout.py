@@ -367,11 +367,7 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             check_ready(apis, attempt.route, desired.served_name, api_key, deps, options)
             step(f"{old_live} serves revision {number}; the old replica is gone")
         reach("route the front to every model")
-        ran = settle_front(manifest, apis, deps, options, step, attempt.others, live_body, api_key)
-        route = next((a["route_prefix"] for a in ran if a.get("name") == served_as.name), attempt.route)
-        if route != served_as.app["route_prefix"]:  # the front took "/": the model answers on its own route
-            served_as = served_as.renamed(served_as.name, route)
-            state.set_served_as(name, number, served_as.name, served_as.app)
+        settle_front(manifest, apis, deps, options, step, attempt.others, live_body, api_key)
         reach("record the revision as ready")
         state.update_revision(name, number, "ready")
         if attempt.current is not None and attempt.current.number != number:

@@ -272,15 +272,21 @@ def node_cores(manifest: Manifest, runners: Mapping[str, Runner]) -> int | None:
     return min(counts) if counts else None
 
 
+def nodes_without(runners: Mapping[str, Runner], path: str) -> list[str]:
+    """The nodes (sorted) where ``path`` is not a file: one ``test -f`` per node, all nodes at once.
+    A node that cannot be reached raises its RemoteError."""
+    outcomes = fan_out(list(runners.values()), lambda r: r.run(["test", "-f", path], timeout=20).ok)
+    for o in outcomes:
+        if o.error is not None:
+            raise o.error
+    return sorted(o.node for o in outcomes if not o.value)
+
+
 def check_model_path(manifest: Manifest, runners: Mapping[str, Runner], source: str) -> None:
     """The model folder must exist (with its config.json) on every node that may host a worker."""
     if not source.startswith(("/", "~")):
         return  # a hub name: vLLM resolves it on the node
-    missing = []
-    for name, runner in runners.items():
-        res = runner.run(["test", "-f", f"{source.rstrip('/')}/config.json"], timeout=20)
-        if not res.ok:
-            missing.append(name)
+    missing = nodes_without(runners, f"{source.rstrip('/')}/config.json")
     if missing:
         raise Failure(
             f"model path {source} does not exist on node(s) {', '.join(sorted(missing))} (no {source.rstrip('/')}/config.json)",
@@ -300,7 +306,7 @@ def check_adapter_paths(manifest: Manifest, runners: Mapping[str, Runner], app: 
             if adapter.remote:
                 continue
             config_path = f"{adapter.source.rstrip('/')}/{ADAPTER_CONFIG}"
-            missing = sorted(name for name, runner in runners.items() if not runner.run(["test", "-f", config_path], timeout=20).ok)
+            missing = nodes_without(runners, config_path)
             if missing:
                 raise Failure(
                     f"LoRA adapter {adapter.name}: {adapter.source} does not exist on node(s) {', '.join(missing)} (no {config_path})",
@@ -408,7 +414,7 @@ def restore_plan(manifest: Manifest, current: Revision | None, serving: decision
     left = unfilled(filled)
     route = str(current.config.get("route_prefix") or PUBLIC_ROUTE)
     taken = {str(c.get("route_prefix")) for c in others}
-    if route in taken:  # the front took "/" after this revision was recorded there
+    if route in taken:  # another model took this route after this revision was recorded there
         route = decisions.model_route(served, taken)
     app = RenderedApp(app=filled).renamed(serving.app_name, route)
     if left:

@@ -21,7 +21,7 @@ from orchestrator.serve import decisions
 from orchestrator.serve.desired import Desired
 from orchestrator.serve.front import FRONT_APP
 from orchestrator.serve.ray_io.client import AppStatus, ServeStatus
-from orchestrator.serve.shapes import llm_configs
+from orchestrator.serve.shapes import model_id_of
 from orchestrator.state import Revision, StateStore
 from orchestrator.workflows.secrets import fill_secrets, unfilled
 
@@ -29,12 +29,7 @@ from orchestrator.workflows.secrets import fill_secrets, unfilled
 def served_name_of(state: StateStore, cluster: str, revision: Revision) -> str:
     """The model name a revision served under (what requests name in ``model``)."""
     meta = state.revision_meta(cluster, revision.number) or {}
-    return str(meta.get("served_name") or _model_id(revision.config) or revision.model)
-
-
-def _model_id(config: Mapping[str, Any]) -> str | None:
-    llm = (llm_configs(config) or [{}])[0]
-    return (llm.get("model_loading_config") or {}).get("model_id")
+    return str(meta.get("served_name") or model_id_of(revision.config) or revision.model)
 
 
 def served_app_name(state: StateStore, revision: Revision) -> str | None:
@@ -123,27 +118,17 @@ def place(served_name: str, serving: decisions.Serving, status: ServeStatus, oth
 def no_room(desired: Desired, others: OtherModels, nodes: list) -> tuple[str, str]:
     """Why a new model does not fit beside the others: what it asks for, what is free, and what
     each other model's application holds (exit 2)."""
-    groups, _ = decisions.copy_demand(desired.rendered.app)
-    need = _total([b for g in groups for b in g])
-    free = {n: _total([r]) for n, r in decisions.free_resources(nodes).items()}
+    need = decisions.copy_total(desired.rendered.app)
+    free = decisions.free_resources(nodes)
     held = []
     for served, app_name in sorted(others.names.items()):
         app = others.apps.get(app_name)
         if app is not None and app.deployed_config:
-            demand, _ = decisions.copy_demand(app.deployed_config)
-            held.append(f"'{served}' ({app_name}) holds {_describe(_total([b for g in demand for b in g]))}")
+            held.append(f"'{served}' ({app_name}) holds {_describe(decisions.copy_total(app.deployed_config))}")
     message = (f"'{desired.served_name}' does not fit beside the models this cluster serves: it needs {_describe(need)}, "
                f"free now: {'; '.join(f'{n}: {_describe(f)}' for n, f in free.items()) or 'nothing'}; "
                + ("; ".join(held) or "held by " + ", ".join(sorted(others.names))))  # fmt: skip
     return message, "free capacity with `orch remove NAME`, give the model fewer replicas or a smaller plan, or add nodes (orch up)"
-
-
-def _total(bundles: list) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for bundle in bundles:
-        for res, amount in bundle.items():
-            out[res] = out.get(res, 0.0) + float(amount)
-    return out
 
 
 def _describe(resources: Mapping[str, float]) -> str:
@@ -164,10 +149,9 @@ def capacity(manifest: Any, state: StateStore) -> dict[str, Any]:
     held: list[dict[str, Any]] = []
     for name, rev in sorted(serving_by_name(state, manifest.name).items()):
         try:
-            groups, _ = decisions.copy_demand(rev.config)
+            used = decisions.copy_total(rev.config)
         except KeyError:  # a config with no model in it (an older record): nothing known
             continue
-        used = _total([b for g in groups for b in g])
         held.append({"served_name": name, "revision": rev.number, "application": served_app_name(state, rev),
                      "resources": {r: used.get(r, 0.0) for r in total}})  # fmt: skip
     free = {r: total[r] - sum(h["resources"][r] for h in held) for r in total}

@@ -27,14 +27,6 @@ def test_the_front_config_carries_its_models_and_key_in_user_config_only():
     assert front.is_front(app) and not front.is_front({"name": "orch", "import_path": node_hooks.BUILDER_IMPORT_PATH})
 
 
-def test_moving_an_application_changes_its_route_only():
-    app = {"name": "orch", "route_prefix": "/", "args": {"x": [1]}}
-    out = front.moved(app, "/_orch/m/tiny")
-    assert out == {"name": "orch", "route_prefix": "/_orch/m/tiny", "args": {"x": [1]}} and app["route_prefix"] == "/"
-    out["args"]["x"].append(2)
-    assert app["args"] == {"x": [1]}  # a deep copy
-
-
 def test_the_front_is_known_by_its_name_or_its_builder_and_other_deployments_are_not_it():
     assert front.is_front({"name": "orch-front", "import_path": "x:y"})
     assert front.is_front({"name": "renamed", "import_path": "orch_serve_hooks:build_front"})
