@@ -104,6 +104,12 @@ def hooks_dir(cluster: str, home: str) -> str:
     return f"{home.rstrip('/')}/.orch/nodes/{cluster}/python"
 
 
+def adapters_dir(cluster: str, home: str) -> str:
+    """Where the callback puts LoRA adapters it downloads from S3 (``adapter_dir`` in the node
+    module): a sibling of ``hooks_dir``, orch's own files only."""
+    return f"{home.rstrip('/')}/.orch/nodes/{cluster}/lora"
+
+
 def hooks_path(cluster: str, home: str) -> str:
     return f"{hooks_dir(cluster, home)}/{MODULE}.py"
 

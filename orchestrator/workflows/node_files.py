@@ -1,5 +1,5 @@
 """orch's own files on a node, under the SSH user's home (``~/.orch/nodes/<cluster>/``): the Ray
-token and the Serve LLM hook module. Written by `orch up` (and the module by every rollout),
+token, the Serve LLM hook module and the LoRA adapters its callback downloads. Written by `orch up` (and the module by every rollout),
 removed by `orch down`. ``home``: the node user's home, read once per node by the caller
 (``node_home``) for every file it touches there."""
 
@@ -30,10 +30,12 @@ def install_serve_hooks(runner: Runner, manifest: Manifest, home: str) -> str:
 
 
 def remove_serve_hooks(runner: Runner, manifest: Manifest, home: str) -> None:
-    """Delete the module and its folder (`orch down`): only orch's own file, never the folder's
-    other contents."""
+    """Delete the module, the adapters downloaded from S3 and their folders (`orch down`): only
+    orch's own files, never the module folder's other contents."""
     folder = node_hooks.hooks_dir(manifest.name, home)
     runner.run(["rm", "-f", "--", f"{folder}/{node_hooks.MODULE}.py"], timeout=30).check(runner.node)
+    # The adapters folder is written only by orch's callback (copies of S3 objects, lock files).
+    runner.run(["rm", "-rf", "--", node_hooks.adapters_dir(manifest.name, home)], timeout=60).check(runner.node)
     # Not checked: nodes sharing a home race for it; an empty folder left behind is harmless.
     runner.run(["rm", "-rf", "--", f"{folder}/__pycache__"], timeout=30)
     runner.run(["rmdir", "--ignore-fail-on-non-empty", "--", folder, folder.rsplit("/", 1)[0]], timeout=30)

@@ -60,7 +60,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))  # the moe_testbed benchmark's smok
 # state comes earlier): Serve's gang scheduling and the DPServer's first log line; a group's
 # restart up to its engines answering.
 RANKS_DEADLINE_S = 300.0
-RESTART_DEADLINE_S = 300.0
+# A restart is two engines starting side by side on two cores: 154 s on a quiet machine, 329 s
+# with other work beside it, and once over 300 s on CI's 2-core machine.
+RESTART_DEADLINE_S = 480.0
 ROLLOUT_TIMEOUT_S = 900
 # Rollout B is waited for inside the test's setup: its own deadline ends it (rolled back, the lock
 # released) well inside pytest's 900 s per test; it took 91-122 s on a quiet machine.
@@ -336,9 +338,11 @@ def test_killing_one_rank_restarts_the_whole_group_and_requests_resume(dp_served
     old_ids, old_group = {r0["replica_id"], r1["replica_id"]}, r0["dp"]["group"]
     host = next(h for h in cluster.bed.hosts if h.name == r1["node"])
     seen_unhealthy: list[str] = []
+    last: list[dict] = []
 
     def whole_again():
         report = dp_served.status(capsys)
+        last[:] = [report]
         ranks = dp_ranks(report)
         problems = group_problems(report)
         if problems:
@@ -354,7 +358,14 @@ def test_killing_one_rank_restarts_the_whole_group_and_requests_resume(dp_served
         cluster.bed.ns_exec(host, ["kill", "-KILL", str(r1["pid"])])
         report = cluster.wait_for(whole_again, timeout=RESTART_DEADLINE_S, interval=2.0)
         whole = time.monotonic() - killed_at
-        assert report is not None, f"orch status did not show a new whole group within {RESTART_DEADLINE_S:.0f} s of the kill"
+        if report is None:  # what a cut CI log should still say: the group's state and Serve's own steps
+            stopped, added = _controller_times(cluster, killed_wall)
+            seen = [(r["dp"] and r["dp"]["group"], r["dp"] and r["dp"]["rank"], r["state"], r["node"], r["replica_id"] in old_ids)
+                    for r in dp_replicas(last[0])] if last else None  # fmt: skip
+            pytest.fail(f"orch status did not show a new whole group within {RESTART_DEADLINE_S:.0f} s of the kill; "
+                        f"last seen (group, rank, state, node, old replica): {seen}; problems: {seen_unhealthy[-1:]}; "
+                        f"Serve stopped the other rank {_after(stopped, killed_wall)} and added a gang "
+                        f"{_after(added, killed_wall)} after the kill")  # fmt: skip
         resumed = cluster.wait_for(lambda: traffic.first_answer_after(killed_at), timeout=120, interval=0.5)
     assert resumed is not None, f"no request was answered after the restart: {traffic.results[-5:]}"
     # Between the kill and the new group's first answer, the group did not serve: requests failed.

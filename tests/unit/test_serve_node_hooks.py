@@ -11,6 +11,7 @@ import asyncio
 import copy
 import logging
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -434,7 +435,8 @@ def test_the_callback_downloads_an_s3_adapter_and_points_vllm_at_the_local_copy(
         config.get_engine_config()  # Serve LLM may have built it before the callback runs
         callback = load_class(node_hooks.CALLBACK_CLASS)(raise_error_on_callback=True, llm_config=config, ctx_kwargs={"runtime_env": {}})
         asyncio.run(callback.run_callback("on_before_node_init"))
-    local = on_the_node_path.parent / "lora"
+    # where `orch down` deletes them (orch's module lives at hooks_path("c1", home) here)
+    local = Path(node_hooks.adapters_dir("c1", str(on_the_node_path.parents[3])))
     (copy,) = [p for p in local.iterdir() if p.is_dir()]  # beside it: the download's lock file
     assert copy.name.startswith("sql-")
     assert (copy / "adapter_config.json").read_bytes() == (adapter / "adapter_config.json").read_bytes()

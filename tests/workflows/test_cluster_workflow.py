@@ -405,6 +405,9 @@ def test_down_reports_unreachable_node_and_stops_the_others(env):
         calls = [c.argv for c in world.runners[name].calls]
         assert ("rmdir", "--ignore-fail-on-non-empty", "--", "/home/ops/.orch/nodes/tb") in calls
         assert ("rmdir", "--ignore-fail-on-non-empty", "--", "/home/ops/.orch/nodes/tb/python", "/home/ops/.orch/nodes/tb") in calls
+        # the LoRA adapters the callback downloaded from S3 go first, or the cluster's folder stays
+        lora = ("rm", "-rf", "--", "/home/ops/.orch/nodes/tb/lora")
+        assert calls.index(lora) < calls.index(("rmdir", "--ignore-fail-on-non-empty", "--", "/home/ops/.orch/nodes/tb/python", "/home/ops/.orch/nodes/tb"))
     assert "/home/ops/.orch/nodes/tb/ray-token" in world.runners["w1"].files
     # w1 did not confirm: the cluster is not recorded as down (its Ray may still run there)
     assert not res.recorded_down and deps.state.get_cluster("tb").state == "up"
