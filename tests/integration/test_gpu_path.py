@@ -11,7 +11,7 @@ application for the whole module; the tests read it.
 
 The 4-host bed and the served application are made once per module; the one-host TP=2 test
 makes its own 1-host bed first and removes it. The whole module takes about 7-8 minutes on a
-quiet 2-core machine (docs/rollout.md has the figures).
+quiet 2-core machine (the per-test times of a whole run: benchmarks/results/suite-fresh*.json).
 """
 
 from __future__ import annotations
@@ -426,7 +426,7 @@ def test_wrong_interface_fails_in_time_while_the_previous_revision_serves(spanni
 
 
 # One generous deadline for `orch status` to show the outage (the issue asks for 30 s; the time it
-# took is printed and quoted in docs/rollout.md, not asserted: the machine is shared).
+# took is printed with the suite's measured figures, not asserted: the machine is shared).
 OUTAGE_DEADLINE_S = 180.0
 
 
