@@ -49,6 +49,10 @@ Variants (the environment of `ray start`, i.e. the Serve controller/proxies/repl
             them at its workers' 15; root only)
   bind      orch's, but vLLM's own OpenMP binding for the engine (VLLM_CPU_OMP_THREADS_BIND left unset)
   noaccesslog  orch's, with Serve's per-request access log off in the replica (logging_config)
+  twomodels orch's, serving two models as `orch rollout --served-name` does (the same tiny model
+            again as 'tiny-b' on its own route, and orch's front on /v1, serve/front.py): the
+            load's requests for 'tiny' go through the front's Python hop (OpenAiIngress, a Serve
+            handle to tiny's engine deployment); the second engine is idle
 The API key needs direct streaming (vLLM's own app): for defaults/haproxy it is left out.
 
 Servers already running: ``--bare-url URL --serve-url URL [--api-key-env VAR]`` measures those two
@@ -106,7 +110,9 @@ VARIANT_ENV: dict[str, dict | None] = {
     "bind": None,
     "hapnice0": None,
     "noaccesslog": None,
+    "twomodels": None,
 }
+SECOND_MODEL = "tiny-b"  # the twomodels variant's second served name
 NOT_ORCH_BASED = ("defaults", "haproxy")  # variants that replace orch's env instead of adding to it
 MARK = "ORCH_SERVE_OVERHEAD_RUN"
 # --fast-start (the suite's smoke run): both engines eager (no torch.compile) with a 0.25 GiB KV
@@ -165,7 +171,7 @@ def role_of(cmd: str, group: str) -> str:
         return f"bare {engine}" if engine else "bare API server"
     if engine:
         return f"Serve {engine}"
-    for needle, role in (("haproxy", "HAProxy"), ("LLMRouter", "Serve router"), ("ServeReplica", "Serve replica"),
+    for needle, role in (("haproxy", "HAProxy"), ("LLMRouter", "Serve router"), ("OrchFront", "orch front"), ("ServeReplica", "Serve replica"),
                          ("raylet", "raylet"), ("gcs_server", "GCS")):  # fmt: skip
         if needle in cmd:
             return role
@@ -312,10 +318,11 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
         app["runtime_env"]["env_vars"].pop("RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", None)
         app["import_path"] = IMPORT_PATH  # orch's builder needs direct streaming
         app.pop("deployments", None)  # LLMRouter exists under direct streaming only
+    apps = [app] + (two_models(app, model, key, hooks) if variant == "twomodels" else [])
     with ServeClient(dash, token, timeout=300) as serve:  # a loaded machine answers the PUT slowly
         for attempt in range(3):
             try:  # the PUT is declarative: sending it again is harmless
-                serve.apply(deploy_body([app], manifest))
+                serve.apply(deploy_body(apps, manifest))
                 break
             except ServeApiError:
                 if attempt == 2:
@@ -323,15 +330,35 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
                 wait_http(dash + "/api/version", 300, headers={"Authorization": f"Bearer {token}"}, proc=proc)
         deadline = time.monotonic() + 900
         while True:
-            st = serve.status().app("orch-r1")
-            if st is not None and st.status == "RUNNING":
+            states = [serve.status().app(a["name"]) for a in apps]
+            if all(st is not None and st.status == "RUNNING" for st in states):
                 break
-            if st is not None and st.failed:
-                raise RuntimeError(f"Serve app failed: {st.message[-500:]}")
+            failed = [st for st in states if st is not None and st.failed]
+            if failed:
+                raise RuntimeError(f"Serve app failed: {failed[0].message[-500:]}")
             if time.monotonic() > deadline:
                 raise TimeoutError("Serve app not RUNNING after 900 s")
             time.sleep(3)
     return proc, f"http://127.0.0.1:{http_port}"
+
+
+def two_models(first: dict, model: Path, key: str | None, hooks: Path) -> list[dict]:
+    """The applications orch adds for a second model beside ``first`` (the public one on ``/``):
+    the same config as its own application on its own route (``decisions.public_app_name``,
+    ``model_route``), and orch's front on ``/v1`` with a handle to each engine deployment (what
+    ``workflows/front_steps.settle_front`` leaves running)."""
+    from orchestrator.serve.decisions import PUBLIC_APP, model_route, public_app_name
+    from orchestrator.serve.front import FRONT_ROUTE, front_app
+    from orchestrator.serve.shapes import engine_deployment_name
+
+    second = json.loads(json.dumps(first))
+    second["name"] = public_app_name(SECOND_MODEL, {PUBLIC_APP})  # the first model holds orch's first name
+    second["route_prefix"] = model_route(SECOND_MODEL, {first["route_prefix"]})
+    second["args"]["llm_configs"][0]["model_loading_config"]["model_id"] = SECOND_MODEL
+    models = {"tiny": (first["name"], engine_deployment_name(first)), SECOND_MODEL: (second["name"], engine_deployment_name(second))}
+    front = front_app("serve-overhead", models, FRONT_ROUTE, **({"api_key": key} if key else {}))
+    front["runtime_env"]["env_vars"]["PYTHONPATH"] = str(hooks)
+    return [second, front]
 
 
 def ray_dir_for(workdir: Path, variant: str) -> Path:

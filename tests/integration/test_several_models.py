@@ -20,6 +20,8 @@ from orchestrator.serve import node_hooks
 from orchestrator.serve.lora import LoraAdapter
 from tests.fixtures.cluster import TESTBED_ENV
 from tests.fixtures.cluster import testbed_manifest as manifest_text  # not collected as a test
+from tests.fixtures.vllm_server import vllm_server  # noqa: F401  (the fixture)
+from tests.integration.test_benchmark_smokes import smoke
 from tests.integration.test_rollout import STEADY_PAUSE_S, BackgroundClient
 from tests.lora_store import S3Store, make_adapter
 
@@ -76,8 +78,20 @@ def _both_models_and_adapters_answer(served_tiny, key: str, disk: Path) -> None:
     assert unknown.status_code == 404 and "'nope' is not served here; served: sql, terse, tiny, tiny-b" in unknown.text, unknown.text[:300]
 
 
+def _overhead_smoke_through_the_front(served_tiny, bare_url: str) -> None:
+    """benchmarks/serve_overhead.py's measuring part with two models served: its streamed 'tiny'
+    requests to the base URL go through orch's front (``/v1``), as every client's do now; the
+    figures are the twomodels variant's job (docs/rollout.md), here every request must answer."""
+    import os
+
+    env = {**os.environ, "ORCH_SMOKE_API_KEY": served_tiny.api_key}
+    got = smoke("serve_overhead.py", "--bare-url", bare_url, "--serve-url", served_tiny.endpoint, "--api-key-env", "ORCH_SMOKE_API_KEY", env=env)
+    level = got["variants"]["running"]["levels"]["1"]
+    assert level["serve"]["failed"] == 0 and level["serve"]["rounds"][0]["ok"] == 64 and level["serve"]["output_tok_s"] > 0, level
+
+
 def test_a_second_model_with_lora_adapters_serves_behind_one_endpoint_and_the_first_is_never_disturbed(
-        served_tiny, monkeypatch, capsys, measured, tmp_path):  # fmt: skip
+        served_tiny, vllm_server, monkeypatch, capsys, measured, tmp_path):  # noqa: F811  # fmt: skip
     """A second model (the tiny model as 'tiny-b') with two LoRA adapters comes up beside the
     session's 'tiny' while a client sends 'tiny' requests: one adapter from an S3-compatible store
     (moto's real server, started in host0's namespaces), one from the hosts' disk, both random
@@ -105,6 +119,7 @@ def test_a_second_model_with_lora_adapters_serves_behind_one_endpoint_and_the_fi
         assert client.fail == 0, client.errors[:5]
         assert _replicas_of(served_tiny, capsys, "tiny") == before
         _both_models_and_adapters_answer(served_tiny, key, disk)
+        _overhead_smoke_through_the_front(served_tiny, vllm_server.url)
 
         # a third model that does not fit is refused, naming what each model holds
         capsys.readouterr()
