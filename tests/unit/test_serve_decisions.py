@@ -278,4 +278,6 @@ def test_a_new_models_application_name_and_route_beside_others():
     assert dash == "meta-llama-Llama-3.1-8B"
     assert r.model_slug("a b") != r.model_slug("a  b") and r.model_slug("a b").startswith("a-b-")
     assert r.model_slug("///").startswith("model-") and r.model_slug(".hidden").startswith("hidden-")
+    # a name of allowed characters is its own slug, whatever its first and last letters
+    assert [r.model_slug(n) for n in ("Xtiny", "tinyX", "Qwen3-8B", "a.b_c")] == ["Xtiny", "tinyX", "Qwen3-8B", "a.b_c"]
     assert r.revision_of_app(r.public_app_name("r4", {"orch"})) is None  # never read as a candidate

@@ -159,6 +159,7 @@ def test_a_switch_between_the_two_builders_is_not_side_by_side():
     live = decisions.Serving(revision=1, fingerprint="old", app_name="orch-r1", app_status="RUNNING", running_apps=("orch-r1",))
     refused = decisions.decide("new", live, room_for_copy=True, allow_downtime=False, downtime_s=95.0, engine_changes=why)
     assert refused.kind == decisions.REFUSE and refused.reason == f"{why}: replacing revision 1 would stop serving for about 95 s"
+    assert refused.downtime_s == 95.0  # the refusal's JSON says what --allow-downtime would cost, as every refusal does
     in_place = decisions.decide("new", live, room_for_copy=True, allow_downtime=True, downtime_s=95.0, engine_changes=why)
     assert in_place.kind == decisions.IN_PLACE and in_place.downtime_s == 95.0 and "(--allow-downtime)" in in_place.reason
     # The same builder keeps the surge switch when there is room.

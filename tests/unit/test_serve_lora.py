@@ -75,6 +75,14 @@ def test_the_rank_comes_from_the_adapters_own_config():
     text = '{"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}'
     assert adapter_rank(text) == 8
     assert adapter_rank("{}") is None and adapter_rank("not json") is None and adapter_rank('{"r": true}') is None
+    # a rank is a whole number of at least 1 (r=0 is no low-rank update at all); r=1 is a rank
+    assert adapter_rank('{"r": 1}') == 1 and adapter_rank('{"r": 0}') is None and adapter_rank('{"r": -8}') is None
+    assert adapter_rank("[8]") is None and adapter_rank('"r"') is None  # JSON, but not a config object
+
+
+def test_a_stored_config_entry_without_a_name_or_a_path_is_not_an_adapter():
+    modules = [{"name": "sql"}, {"path": "/m/x"}, "chat=/m/chat", {"name": "ok", "path": "/m/ok", "base_model_name": "tiny"}]
+    assert adapters_of({"engine_kwargs": {"lora_modules": modules}}) == (LoraAdapter("ok", "/m/ok"),)
 
 
 # ---- what the rollout renders and plans ----
