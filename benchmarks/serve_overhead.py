@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import os
 import re
@@ -318,7 +319,7 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
         app["runtime_env"]["env_vars"].pop("RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING", None)
         app["import_path"] = IMPORT_PATH  # orch's builder needs direct streaming
         app.pop("deployments", None)  # LLMRouter exists under direct streaming only
-    apps = [app] + (two_models(app, model, key, hooks) if variant == "twomodels" else [])
+    apps = [app] + (two_models(app, key, hooks) if variant == "twomodels" else [])
     with ServeClient(dash, token, timeout=300) as serve:  # a loaded machine answers the PUT slowly
         for attempt in range(3):
             try:  # the PUT is declarative: sending it again is harmless
@@ -342,20 +343,20 @@ def start_serve(variant: str, model: Path, http_port: int, env: dict, workdir: P
     return proc, f"http://127.0.0.1:{http_port}"
 
 
-def two_models(first: dict, model: Path, key: str | None, hooks: Path) -> list[dict]:
+def two_models(first: dict, key: str | None, hooks: Path) -> list[dict]:
     """The applications orch adds for a second model beside ``first`` (the public one on ``/``):
     the same config as its own application on its own route (``decisions.public_app_name``,
     ``model_route``), and orch's front on ``/v1`` with a handle to each engine deployment (what
     ``workflows/front_steps.settle_front`` leaves running)."""
     from orchestrator.serve.decisions import PUBLIC_APP, model_route, public_app_name
     from orchestrator.serve.front import FRONT_ROUTE, front_app
-    from orchestrator.serve.shapes import engine_deployment_name
+    from orchestrator.serve.shapes import engine_deployment_name, model_id_of
 
-    second = json.loads(json.dumps(first))
+    second = copy.deepcopy(first)
     second["name"] = public_app_name(SECOND_MODEL, {PUBLIC_APP})  # the first model holds orch's first name
     second["route_prefix"] = model_route(SECOND_MODEL, {first["route_prefix"]})
     second["args"]["llm_configs"][0]["model_loading_config"]["model_id"] = SECOND_MODEL
-    models = {"tiny": (first["name"], engine_deployment_name(first)), SECOND_MODEL: (second["name"], engine_deployment_name(second))}
+    models = {model_id_of(first): (first["name"], engine_deployment_name(first)), SECOND_MODEL: (second["name"], engine_deployment_name(second))}
     front = front_app("serve-overhead", models, FRONT_ROUTE, **({"api_key": key} if key else {}))
     front["runtime_env"]["env_vars"]["PYTHONPATH"] = str(hooks)
     return [second, front]

@@ -98,16 +98,21 @@ def uses_hooks(model_source: str) -> bool:
     return not model_source.startswith(REMOTE_SOURCES)
 
 
+def _cluster_dir(cluster: str, home: str) -> str:
+    """orch's folder of the cluster on a node, under the SSH user's home (the node's Ray token is
+    there too: ``cluster.ray_nodes.node_token_path``)."""
+    return f"{home.rstrip('/')}/.orch/nodes/{cluster}"
+
+
 def hooks_dir(cluster: str, home: str) -> str:
-    """The folder on a node that holds the module: beside the node's Ray token, under the SSH
-    user's home (``cluster.ray_nodes.node_token_path``)."""
-    return f"{home.rstrip('/')}/.orch/nodes/{cluster}/python"
+    """The folder on a node that holds the module."""
+    return f"{_cluster_dir(cluster, home)}/python"
 
 
 def adapters_dir(cluster: str, home: str) -> str:
     """Where the callback puts LoRA adapters it downloads from S3 (``adapter_dir`` in the node
     module): a sibling of ``hooks_dir``, orch's own files only."""
-    return f"{home.rstrip('/')}/.orch/nodes/{cluster}/lora"
+    return f"{_cluster_dir(cluster, home)}/lora"
 
 
 def hooks_path(cluster: str, home: str) -> str:

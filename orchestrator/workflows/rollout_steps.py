@@ -289,7 +289,7 @@ def check_model_path(manifest: Manifest, runners: Mapping[str, Runner], source: 
     missing = nodes_without(runners, f"{source.rstrip('/')}/config.json")
     if missing:
         raise Failure(
-            f"model path {source} does not exist on node(s) {', '.join(sorted(missing))} (no {source.rstrip('/')}/config.json)",
+            f"model path {source} does not exist on node(s) {', '.join(missing)} (no {source.rstrip('/')}/config.json)",
             "put it on every node with `orch model sync CLUSTER.yaml --model NAME` (or `orch rollout --sync-model`); "
             "orch never copies it unasked",
         )

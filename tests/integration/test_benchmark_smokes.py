@@ -71,6 +71,13 @@ def _bed_capable():
         pytest.skip(f"multi-host test bed unavailable: {reason}")
 
 
+def overhead_smoke(bare_url: str, serve_url: str, api_key: str) -> dict:
+    """serve_overhead.py's measuring part on two running endpoints: its one level's figures."""
+    env = {**os.environ, "ORCH_SMOKE_API_KEY": api_key}
+    got = smoke("serve_overhead.py", "--bare-url", bare_url, "--serve-url", serve_url, "--api-key-env", "ORCH_SMOKE_API_KEY", env=env)
+    return got["variants"]["running"]["levels"]["1"]
+
+
 def smoke(script: str, *extra: str, env: dict | None = None):
     """Run the script at its smallest setting; its parsed JSON (one object, or a list of rows)."""
     code, figures, stderr, _ = run_script(script, [*SMOKED[script], *extra], timeout=TIMEOUT_S, env=env)
@@ -143,9 +150,6 @@ def test_serve_overhead_smoke_on_the_suites_servers(served_tiny, vllm_server):  
     """Its measuring part, on servers that run already: the suite's bare vLLM server
     (``vllm_server``) and the session's served model (the same tiny model, engine settings and KV
     cache, behind Serve as orch deploys it): no engine start of its own."""
-    env = {**os.environ, "ORCH_SMOKE_API_KEY": served_tiny.api_key}
-    got = smoke("serve_overhead.py", "--bare-url", vllm_server.url, "--serve-url", served_tiny.endpoint,
-                "--api-key-env", "ORCH_SMOKE_API_KEY", env=env)  # fmt: skip
-    level = got["variants"]["running"]["levels"]["1"]
+    level = overhead_smoke(vllm_server.url, served_tiny.endpoint, served_tiny.api_key)
     assert level["bare"]["failed"] == level["serve"]["failed"] == 0 and level["serve"]["output_tok_s"] > 0, level
     assert level["bare"]["rounds"][0]["ok"] == level["serve"]["rounds"][0]["ok"] == 64, level

@@ -21,7 +21,7 @@ from orchestrator.serve.lora import LoraAdapter
 from tests.fixtures.cluster import TESTBED_ENV
 from tests.fixtures.cluster import testbed_manifest as manifest_text  # not collected as a test
 from tests.fixtures.vllm_server import vllm_server  # noqa: F401  (the fixture)
-from tests.integration.test_benchmark_smokes import smoke
+from tests.integration.test_benchmark_smokes import overhead_smoke
 from tests.integration.test_rollout import STEADY_PAUSE_S, BackgroundClient
 from tests.lora_store import S3Store, make_adapter
 
@@ -71,7 +71,7 @@ def _both_models_and_adapters_answer(served_tiny, key: str, disk: Path) -> None:
     cards = {card["id"]: card for card in own}
     assert cards["sql"]["parent"] == cards["terse"]["parent"] == "tiny-b" and cards["terse"]["root"] == str(disk), cards
     home = c.bed.ns_exec(host, ["printenv", "HOME"]).stdout.strip() or "/root"
-    assert cards["sql"]["root"].startswith(str(Path(node_hooks.hooks_dir(c.manifest.name, home)).parent / "lora") + "/sql-"), cards
+    assert cards["sql"]["root"].startswith(node_hooks.adapters_dir(c.manifest.name, home) + "/sql-"), cards
     assert _complete(served_tiny, "tiny", None).status_code == 401
     assert _complete(served_tiny, "sql", "wrong-key").status_code == 401
     unknown = _complete(served_tiny, "nope", key)
@@ -82,11 +82,7 @@ def _overhead_smoke_through_the_front(served_tiny, bare_url: str) -> None:
     """benchmarks/serve_overhead.py's measuring part with two models served: its streamed 'tiny'
     requests to the base URL go through orch's front (``/v1``), as every client's do now; the
     figures are the twomodels variant's job (docs/rollout.md), here every request must answer."""
-    import os
-
-    env = {**os.environ, "ORCH_SMOKE_API_KEY": served_tiny.api_key}
-    got = smoke("serve_overhead.py", "--bare-url", bare_url, "--serve-url", served_tiny.endpoint, "--api-key-env", "ORCH_SMOKE_API_KEY", env=env)
-    level = got["variants"]["running"]["levels"]["1"]
+    level = overhead_smoke(bare_url, served_tiny.endpoint, served_tiny.api_key)
     assert level["serve"]["failed"] == 0 and level["serve"]["rounds"][0]["ok"] == 64 and level["serve"]["output_tok_s"] > 0, level
 
 
