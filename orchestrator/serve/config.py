@@ -424,6 +424,38 @@ def max_surge_of(app: Mapping[str, Any]) -> int:
     return int((llm_config_of(app).get("deployment_config") or {}).get("max_surge_percent", SERVE_DEFAULT_SURGE_PERCENT))
 
 
+def with_replicas(app: Mapping[str, Any], count: int) -> dict:
+    """A copy of ``app`` whose engine deployment runs ``count`` replicas, set as an app-level
+    ``deployments`` override of ``num_replicas`` (dropped when the model config already says
+    ``count``). Like the surge, ``num_replicas`` is a LightWeight option outside ``args``: Serve's
+    code version does not change, so it adds or stops replicas and the ones serving keep running
+    (Ray 2.60 ``deploy_utils.py``, ``DeploymentVersion``). ``app`` must run a fixed count."""
+    if count < 1:
+        raise ValueError("an application runs at least one replica")
+    out = copy.deepcopy(dict(app))
+    engine = engine_deployment_name(out)
+    own = (llm_config_of(out).get("deployment_config") or {}).get("num_replicas")
+    entries: list[dict] = []
+    engine_entry: dict | None = None
+    for entry in out.get("deployments") or []:
+        entry = dict(entry)
+        if entry.get("name") == engine:
+            entry.pop("num_replicas", None)
+            engine_entry = entry
+        entries.append(entry)
+    if own != count:
+        if engine_entry is None:
+            engine_entry = {"name": engine}
+            entries.append(engine_entry)
+        engine_entry["num_replicas"] = count
+    entries = [e for e in entries if set(e) != {"name"}]
+    if entries:
+        out["deployments"] = entries
+    else:
+        out.pop("deployments", None)
+    return out
+
+
 def with_max_surge(app: Mapping[str, Any], percent: int) -> dict:
     """A copy of ``app`` that Serve rolls with ``percent`` surge, set as app-level ``deployments``
     overrides. ``max_surge_percent`` is a LightWeight option and the overrides are outside

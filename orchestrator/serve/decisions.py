@@ -14,6 +14,11 @@ with what Serve runs now, and picks one of:
   old one, the old one stopped once the new one is healthy). The public route and its router
   never change hands, so no request fails during the change; a failure before the switch leaves
   the old revision untouched.
+- ``scale``: the desired config is the serving revision's with only its fixed replica count
+  changed (``replica_change``): the live application takes the new count as an app-level
+  override (``serve.config.with_replicas``), which Serve applies without a new code version: it
+  adds or stops replicas and the ones serving keep running. More replicas need room for the added
+  ones (else ``refuse``). Not for a data-parallel application, whose groups start together.
 - ``in_place``: no room for a second copy and ``--allow-downtime`` was given: the public
   application is updated in place without a surge (the old replica stops, then the new one
   starts: ``serve.config.with_max_surge``); the downtime is about one cold load (estimated).
@@ -41,12 +46,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator.serve.shapes import llm_config_of, shape_of_app
+from orchestrator.serve.fingerprint import config_fingerprint
+from orchestrator.serve.shapes import effective_app, llm_config_of, shape_of_app
 
 NOOP = "noop"
 FRESH = "fresh"
 SIDE_BY_SIDE = "side_by_side"
 IN_PLACE = "in_place"
+SCALE = "scale"
 REFUSE = "refuse"
 
 # The public application (on route "/") has a stable name that names no revision: which revision
@@ -160,6 +167,30 @@ def engine_change(live_config: Mapping[str, Any] | None, desired_config: Mapping
     return f"the switch turns {old.description} into {new.description}: Serve replaces the engine deployment without a surge"
 
 
+def replica_change(live_config: Mapping[str, Any] | None, desired_app: Mapping[str, Any], api_key: str | None,
+                   serving_fingerprint: str | None) -> tuple[int, int] | None:  # fmt: skip
+    """(serving, desired) replica counts when the desired config is the serving revision's
+    (``serving_fingerprint``, API key included) with only its fixed replica count changed, as the
+    live application runs it (``live_config``, Serve's deployed config); None for any other change,
+    an autoscaling count, or a shape whose replicas start as a gang (data parallel)."""
+    if not live_config or not serving_fingerprint:
+        return None
+    try:
+        live, want = effective_app(live_config), effective_app(desired_app)
+        shape = shape_of_app(want)
+        if shape.gang or shape_of_app(live).name != shape.name:
+            return None
+        old = (llm_config_of(live).get("deployment_config") or {}).get("num_replicas")
+        want_dep = llm_config_of(want).setdefault("deployment_config", {})
+    except KeyError:
+        return None
+    new = want_dep.get("num_replicas")
+    if not isinstance(old, int) or not isinstance(new, int) or old < 1 or new < 1 or old == new:
+        return None
+    want_dep["num_replicas"] = old
+    return (old, new) if config_fingerprint(want, api_key) == serving_fingerprint else None
+
+
 def beside(others: Mapping[str, str], desired_name: str, decision: Decision, app_name: str, route: str) -> Decision:
     """``decision`` with a note when the model comes up (fresh) beside other served models
     (served name -> their application): they keep serving and are not restarted."""
@@ -177,9 +208,13 @@ def decide(
     allow_downtime: bool,
     downtime_s: float | None,
     engine_changes: str | None = None,
+    rescale: tuple[int, int] | None = None,
+    room_for_added: bool = False,
 ) -> Decision:
     """Pick the kind of rollout (see the module doc). ``engine_changes``: ``engine_change`` of the
-    live and the desired config (a switch that would stop serving: in place, or refused)."""
+    live and the desired config (a switch that would stop serving: in place, or refused).
+    ``rescale``: ``replica_change`` of the live and the desired config; ``room_for_added``:
+    whether the replicas it adds fit on the free resources."""
     if serving.revision is not None and serving.fingerprint == desired_fingerprint and serving.live:
         return Decision(NOOP, f"revision {serving.revision} already serves this config ({serving.app_name} RUNNING)")
     if serving.revision is not None and serving.app_name is None:
@@ -199,6 +234,14 @@ def decide(
                 downtime_s=downtime_s,
             )
         return Decision(FRESH, f"{why}: deploy on the public route")
+    if rescale is not None:
+        old, new = rescale
+        if new < old or room_for_added:
+            verb = f"adds {new - old}" if new > old else f"stops {old - new}"
+            return Decision(SCALE, f"only the replica count changes ({old} -> {new}): Serve {verb} replica(s) of revision "
+                                   f"{serving.revision}'s application; the replicas serving now keep running")  # fmt: skip
+        return Decision(REFUSE, f"no room for {new - old} more replica(s) beside what the cluster runs: revision "
+                                f"{serving.revision} keeps serving on {old}")  # fmt: skip
     estimate = f"about {downtime_s:.0f} s" if downtime_s is not None else "one cold load of the model"
     if engine_changes:
         if allow_downtime:
@@ -246,6 +289,7 @@ def copy_demand(app: Mapping[str, Any]) -> tuple[list[list[dict[str, float]]], s
     """The placement groups a copy of the rendered application asks Ray for, as its shape counts
     them (``shapes.AppShape.capacity_groups``): one per replica of a tensor/pipeline-parallel
     application; one per DP group of a data-parallel one, whose ranks Serve reserves together."""
+    app = effective_app(app)  # a count-only change's override is what Serve runs
     llm_config = llm_config_of(app)
     bundles, strategy = replica_bundles(llm_config)
     dep = llm_config.get("deployment_config") or {}

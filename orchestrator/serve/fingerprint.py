@@ -16,7 +16,7 @@ from typing import Any
 
 from orchestrator.cluster.ray_nodes import NODE_RESOURCE_PREFIX
 from orchestrator.serve.placement import NODE_PIN_KEY
-from orchestrator.serve.shapes import llm_configs
+from orchestrator.serve.shapes import effective_app, llm_configs
 
 API_KEY_PLACEHOLDER = "<redacted>"
 
@@ -49,7 +49,9 @@ def config_fingerprint(app: Mapping[str, Any], api_key: str | None = None) -> st
     The app name and route change with each revision (side-by-side rollout) and must not make
     an identical config look new; a rotated API key must.
     """
-    body = {k: v for k, v in mask_api_key(app).items() if k not in ("name", "route_prefix")}
+    # A replica count given as an app-level override (a count-only change: config.with_replicas)
+    # serves the same as one in the model config.
+    body = {k: v for k, v in effective_app(mask_api_key(app)).items() if k not in ("name", "route_prefix")}
     # How Serve rolls to the config (the surge of app-level overrides: 0 for an in-place change,
     # serve.config.with_max_surge) is not what the revision serves.
     if isinstance(body.get("deployments"), list):

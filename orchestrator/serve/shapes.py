@@ -25,6 +25,7 @@ by its ``args`` key when it has none). The readers below (``llm_configs``, ``api
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -322,3 +323,47 @@ def is_engine_deployment(name: str) -> bool:
 def config_paths() -> list[str]:
     """The dotted path of the model config in every shape."""
     return [s.config_path for s in SHAPES.values()]
+
+
+# ------------------------------------------------------------------ the replica count as Serve runs it
+
+
+def replica_override(app: Mapping[str, Any]) -> int | None:
+    """The engine deployment's ``num_replicas`` set by an app-level ``deployments`` entry (how orch
+    changes a model's replica count without restarting it: ``serve.config.with_replicas``), None
+    when no entry sets it."""
+    entries = app.get("deployments") if isinstance(app, Mapping) else None
+    if not isinstance(entries, list) or not llm_configs(app):
+        return None
+    engine = engine_deployment_name(app)
+    for entry in entries:
+        if isinstance(entry, Mapping) and entry.get("name") == engine and isinstance(entry.get("num_replicas"), int):
+            return int(entry["num_replicas"])
+    return None
+
+
+def effective_app(app: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``app`` as Serve runs its engine: an app-level ``num_replicas`` override of the
+    engine deployment (``replica_override``) moved into the model config's ``deployment_config``,
+    where Serve's own override puts it (``deployments`` entries override the options the builder
+    set). What the application serves, whichever of the two ways its replica count was given."""
+    out = copy.deepcopy(dict(app))
+    count = replica_override(out)
+    if count is None:
+        return out
+    engine = engine_deployment_name(out)
+    entries = []
+    for entry in out["deployments"]:
+        if isinstance(entry, Mapping) and entry.get("name") == engine:
+            entry = {k: v for k, v in entry.items() if k != "num_replicas"}
+            if set(entry) == {"name"}:
+                continue
+        entries.append(entry)
+    if entries:
+        out["deployments"] = entries
+    else:
+        out.pop("deployments")
+    dep = llm_config_of(out).setdefault("deployment_config", {})
+    dep.pop("autoscaling_config", None)
+    dep["num_replicas"] = count
+    return out

@@ -15,6 +15,7 @@ from typing import Any
 
 from orchestrator import engine_metrics as prom
 from orchestrator.bench.goodput import Goodput, LoadLevel, Objective, goodput, replicas_that_served
+from orchestrator.serve.shapes import effective_app
 from orchestrator.state import Revision, StateStore
 
 LOAD_KEY = "load"
@@ -22,7 +23,7 @@ LOAD_KEY = "load"
 
 def configured_replicas(config: Mapping[str, Any]) -> int | None:
     """The fixed replica count of a stored Serve config; None when it autoscales (or says none)."""
-    llm = (((config or {}).get("args") or {}).get("llm_configs") or [{}])[0]
+    llm = (((effective_app(config or {})).get("args") or {}).get("llm_configs") or [{}])[0]
     replicas = (llm.get("deployment_config") or {}).get("num_replicas")
     return replicas if isinstance(replicas, int) and replicas >= 1 else None
 

@@ -40,7 +40,14 @@ from orchestrator.manifest.model import Manifest
 from orchestrator.remote.runner import Runner
 from orchestrator.runbooks import runbook
 from orchestrator.serve import decisions
-from orchestrator.serve.config import IN_PLACE_SURGE_PERCENT, PUBLIC_ROUTE, RenderedApp, max_surge_of, with_max_surge
+from orchestrator.serve.config import (
+    IN_PLACE_SURGE_PERCENT,
+    PUBLIC_ROUTE,
+    RenderedApp,
+    max_surge_of,
+    with_max_surge,
+    with_replicas,
+)
 from orchestrator.serve.desired import Desired
 from orchestrator.serve.ray_io.client import ServeStatus
 from orchestrator.serve.slo_gate import GatePlan, judge_gate, plan_gate
@@ -236,7 +243,10 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         downtime = decisions.estimate_cold_load_s(manifest.accelerator, desired.weights_gib_per_node, serving.cold_load_s)
         live = status.app(serving.app_name) if serving.live and serving.app_name else None
         change = decisions.engine_change(live.deployed_config if live is not None else None, desired.rendered.app)
-        decision = decisions.decide(fingerprint, serving, room, options.allow_downtime, downtime, change)
+        rescale = decisions.replica_change(live.deployed_config if live is not None else None, desired.rendered.app, api_key, serving.fingerprint)
+        added = rescale is not None and rescale[1] > rescale[0] and decisions.fits(groups[: rescale[1] - rescale[0]], strategy,
+                                                                                   decisions.free_resources(nodes))  # fmt: skip
+        decision = decisions.decide(fingerprint, serving, room, options.allow_downtime, downtime, change, rescale, added)
         app_name, route = place(desired.served_name, serving, status, others)
         decision = decisions.beside(others.names, desired.served_name, decision, app_name, route)
         if decision.kind == decisions.FRESH and others.names and not room:
@@ -261,7 +271,12 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         assert api_key is not None  # checked by execute before the lock
         kept = tuple(others.configs(manifest.env, deps.environ))
         plan = restore_plan(manifest, current, serving, status, api_key, deps, kept)
-        if decision.kind != decisions.SIDE_BY_SIDE:
+        if decision.kind == decisions.SCALE and plan.config is None:
+            raise UsageError(
+                f"refusing to change revision {serving.revision}'s replica count: orch could not put it back ({plan.why_not})",
+                hint="export the named variables (or set them in the manifest's env) and rerun",
+            )
+        if decision.kind not in (decisions.SIDE_BY_SIDE, decisions.SCALE):
             # Putting it back rolls the public application again, without room for two copies:
             # no surge. (Side by side the live application is put back as it ran, and after the
             # switch with the surge of the config it took: `_fail`.)
@@ -293,6 +308,13 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         served_as = desired.rendered.renamed(old_live, attempt.route)
         app = desired.rendered.renamed(decisions.candidate_app_name(number), decisions.candidate_route(number))
         body = app.with_api_key(api_key)
+    elif attempt.decision.kind == decisions.SCALE and attempt.restore.config is not None:
+        # The live application as Serve runs it with only its replica count changed, as an
+        # app-level override: the same code version, so Serve adds or stops replicas and the ones
+        # serving keep running (config.with_replicas). Recorded as it runs, secrets redacted.
+        body = with_replicas(attempt.restore.config, configured_replicas(desired.rendered.app) or 1)
+        served_as = app = RenderedApp(app=for_display(body), stage_nodes=desired.rendered.stage_nodes)
+        before = attempt.status.app(app.name)
     else:
         # Fresh and in place: the public application under its stable name, updated in place
         # (an older orch's orch-r<N> is replaced by it in the same PUT). No room for two copies,
@@ -331,6 +353,8 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             step(f"applied candidate {app.name} (revision {number}) on {app.app['route_prefix']} ({attempt.decision.kind})")
         else:
             how = "; max_surge_percent 0: Serve stops the old replica, then starts the new one" if before is not None else ""
+            if attempt.decision.kind == decisions.SCALE:
+                how = f"; num_replicas {configured_replicas(body)} as an override: the replicas serving keep running"
             step(f"applied revision {number} as {app.name} on {attempt.route} ({attempt.decision.kind}{how})")
         reach(f"wait for {app.name} to run")
         wait_for_app(apis.serve, app.name, options.timeout_s, deps, options.poll_s, since=since,
@@ -375,7 +399,9 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
     except BaseException as exc:  # every way out puts the previous revision back
         _fail(attempt, link, deps, trail, exc)
     _calibrate(attempt, link, deps, trail)
-    meta.update({"step": "done", "cold_load_s": result.cold_load_s, "first_token_s": result.first_token_s})
+    # A count-only change starts no engine of a new config: the model's cold load stays the one measured before.
+    cold = attempt.serving.cold_load_s if attempt.decision.kind == decisions.SCALE else result.cold_load_s
+    meta.update({"step": "done", "cold_load_s": cold, "first_token_s": result.first_token_s})
     state.save_revision_meta(name, number, meta)
     result.config = served_as.app
     return result

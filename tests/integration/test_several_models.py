@@ -92,8 +92,8 @@ def test_a_second_model_with_lora_adapters_serves_behind_one_endpoint_and_the_fi
     session's 'tiny' while a client sends 'tiny' requests: one adapter from an S3-compatible store
     (moto's real server, started in host0's namespaces), one from the hosts' disk, both random
     rank-8 adapters made on the spot (tests/lora_store.py). A third model that does not fit is
-    refused naming what each holds. 'tiny-b' gets a new revision (without the adapters), is rolled
-    back (they come back), then removed. 'tiny' never fails a request and keeps its replicas (ids
+    refused naming what each holds. 'tiny-b' gets a new revision with one more replica (Serve adds
+    it beside the serving one, which keeps its id), is rolled back to one, then removed. 'tiny' never fails a request and keeps its replicas (ids
     and start times in `orch status --json`)."""
     c = served_tiny.cluster
     key = served_tiny.api_key
@@ -125,23 +125,32 @@ def test_a_second_model_with_lora_adapters_serves_behind_one_endpoint_and_the_fi
         assert rc == 2 and "'tiny-c' does not fit beside the models this cluster serves" in refused, refused[-800:]
         assert "'tiny' (orch) holds CPU" in refused and "'tiny-b' (orch-m-tiny-b) holds CPU" in refused, refused[-800:]
 
-        # a new revision of the second model (its adapters gone), then its rollback (they come back):
-        # the first keeps serving throughout, its replicas the same
+        # a new revision of the second model: one more replica (`--replicas 2`), which Serve adds
+        # beside its serving one (a count-only change: no candidate, the serving replica not
+        # restarted); then its rollback to one replica. The first keeps serving throughout, its
+        # replicas the same; the adapters answer on the second's replicas.
+        b_before = _replicas_of(served_tiny, capsys, "tiny-b")
+        assert len(b_before) == 1
         with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S) as client:
-            again = served_tiny.rollout(served_name="tiny-b", max_model_len=2048)
-        assert again.revision > added.revision and again.app_name == "orch-m-tiny-b", again.steps
+            again = served_tiny.rollout(manifest=load_manifest_file(variant), served_name="tiny-b", adapters=adapters, replicas=2)
+        assert again.action == "scale" and again.revision > added.revision and again.app_name == "orch-m-tiny-b", again.steps
         assert client.fail == 0, client.errors[:5]
-        assert _complete(served_tiny, "tiny-b", key).status_code == 200
-        assert _complete(served_tiny, "sql", key).status_code == 404  # the front forgot the adapters with their engine
+        b_scaled = _replicas_of(served_tiny, capsys, "tiny-b")
+        assert len(b_scaled) == 2 and set(b_before) < set(b_scaled), (b_before, b_scaled)  # the serving replica kept
+        for model in ("tiny-b", "sql", "terse"):
+            assert _complete(served_tiny, model, key).status_code == 200, model
         with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S) as client:
             capsys.readouterr()
             assert main(c.cli("rollback", variant, "--model", "tiny-b", "--json")) == 0
             back = json.loads(capsys.readouterr().out)
         assert back["model"] == "tiny-b" and back["revision"] > again.revision and back["app_name"] == "orch-m-tiny-b", back["steps"]
+        assert back["action"] == "scale", back["decision"]
         assert client.fail == 0, client.errors[:5]
-        assert _complete(served_tiny, "sql", key).status_code == 200  # the adapters are back, the S3 one downloaded again
+        b_back = _replicas_of(served_tiny, capsys, "tiny-b")
+        assert len(b_back) == 1 and set(b_back) < set(b_scaled), (b_scaled, b_back)
+        assert _complete(served_tiny, "sql", key).status_code == 200
     assert _replicas_of(served_tiny, capsys, "tiny") == before
-    measured(f"second model with 2 LoRA adapters: fresh beside the first in {added.cold_load_s} s; its new revision "
+    measured(f"second model with 2 LoRA adapters: fresh beside the first in {added.cold_load_s} s; one more replica "
              f"({again.action}) in {again.cold_load_s} s; its rollback ({back['action']}) in {back['cold_load_s']} s; "
              f"the first answered every request throughout, its replicas unchanged")
 
