@@ -127,7 +127,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
               help="Weight dtype (fp8: vLLM's fp8 quantization; int8/int4: a pre-quantized checkpoint) [default: the checkpoint's].")  # fmt: skip
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True,
               help="vLLM kv_cache_dtype: auto keeps the model's dtype, fp8 halves the KV bytes per token.")  # fmt: skip
-@click.option("--replicas", type=click.IntRange(min=1), default=None, help="Replicas [default: as many as the cluster holds].")
+@click.option("--replicas", type=click.IntRange(min=1), default=None, help="Replicas [default: as many as the cluster holds]. A change of this alone adds or stops replicas; the serving ones keep running.")
 @click.option("--max-ongoing-requests", type=click.IntRange(min=1), default=None,
               help="Requests one engine replica takes at once (Serve's max_ongoing_requests) [default: the manifest's serve.max_ongoing_requests, else the engine's max_num_seqs x 1.25].")
 @click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE", help="Extra vLLM engine argument (repeatable; not the ones that size memory, which have their own flags).")
