@@ -432,28 +432,8 @@ def with_replicas(app: Mapping[str, Any], count: int) -> dict:
     (Ray 2.60 ``deploy_utils.py``, ``DeploymentVersion``). ``app`` must run a fixed count."""
     if count < 1:
         raise ValueError("an application runs at least one replica")
-    out = copy.deepcopy(dict(app))
-    engine = engine_deployment_name(out)
-    own = (llm_config_of(out).get("deployment_config") or {}).get("num_replicas")
-    entries: list[dict] = []
-    engine_entry: dict | None = None
-    for entry in out.get("deployments") or []:
-        entry = dict(entry)
-        if entry.get("name") == engine:
-            entry.pop("num_replicas", None)
-            engine_entry = entry
-        entries.append(entry)
-    if own != count:
-        if engine_entry is None:
-            engine_entry = {"name": engine}
-            entries.append(engine_entry)
-        engine_entry["num_replicas"] = count
-    entries = [e for e in entries if set(e) != {"name"}]
-    if entries:
-        out["deployments"] = entries
-    else:
-        out.pop("deployments", None)
-    return out
+    own = (llm_config_of(app).get("deployment_config") or {}).get("num_replicas")
+    return _with_engine_option(app, "num_replicas", count, own)
 
 
 def with_max_surge(app: Mapping[str, Any], percent: int) -> dict:
@@ -463,24 +443,32 @@ def with_max_surge(app: Mapping[str, Any], percent: int) -> dict:
     not change: replicas that already run this config keep running. The engine deployment gets an
     override only where its own ``deployment_config`` says otherwise; every other entry that sets a
     surge (the router) gets ``percent``."""
+    own = int((llm_config_of(app).get("deployment_config") or {}).get("max_surge_percent", SERVE_DEFAULT_SURGE_PERCENT))
+    return _with_engine_option(app, "max_surge_percent", percent, own, others_too=True)
+
+
+def _with_engine_option(app: Mapping[str, Any], option: str, value: int, own: Any, others_too: bool = False) -> dict:
+    """A copy of ``app`` whose engine deployment's app-level ``deployments`` entry sets ``option``
+    to ``value``, or sets nothing where the model config's own ``deployment_config`` says ``value``
+    already (``own``); ``others_too``: every other entry that sets ``option`` gets ``value``. An
+    entry left overriding nothing is dropped, and ``deployments`` with it when it is empty."""
     out = copy.deepcopy(dict(app))
     engine = engine_deployment_name(out)
-    own = int((llm_config_of(out).get("deployment_config") or {}).get("max_surge_percent", SERVE_DEFAULT_SURGE_PERCENT))
     entries: list[dict] = []
     engine_entry: dict | None = None
     for entry in out.get("deployments") or []:
         entry = dict(entry)
         if entry.get("name") == engine:
-            entry.pop("max_surge_percent", None)
+            entry.pop(option, None)
             engine_entry = entry
-        elif "max_surge_percent" in entry:
-            entry["max_surge_percent"] = percent
+        elif others_too and option in entry:
+            entry[option] = value
         entries.append(entry)
-    if own != percent:
+    if own != value:
         if engine_entry is None:
             engine_entry = {"name": engine}
             entries.append(engine_entry)
-        engine_entry["max_surge_percent"] = percent
+        engine_entry[option] = value
     entries = [e for e in entries if set(e) != {"name"}]  # an override that overrides nothing
     if entries:
         out["deployments"] = entries

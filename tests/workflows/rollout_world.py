@@ -169,6 +169,20 @@ class ServeEndpoint(FakeEndpoint):
         return super().probe(route, model, key)
 
 
+def fail_the_update(world, put: int = 2, app: str = "orch") -> None:
+    """Script ``world``'s Serve: the ``put``-th apply (an update of the live ``app``: in place, or
+    a change of its replica count) leaves it DEPLOY_FAILED with the replica's traceback; every
+    other (the restore) brings it up."""
+    real_apply = world.serve.apply
+
+    def apply(body):
+        real_apply(body)
+        world.serve.scripts[app] = ["DEPLOY_FAILED"] if len(world.serve.bodies) == put else ["DEPLOYING", "RUNNING"]
+
+    world.serve.apply = apply
+    world.serve.message = TRACEBACK
+
+
 def fail_the_switch(world, switch: int, restore: list[str], app: str = "orch") -> None:
     """Script ``world``'s Serve: the ``switch``-th apply (the live application taking the new
     config) leaves ``app`` DEPLOY_FAILED with the replica's traceback, the next one (the restore)

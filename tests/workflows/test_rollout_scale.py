@@ -9,7 +9,7 @@ import pytest
 from orchestrator.errors import RolloutFailed, UsageError
 from orchestrator.workflows.desired import desired_for_revision
 from orchestrator.workflows.rollout import RolloutOptions, execute
-from tests.workflows.rollout_world import KEY, TRACEBACK, _nodes, make_world
+from tests.workflows.rollout_world import KEY, _nodes, fail_the_update, make_world
 
 ENGINE = "LLMServer:tiny"  # Serve LLM's name for the tiny model's engine deployment
 
@@ -89,14 +89,7 @@ def test_no_room_for_the_added_replicas_is_refused_and_fewer_always_fit(world):
 def test_a_scale_that_fails_puts_the_old_count_back(world):
     world.rollout()
     (first,) = world.serve.bodies[0]["applications"]
-    real_apply = world.serve.apply
-
-    def apply(body):
-        real_apply(body)
-        world.serve.scripts["orch"] = ["DEPLOY_FAILED"] if len(world.serve.bodies) == 2 else ["DEPLOYING", "RUNNING"]
-
-    world.serve.apply = apply
-    world.serve.message = TRACEBACK
+    fail_the_update(world)  # the scale's PUT fails; the restore brings it back
     with pytest.raises(RolloutFailed) as err:
         world.rollout(replicas=2)
     assert err.value.rolled_back and "revision 1 is serving" in err.value.message

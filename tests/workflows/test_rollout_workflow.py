@@ -12,7 +12,7 @@ from orchestrator.remote.fake import result
 from orchestrator.status.serving import revision_app
 from orchestrator.workflows.desired import desired_for_revision
 from orchestrator.workflows.rollout import RolloutOptions, execute
-from tests.workflows.rollout_world import KEY, TRACEBACK, _nodes, fail_the_switch, make_world
+from tests.workflows.rollout_world import KEY, TRACEBACK, _nodes, fail_the_switch, fail_the_update, make_world
 
 
 @pytest.fixture
@@ -189,15 +189,7 @@ def test_no_room_refuses_with_a_downtime_estimate_then_replaces_in_place(world):
 def test_failed_in_place_change_redeploys_the_previous_revision(world):
     world.rollout()
     world.nodes = _nodes(cpus_used=7.5)
-    real_apply = world.serve.apply
-
-    def apply(body):
-        real_apply(body)
-        # The in-place update of orch fails; the restore (the next PUT) brings it back.
-        world.serve.scripts["orch"] = ["DEPLOY_FAILED"] if len(world.serve.bodies) == 2 else ["DEPLOYING", "RUNNING"]
-
-    world.serve.apply = apply
-    world.serve.message = TRACEBACK
+    fail_the_update(world)  # the in-place update of orch fails; the restore (the next PUT) brings it back
     with pytest.raises(RolloutFailed) as err:
         world.rollout(max_model_len=2048, options=RolloutOptions(timeout_s=60, probe_timeout_s=10, allow_downtime=True))
     assert err.value.rolled_back and "revision 1 is serving" in err.value.message
