@@ -27,6 +27,7 @@ from collections.abc import Callable
 import pytest
 
 SHARED_CLUSTER_FIXTURE = "_ray_testbed_session"
+VLLM_SERVER_FIXTURE = "vllm_server"
 MEASURED = pytest.StashKey[list[str]]()
 
 
@@ -69,6 +70,19 @@ def pytest_collection_modifyitems(session, config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """The session's bare vLLM server (tests/fixtures/vllm_server.py) stops after the last test
+    that uses it, not at the session's end: its idle engine would take CPU from every later one."""
+    if VLLM_SERVER_FIXTURE not in getattr(item, "fixturenames", ()):
+        return
+    items = item.session.items
+    later = items[items.index(item) + 1 :] if item in items else []
+    if not any(VLLM_SERVER_FIXTURE in getattr(i, "fixturenames", ()) for i in later):
+        from tests.fixtures.vllm_server import stop_after_last_user
+
+        stop_after_last_user()
 
 
 @pytest.fixture
