@@ -26,6 +26,10 @@ from collections.abc import Callable
 
 import pytest
 
+# The session's bare vLLM server, registered here once: a session fixture imported into several
+# test modules is defined once per module, and each definition starts its own server.
+from tests.fixtures.vllm_server import vllm_server  # noqa: F401
+
 SHARED_CLUSTER_FIXTURE = "_ray_testbed_session"
 VLLM_SERVER_FIXTURE = "vllm_server"
 MEASURED = pytest.StashKey[list[str]]()

@@ -10,12 +10,11 @@ import json
 import pytest
 
 from orchestrator.cli import main
-from tests.fixtures.vllm_server import vllm_server  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
 
-def test_bench_sweep_report_and_crosscheck_with_vllm_metrics(vllm_server, tmp_path, capsys):  # noqa: F811
+def test_bench_sweep_report_and_crosscheck_with_vllm_metrics(vllm_server, tmp_path, capsys):
     out = tmp_path / "bench"
     code = main([
         "bench", "--url", vllm_server.url, "--model", vllm_server.model, "--tokenizer", str(vllm_server.model_dir),

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.vllm_server import vllm_server  # noqa: F401  (the fixture)
 from tests.testbed import check_capabilities
 
 REPO = Path(__file__).resolve().parents[2]
@@ -121,7 +120,7 @@ def test_bring_up_smoke():
 
 
 @pytest.mark.vllm
-def test_bench_agreement_smoke_against_the_suites_vllm_server(vllm_server):  # noqa: F811
+def test_bench_agreement_smoke_against_the_suites_vllm_server(vllm_server):
     got = smoke("bench_agreement.py", "--url", vllm_server.url, "--model", vllm_server.model, "--tokenizer", str(vllm_server.model_dir),
                 "--", "--concurrency", "1", "--requests", "2", "--prompt-tokens", "32", "--output-tokens", "4")  # fmt: skip
     (run,) = got["runs"]
@@ -146,7 +145,7 @@ def test_prefix_routing_smoke_reads_the_replicas_prefix_cache():
 
 @pytest.mark.ray
 @pytest.mark.vllm
-def test_serve_overhead_smoke_on_the_suites_servers(served_tiny, vllm_server):  # noqa: F811
+def test_serve_overhead_smoke_on_the_suites_servers(served_tiny, vllm_server):
     """Its measuring part, on servers that run already: the suite's bare vLLM server
     (``vllm_server``) and the session's served model (the same tiny model, engine settings and KV
     cache, behind Serve as orch deploys it): no engine start of its own."""

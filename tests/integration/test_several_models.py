@@ -20,7 +20,6 @@ from orchestrator.serve import node_hooks
 from orchestrator.serve.lora import LoraAdapter
 from tests.fixtures.cluster import TESTBED_ENV
 from tests.fixtures.cluster import testbed_manifest as manifest_text  # not collected as a test
-from tests.fixtures.vllm_server import vllm_server  # noqa: F401  (the fixture)
 from tests.integration.test_benchmark_smokes import overhead_smoke
 from tests.integration.test_rollout import STEADY_PAUSE_S, BackgroundClient
 from tests.lora_store import S3Store, make_adapter
@@ -87,7 +86,7 @@ def _overhead_smoke_through_the_front(served_tiny, bare_url: str) -> None:
 
 
 def test_a_second_model_with_lora_adapters_serves_behind_one_endpoint_and_the_first_is_never_disturbed(
-        served_tiny, vllm_server, monkeypatch, capsys, measured, tmp_path):  # noqa: F811  # fmt: skip
+        served_tiny, vllm_server, monkeypatch, capsys, measured, tmp_path):  # fmt: skip
     """A second model (the tiny model as 'tiny-b') with two LoRA adapters comes up beside the
     session's 'tiny' while a client sends 'tiny' requests: one adapter from an S3-compatible store
     (moto's real server, started in host0's namespaces), one from the hosts' disk, both random
