@@ -76,6 +76,8 @@ STEADY_PAUSE_S = 5.0
 # The progress line of the side-by-side switch (orchestrator/workflows/rollout.py): "orch-r1 on /
 # takes revision 3's config: its new replica starts beside the old one, ...".
 SWITCH_MARK = " takes revision "
+# Seconds of dense requests right after the switch's PUT (Serve applies the config; HAProxy reloads).
+SWITCH_DENSE_S = 15.0
 
 
 class BackgroundClient:
@@ -154,7 +156,8 @@ GENEROUS_SLO = "slo:\n  ttft_p95_ms: 120000\n  tpot_p95_ms: 60000\n"
 def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(served_tiny, monkeypatch, capsys, measured):
     """Issue 5: a new revision comes up beside the old one (candidate route, real completion),
     then the live application takes it with a Serve surge; a client sending requests the whole
-    time (every 5 s while the candidate loads, every 0.05 s from the switch on) sees no failure.
+    time (every 5 s while a replica of the new config starts, every 0.05 s for 15 s after the switch and from the
+    hand-over to the new replica on) sees no failure.
     The change (max_num_seqs, and LoRA slots: ``--enable-lora --max-loras 2 --max-lora-rank 8``)
     leaves what later tests read (max_model_len, the application's name, the key, the KV cache) as
     it was. Issue 43: the LoRA revision's engine starts (vLLM's CPU backend runs LoRA through
@@ -200,12 +203,20 @@ def test_change_with_room_comes_up_beside_the_old_one_and_no_request_fails(serve
     since = len(served_tiny.log)
 
     def pause() -> float:
-        # Dense from the switch (the live application's config PUT, then its router's and replica's
-        # replacement: where a request could find nobody to answer it) to the end; a request
-        # every STEADY_PAUSE_S while the candidate loads beside it (that stretch is what the
-        # missing-model-path, SLO-refusal and wrong-interface tests cover), so the serving
-        # engine's busy-polling leaves the candidate's start the cores.
-        return 0.05 if any(SWITCH_MARK in line for _, line in served_tiny.log[since:]) else STEADY_PAUSE_S
+        # Dense where a request could find nobody to answer it: for SWITCH_DENSE_S after the
+        # switch (the live application's config PUT), then from the moment orch sees the new
+        # replica running beside the old one (the old one STOPPING: it drains, the new one takes
+        # the traffic) to the end. A request every STEADY_PAUSE_S while the candidate loads beside
+        # the live one (that stretch is what the missing-model-path, SLO-refusal and
+        # wrong-interface tests cover) and while the surge replica starts, so the serving engine's
+        # busy-polling leaves those starts the cores.
+        lines = served_tiny.log[since:]
+        switch = next((t for t, line in lines if SWITCH_MARK in line), None)
+        if switch is None:
+            return STEADY_PAUSE_S
+        now = time.monotonic() - served_tiny.t0
+        handed_over = any(("STOPPING" in line or "2 RUNNING" in line) and t >= switch for t, line in lines)
+        return 0.05 if now - switch < SWITCH_DENSE_S or handed_over else STEADY_PAUSE_S
 
     with BackgroundClient(served_tiny, pause_s=pause) as client:
         res = served_tiny.rollout(gated, manifest=load_manifest_file(slo_path), max_num_seqs=64,
