@@ -33,7 +33,13 @@ from orchestrator.serve.engine_args import check_engine_arg_key, vllm_dtype
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, config_fingerprint
 from orchestrator.serve.in_flight import SOURCE_FLAG, InFlight, in_flight
 from orchestrator.serve.routing import router_class
-from orchestrator.serve.shapes import OPENAI_IMPORT_PATH, engine_deployment_name, llm_config_of, shape_of_plan
+from orchestrator.serve.shapes import (
+    OPENAI_IMPORT_PATH,
+    engine_deployment_name,
+    llm_config_of,
+    shape_of_plan,
+    with_engine_option,
+)
 
 TEMPLATE_NAME = "serve-app.yaml.j2"
 IMPORT_PATH = OPENAI_IMPORT_PATH
@@ -433,7 +439,7 @@ def with_replicas(app: Mapping[str, Any], count: int) -> dict:
     if count < 1:
         raise ValueError("an application runs at least one replica")
     own = (llm_config_of(app).get("deployment_config") or {}).get("num_replicas")
-    return _with_engine_option(app, "num_replicas", count, own)
+    return with_engine_option(app, "num_replicas", count, own)
 
 
 def with_max_surge(app: Mapping[str, Any], percent: int) -> dict:
@@ -444,37 +450,7 @@ def with_max_surge(app: Mapping[str, Any], percent: int) -> dict:
     override only where its own ``deployment_config`` says otherwise; every other entry that sets a
     surge (the router) gets ``percent``."""
     own = int((llm_config_of(app).get("deployment_config") or {}).get("max_surge_percent", SERVE_DEFAULT_SURGE_PERCENT))
-    return _with_engine_option(app, "max_surge_percent", percent, own, others_too=True)
-
-
-def _with_engine_option(app: Mapping[str, Any], option: str, value: int, own: Any, others_too: bool = False) -> dict:
-    """A copy of ``app`` whose engine deployment's app-level ``deployments`` entry sets ``option``
-    to ``value``, or sets nothing where the model config's own ``deployment_config`` says ``value``
-    already (``own``); ``others_too``: every other entry that sets ``option`` gets ``value``. An
-    entry left overriding nothing is dropped, and ``deployments`` with it when it is empty."""
-    out = copy.deepcopy(dict(app))
-    engine = engine_deployment_name(out)
-    entries: list[dict] = []
-    engine_entry: dict | None = None
-    for entry in out.get("deployments") or []:
-        entry = dict(entry)
-        if entry.get("name") == engine:
-            entry.pop(option, None)
-            engine_entry = entry
-        elif others_too and option in entry:
-            entry[option] = value
-        entries.append(entry)
-    if own != value:
-        if engine_entry is None:
-            engine_entry = {"name": engine}
-            entries.append(engine_entry)
-        engine_entry[option] = value
-    entries = [e for e in entries if set(e) != {"name"}]  # an override that overrides nothing
-    if entries:
-        out["deployments"] = entries
-    else:
-        out.pop("deployments", None)
-    return out
+    return with_engine_option(app, "max_surge_percent", percent, own, others_too=True)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -342,27 +342,45 @@ def replica_override(app: Mapping[str, Any]) -> int | None:
     return None
 
 
+def with_engine_option(app: Mapping[str, Any], option: str, value: Any, own: Any, others_too: bool = False) -> dict[str, Any]:
+    """A copy of ``app`` whose engine deployment's app-level ``deployments`` entry sets ``option``
+    to ``value``, or sets nothing where the model config's own ``deployment_config`` says ``value``
+    already (``own``); ``others_too``: every other entry that sets ``option`` gets ``value``. An
+    entry left overriding nothing is dropped, and ``deployments`` with it when it is empty."""
+    out = copy.deepcopy(dict(app))
+    engine = engine_deployment_name(out)
+    entries: list[dict] = []
+    engine_entry: dict | None = None
+    for entry in out.get("deployments") or []:
+        entry = dict(entry)
+        if entry.get("name") == engine:
+            entry.pop(option, None)
+            engine_entry = entry
+        elif others_too and option in entry:
+            entry[option] = value
+        entries.append(entry)
+    if own != value:
+        if engine_entry is None:
+            engine_entry = {"name": engine}
+            entries.append(engine_entry)
+        engine_entry[option] = value
+    entries = [e for e in entries if set(e) != {"name"}]  # an override that overrides nothing
+    if entries:
+        out["deployments"] = entries
+    else:
+        out.pop("deployments", None)
+    return out
+
+
 def effective_app(app: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``app`` as Serve runs its engine: an app-level ``num_replicas`` override of the
     engine deployment (``replica_override``) moved into the model config's ``deployment_config``,
     where Serve's own override puts it (``deployments`` entries override the options the builder
     set). What the application serves, whichever of the two ways its replica count was given."""
-    out = copy.deepcopy(dict(app))
-    count = replica_override(out)
+    count = replica_override(app)
     if count is None:
-        return out
-    engine = engine_deployment_name(out)
-    entries = []
-    for entry in out["deployments"]:
-        if isinstance(entry, Mapping) and entry.get("name") == engine:
-            entry = {k: v for k, v in entry.items() if k != "num_replicas"}
-            if set(entry) == {"name"}:
-                continue
-        entries.append(entry)
-    if entries:
-        out["deployments"] = entries
-    else:
-        out.pop("deployments")
+        return copy.deepcopy(dict(app))
+    out = with_engine_option(app, "num_replicas", count, own=count)  # the override dropped
     dep = llm_config_of(out).setdefault("deployment_config", {})
     dep.pop("autoscaling_config", None)
     dep["num_replicas"] = count

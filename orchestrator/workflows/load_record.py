@@ -28,6 +28,15 @@ def configured_replicas(config: Mapping[str, Any]) -> int | None:
     return replicas if isinstance(replicas, int) and replicas >= 1 else None
 
 
+def candidate_replicas(app: Mapping[str, Any]) -> int:
+    """The replicas a rendered application starts with (fixed, or its autoscaling minimum)."""
+    fixed = configured_replicas(app)
+    if fixed is not None:
+        return fixed
+    llm = ((app.get("args") or {}).get("llm_configs") or [{}])[0]
+    return int(((llm.get("deployment_config") or {}).get("autoscaling_config") or {}).get("min_replicas") or 1)
+
+
 def objective_dict(objective: Objective | None) -> dict[str, Any] | None:
     if objective is None:
         return None

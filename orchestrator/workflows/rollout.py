@@ -54,7 +54,14 @@ from orchestrator.serve.slo_gate import GatePlan, judge_gate, plan_gate
 from orchestrator.state import Revision, StateStore
 from orchestrator.workflows.calibration import calibrate_rollout
 from orchestrator.workflows.front_steps import settle_front
-from orchestrator.workflows.load_record import configured_replicas, levels_of, record_load, recorded_load, shape_of
+from orchestrator.workflows.load_record import (
+    candidate_replicas,
+    configured_replicas,
+    levels_of,
+    record_load,
+    recorded_load,
+    shape_of,
+)
 from orchestrator.workflows.rollout_repair import repair_interrupted
 from orchestrator.workflows.rollout_steps import (
     ClusterApis,
@@ -73,8 +80,9 @@ from orchestrator.workflows.rollout_steps import (
     restore_plan,
     serving_now,
     wait_for_app,
+    what_failed,
 )
-from orchestrator.workflows.secrets import fill_secrets, for_display, unfilled
+from orchestrator.workflows.secrets import for_display, with_secrets
 from orchestrator.workflows.served_models import no_room, other_models, place
 from orchestrator.workflows.start_failures import StartWatch
 
@@ -187,18 +195,6 @@ VALIDATING = "validating the Serve application with Ray Serve LLM's own models (
 DesiredFactory = Callable[[list, "int | None"], Desired]
 
 
-def _with_secrets(desired: Desired, manifest: Manifest, environ: Mapping[str, str]) -> Desired:
-    """A stored config (rollback) gets its redacted secrets back; any left is refused."""
-    app = fill_secrets(desired.rendered.app, manifest.env, environ)
-    left = unfilled(app)
-    if left:
-        raise UsageError(
-            f"the config to deploy holds redacted secrets orch does not keep: {', '.join(left)}",
-            hint="export them (or set them in the manifest's env); orch never deploys a <redacted> placeholder",
-        )
-    return replace(desired, rendered=RenderedApp(app=app, stage_nodes=desired.rendered.stage_nodes, notes=desired.rendered.notes))
-
-
 def execute(manifest: Manifest, build: DesiredFactory, api_key: str | None, deps: ServingDeps, options: RolloutOptions) -> RolloutResult:
     """Decide and carry out a rollout of what ``build`` renders (shared by rollout and rollback)."""
     cluster = deps.state.get_cluster(manifest.name)
@@ -231,7 +227,7 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         nodes = apis.nodes()
         desired = build(nodes, node_cores(manifest, runners))
         if not options.dry_run:
-            desired = _with_secrets(desired, manifest, deps.environ)
+            desired = with_secrets(desired, manifest, deps.environ)
         deps.progress(VALIDATING)
         deps.validate(desired.rendered.app)
         status = apis.serve.status()
@@ -239,13 +235,13 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         current, serving = serving_now(deps.state, manifest.name, status, desired.served_name, others)
         fingerprint = desired.rendered.fingerprint(api_key)
         groups, strategy = decisions.copy_demand(desired.rendered.app)
-        room = decisions.fits(groups, strategy, decisions.free_resources(nodes))
+        free = decisions.free_resources(nodes)
+        room = decisions.fits(groups, strategy, free)
         downtime = decisions.estimate_cold_load_s(manifest.accelerator, desired.weights_gib_per_node, serving.cold_load_s)
         live = status.app(serving.app_name) if serving.live and serving.app_name else None
         change = decisions.engine_change(live.deployed_config if live is not None else None, desired.rendered.app)
         rescale = decisions.replica_change(live.deployed_config if live is not None else None, desired.rendered.app, api_key, serving.fingerprint)
-        added = rescale is not None and rescale[1] > rescale[0] and decisions.fits(groups[: rescale[1] - rescale[0]], strategy,
-                                                                                   decisions.free_resources(nodes))  # fmt: skip
+        added = rescale is not None and rescale[1] > rescale[0] and decisions.fits(groups[: rescale[1] - rescale[0]], strategy, free)
         decision = decisions.decide(fingerprint, serving, room, options.allow_downtime, downtime, change, rescale, added)
         app_name, route = place(desired.served_name, serving, status, others)
         decision = decisions.beside(others.names, desired.served_name, decision, app_name, route)
@@ -271,21 +267,16 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         assert api_key is not None  # checked by execute before the lock
         kept = tuple(others.configs(manifest.env, deps.environ))
         plan = restore_plan(manifest, current, serving, status, api_key, deps, kept)
-        if decision.kind == decisions.SCALE and plan.config is None:
-            raise UsageError(
-                f"refusing to change revision {serving.revision}'s replica count: orch could not put it back ({plan.why_not})",
-                hint="export the named variables (or set them in the manifest's env) and rerun",
-            )
         if decision.kind not in (decisions.SIDE_BY_SIDE, decisions.SCALE):
             # Putting it back rolls the public application again, without room for two copies:
             # no surge. (Side by side the live application is put back as it ran, and after the
             # switch with the surge of the config it took: `_fail`.)
             plan = replace(plan, surge_percent=IN_PLACE_SURGE_PERCENT)
-        if decision.kind == decisions.IN_PLACE and plan.config is None:
-            raise UsageError(
-                f"refusing to replace revision {serving.revision} in place: if the new revision failed, orch could not put it back ({plan.why_not})",
-                hint="export the named variables (or set them in the manifest's env) and rerun",
-            )
+        if decision.kind in (decisions.IN_PLACE, decisions.SCALE) and plan.config is None:
+            what = (f"replace revision {serving.revision} in place: if the new revision failed," if decision.kind == decisions.IN_PLACE
+                    else f"change revision {serving.revision}'s replica count:")  # fmt: skip
+            raise UsageError(f"refusing to {what} orch could not put it back ({plan.why_not})",
+                             hint="export the named variables (or set them in the manifest's env) and rerun")  # fmt: skip
         attempt = Attempt(manifest, desired, api_key, fingerprint, decision, current, serving, status, plan, options, gate,
                           app_name, route, kept)  # fmt: skip
         return _carry_out(attempt, Link(runners, apis, nodes), deps, result)
@@ -407,15 +398,6 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
     return result
 
 
-def candidate_replicas(app: Mapping[str, Any]) -> int:
-    """The replicas a rendered application starts with (fixed, or its autoscaling minimum)."""
-    fixed = configured_replicas(app)
-    if fixed is not None:
-        return fixed
-    llm = ((app.get("args") or {}).get("llm_configs") or [{}])[0]
-    return int(((llm.get("deployment_config") or {}).get("autoscaling_config") or {}).get("min_replicas") or 1)
-
-
 def _gate(manifest: Manifest, deps: ServingDeps, decision: decisions.Decision, serving: decisions.Serving, desired: Desired,
           options: RolloutOptions) -> GatePlan | None:  # fmt: skip
     """--slo-gate: the load the candidate must carry (refused up front when there is none)."""
@@ -469,15 +451,6 @@ def _calibrate(attempt: Attempt, link: Link, deps: ServingDeps, trail: Trail) ->
     trail.step(outcome.note)
 
 
-def _what_failed(exc: BaseException) -> tuple[str, str | None]:
-    if isinstance(exc, Failure):
-        return exc.what, exc.detail
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted (Ctrl-C or SIGTERM)", None
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {message}", getattr(exc, "hint", None)
-
-
 def _fail(attempt: Attempt, link: Link, deps: ServingDeps, trail: Trail, exc: BaseException) -> None:
     """Put the previous revision back, record what happened, raise the error to report.
 
@@ -485,7 +458,7 @@ def _fail(attempt: Attempt, link: Link, deps: ServingDeps, trail: Trail, exc: Ba
     rollout repairs it. A restore that cannot reach Serve leaves it pending for the same reason."""
     state, name = deps.state, attempt.manifest.name
     number, app_name, meta, step, applied = trail.number, trail.app_name, trail.meta, trail.step, trail.applied
-    what, detail = _what_failed(exc)
+    what, detail = what_failed(exc)
     if isinstance(exc, Failure) and (not detail or "Traceback" in detail):
         try:
             detail = replica_log_error(attempt.manifest, link.runners, link.nodes, link.apis.serve.status().app(app_name)) or detail

@@ -460,3 +460,13 @@ def restore(plan: RestorePlan, manifest: Manifest, apis: ClusterApis, deps: Serv
         return False
     step(f"revision {plan.revision} serves ({plan.app_name})")
     return True
+
+
+def what_failed(exc: BaseException) -> tuple[str, str | None]:
+    """What went wrong and its hint, from whatever ended a rollout."""
+    if isinstance(exc, Failure):
+        return exc.what, exc.detail
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C or SIGTERM)", None
+    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {message}", getattr(exc, "hint", None)

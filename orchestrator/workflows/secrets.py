@@ -20,8 +20,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from orchestrator.errors import UsageError
+from orchestrator.manifest.model import Manifest
+from orchestrator.serve.config import RenderedApp
+from orchestrator.serve.desired import Desired
 from orchestrator.serve.fingerprint import API_KEY_PLACEHOLDER, mask_api_key
 from orchestrator.serve.shapes import config_paths
 from orchestrator.state import REDACTED, redact_secrets
@@ -82,3 +87,15 @@ def for_display(obj: Any) -> Any:
     """A copy safe to print or return: every secret-looking value redacted, the API key in the
     list form vLLM takes (``[<redacted>]``)."""
     return mask_api_key(redact_secrets(obj))
+
+
+def with_secrets(desired: Desired, manifest: Manifest, environ: Mapping[str, str]) -> Desired:
+    """A stored config (rollback) gets its redacted secrets back; any left is refused."""
+    app = fill_secrets(desired.rendered.app, manifest.env, environ)
+    left = unfilled(app)
+    if left:
+        raise UsageError(
+            f"the config to deploy holds redacted secrets orch does not keep: {', '.join(left)}",
+            hint="export them (or set them in the manifest's env); orch never deploys a <redacted> placeholder",
+        )
+    return replace(desired, rendered=RenderedApp(app=app, stage_nodes=desired.rendered.stage_nodes, notes=desired.rendered.notes))

@@ -28,7 +28,7 @@ import pytest
 
 # The session's bare vLLM server, registered here once: a session fixture imported into several
 # test modules is defined once per module, and each definition starts its own server.
-from tests.fixtures.vllm_server import vllm_server  # noqa: F401
+from tests.fixtures.vllm_server import stop_after_last_user, vllm_server  # noqa: F401
 
 SHARED_CLUSTER_FIXTURE = "_ray_testbed_session"
 VLLM_SERVER_FIXTURE = "vllm_server"
@@ -84,8 +84,6 @@ def pytest_runtest_teardown(item, nextitem):
     items = item.session.items
     later = items[items.index(item) + 1 :] if item in items else []
     if not any(VLLM_SERVER_FIXTURE in getattr(i, "fixturenames", ()) for i in later):
-        from tests.fixtures.vllm_server import stop_after_last_user
-
         stop_after_last_user()
 
 

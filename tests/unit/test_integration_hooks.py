@@ -18,7 +18,7 @@ def _items(*uses: bool):
 
 def test_the_bare_server_stops_after_its_last_user_only(monkeypatch):
     stops = []
-    monkeypatch.setattr(vllm_server, "stop_after_last_user", lambda: stops.append(True))
+    monkeypatch.setattr(conftest, "stop_after_last_user", lambda: stops.append(True))
     items = _items(True, False, True, False)
     for index, item in enumerate(items):
         conftest.pytest_runtest_teardown(item, items[index + 1] if index + 1 < len(items) else None)
