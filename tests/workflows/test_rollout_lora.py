@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.errors import RolloutFailed
 from orchestrator.remote.fake import result
-from orchestrator.serve.lora import LoraAdapter
+from orchestrator.serve.lora import LoraAdapter, adapters_of
 from tests.workflows.rollout_world import make_world
 
 ADAPTER = "/models/adapters/sql"
@@ -53,7 +53,8 @@ def test_adapters_on_every_node_are_applied_and_a_new_adapter_is_a_new_revision(
     first = world.rollout(adapters=(LoraAdapter("sql", ADAPTER), LoraAdapter("chat", "s3://bucket/adapters/chat")))
     assert first.action == "fresh"
     engine = _engine(world.serve.bodies[-1])
-    assert [m["name"] for m in engine["lora_modules"]] == ["sql", "chat"] and engine["max_loras"] == 2
+    assert "lora_modules" not in engine and engine["max_loras"] == 2
+    assert [a.name for a in adapters_of(world.serve.bodies[-1]["applications"][0])] == ["chat", "sql"]
     checked = [c.argv for r in world.runners.values() for c in r.calls if c.argv[:2] == ("test", "-f")]
     assert checked.count(("test", "-f", CONFIG)) == 2  # both nodes; the S3 adapter is fetched by the node itself
     assert not any("s3://" in " ".join(argv) for argv in checked)
