@@ -94,7 +94,7 @@ def _print_result(result, as_json: bool, dry_run: bool) -> None:
         return
     out.print(f"revision {result.revision} ready: {result.app_name} serves '{result.model}' ({d['kind']})")
     if result.cold_load_s is not None:
-        what = "replica count changed and answering" if d["kind"] == "scale" else "cold load"
+        what = {"scale": "replica count changed and answering", "adapters": "adapters loaded and answering"}.get(d["kind"], "cold load")
         out.print(f"{what} {result.cold_load_s:.1f} s from apply to the first completion"
                   + (f"; first token of the probe {result.first_token_s * 1000:.0f} ms" if result.first_token_s else ""))  # fmt: skip
     if getattr(result, "calibration_note", None):

@@ -19,6 +19,13 @@ with what Serve runs now, and picks one of:
   override (``serve.config.with_replicas``), which Serve applies without a new code version: it
   adds or stops replicas and the ones serving keep running. More replicas need room for the added
   ones (else ``refuse``). Not for a data-parallel application, whose groups start together.
+- ``adapters``: the desired config is the serving revision's with only its runtime LoRA adapters
+  changed (``light_change``; ``serve.lora``): the live application takes the new list as its engine
+  deployment's ``user_config``, which Serve applies with ``reconfigure`` on every running replica
+  (no new code version): each loads the added adapters into its engine and unloads the removed
+  ones; nothing restarts. With a replica count changed as well it is ``scale``. An engine without
+  LoRA slots, or whose slots change (``--max-loras``, a larger ``--max-lora-rank``), needs a new
+  engine: a full revision, noted as such (``lora_restart``).
 - ``in_place``: no room for a second copy and ``--allow-downtime`` was given: the public
   application is updated in place without a surge (the old replica stops, then the new one
   starts: ``serve.config.with_max_surge``); the downtime is about one cold load (estimated).
@@ -47,6 +54,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.serve.fingerprint import config_fingerprint
+from orchestrator.serve.lora import lora_slots, runtime_adapters, with_runtime_adapters
 from orchestrator.serve.shapes import effective_app, llm_config_of, shape_of_app
 
 NOOP = "noop"
@@ -54,6 +62,8 @@ FRESH = "fresh"
 SIDE_BY_SIDE = "side_by_side"
 IN_PLACE = "in_place"
 SCALE = "scale"
+ADAPTERS = "adapters"
+LIGHT = (SCALE, ADAPTERS)  # applied to the live application without a new code version
 REFUSE = "refuse"
 
 # The public application (on route "/") has a stable name that names no revision: which revision
@@ -191,9 +201,61 @@ def replica_change(live_config: Mapping[str, Any] | None, desired_app: Mapping[s
     return (old, new) if config_fingerprint(want, api_key) == serving_fingerprint else None
 
 
-def beside(others: Mapping[str, str], desired_name: str, decision: Decision, app_name: str, route: str) -> Decision:
+@dataclass(frozen=True)
+class AdapterChange:
+    """The runtime adapters a light change adds (or re-sources) and removes, by name."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+
+    def describe(self) -> str:
+        parts = ([f"adds {', '.join(self.added)}"] if self.added else []) + ([f"removes {', '.join(self.removed)}"] if self.removed else [])
+        return " and ".join(parts) or "changes nothing"
+
+
+def light_change(live_config: Mapping[str, Any] | None, desired_app: Mapping[str, Any], api_key: str | None,
+                 serving_fingerprint: str | None) -> tuple[tuple[int, int] | None, AdapterChange | None]:  # fmt: skip
+    """(``replica_change``, the adapters' change) when the desired config is the serving
+    revision's with only its fixed replica count and/or its runtime LoRA adapters changed, as the
+    live application runs them; (None, None) for any other change."""
+    live_adapters = runtime_adapters(live_config) if live_config else None
+    want_adapters = runtime_adapters(desired_app)
+    if live_adapters is None or want_adapters is None or live_adapters == want_adapters:
+        return replica_change(live_config, desired_app, api_key, serving_fingerprint), None
+    same_adapters = with_runtime_adapters(desired_app, live_adapters)
+    rescale = replica_change(live_config, same_adapters, api_key, serving_fingerprint)
+    if rescale is None and config_fingerprint(same_adapters, api_key) != serving_fingerprint:
+        return None, None
+    old, new = {a.name: a.source for a in live_adapters}, {a.name: a.source for a in want_adapters}
+    change = AdapterChange(tuple(n for n in sorted(new) if old.get(n) != new[n]), tuple(n for n in sorted(old) if n not in new))
+    return rescale, change
+
+
+def lora_restart(live_config: Mapping[str, Any] | None, desired_app: Mapping[str, Any]) -> str | None:
+    """Why serving the desired adapters needs a new engine where it does (its LoRA slots are
+    engine arguments, fixed at start), or None."""
+    if not live_config or not runtime_adapters(desired_app):
+        return None
+    try:
+        old, new = lora_slots(llm_config_of(effective_app(live_config))), lora_slots(llm_config_of(desired_app))
+    except KeyError:
+        return None
+    if old is None:
+        return ("the serving engine was started without LoRA slots (enable_lora): the first adapter needs a new engine "
+                "(vLLM sizes the slots at start); later adapters load into the running replicas")  # fmt: skip
+    if new is not None and new != old:
+        return (f"the LoRA slots change (max_loras {old.max_loras} -> {new.max_loras}, max_lora_rank {old.max_lora_rank} -> "
+                f"{new.max_lora_rank}): a new engine (vLLM sizes them at start)")  # fmt: skip
+    return None
+
+
+def beside(others: Mapping[str, str], desired_name: str, decision: Decision, app_name: str, route: str,
+           lora_note: str | None = None) -> Decision:  # fmt: skip
     """``decision`` with a note when the model comes up (fresh) beside other served models
-    (served name -> their application): they keep serving and are not restarted."""
+    (served name -> their application): they keep serving and are not restarted; and with
+    ``lora_note`` (``lora_restart``) when it starts a new engine of a serving model."""
+    if lora_note and decision.kind in (SIDE_BY_SIDE, IN_PLACE, REFUSE):
+        decision = replace(decision, notes=(*decision.notes, lora_note))
     if not others or decision.kind != FRESH:
         return decision
     names = ", ".join(f"'{n}' ({a})" for n, a in sorted(others.items()))
@@ -210,11 +272,13 @@ def decide(
     engine_changes: str | None = None,
     rescale: tuple[int, int] | None = None,
     room_for_added: bool = False,
+    adapters: AdapterChange | None = None,
 ) -> Decision:
     """Pick the kind of rollout (see the module doc). ``engine_changes``: ``engine_change`` of the
     live and the desired config (a switch that would stop serving: in place, or refused).
     ``rescale``: ``replica_change`` of the live and the desired config; ``room_for_added``:
-    whether the replicas it adds fit on the free resources."""
+    whether the replicas it adds fit on the free resources. ``adapters``: the runtime adapters'
+    change of ``light_change``."""
     if serving.revision is not None and serving.fingerprint == desired_fingerprint and serving.live:
         return Decision(NOOP, f"revision {serving.revision} already serves this config ({serving.app_name} RUNNING)")
     if serving.revision is not None and serving.app_name is None:
@@ -238,10 +302,15 @@ def decide(
         old, new = rescale
         if new < old or room_for_added:
             verb = f"adds {new - old}" if new > old else f"stops {old - new}"
+            also = f"; the LoRA adapters change too (it {adapters.describe()}: loaded by every replica)" if adapters else ""
             return Decision(SCALE, f"only the replica count changes ({old} -> {new}): Serve {verb} replica(s) of revision "
-                                   f"{serving.revision}'s application; the replicas serving now keep running")  # fmt: skip
+                                   f"{serving.revision}'s application; the replicas serving now keep running{also}")  # fmt: skip
         return Decision(REFUSE, f"no room for {new - old} more replica(s) beside what the cluster runs: revision "
                                 f"{serving.revision} keeps serving on {old}")  # fmt: skip
+    if adapters is not None:
+        return Decision(ADAPTERS, f"only the LoRA adapters change: revision {serving.revision}'s application {adapters.describe()} "
+                                  "(its engine deployment's user_config: every running replica loads or unloads them in its engine, "
+                                  "none restarts)")  # fmt: skip
     estimate = f"about {downtime_s:.0f} s" if downtime_s is not None else "one cold load of the model"
     if engine_changes:
         if allow_downtime:

@@ -30,7 +30,7 @@ from orchestrator.serve.config import AppTarget, RenderedApp, ServeDefaults, Ser
 from orchestrator.serve.decisions import public_app_name
 from orchestrator.serve.in_flight import SOURCE_FLAG, SOURCE_MANIFEST
 from orchestrator.serve.location import ModelLocation
-from orchestrator.serve.lora import LoraAdapter, check_adapters, lora_modules
+from orchestrator.serve.lora import LoraAdapter, check_adapters, with_adapters
 from orchestrator.serve.node_hooks import uses_hooks
 from orchestrator.serve.placement import ray_accelerator_type, stage_nodes_for
 from orchestrator.serve.scaling import autoscaling_for
@@ -78,8 +78,9 @@ class RolloutRequest:
     max_ongoing_requests: int | None = None  # Serve's cap per replica; None: the manifest's, else the engine's batch
     lora: LoraOptions | None = None  # PlanOptions.lora: LoRA slots, rendered as enable_lora/max_loras/...
     speculative: SpeculativeOptions | None = None  # PlanOptions.speculative: rendered as speculative_config
-    # --lora NAME=SOURCE: adapters served on the base (serve.lora), rendered as vLLM's lora_modules;
-    # they imply LoRA slots (``lora`` None: one per adapter, vLLM's default rank)
+    # --lora NAME=SOURCE: adapters served on the base (serve.lora), rendered as runtime adapters or
+    # vLLM's lora_modules (serve/lora.py); they imply LoRA slots (``lora`` None: one per adapter,
+    # vLLM's default rank; `orch rollout` passes the running engine's slots instead: workflows/desired.py)
     adapters: tuple[LoraAdapter, ...] = ()
 
 
@@ -151,8 +152,8 @@ def lora_options(request: RolloutRequest) -> LoraOptions | None:
     return LoraOptions(max_loras=len(request.adapters))
 
 
-def adapter_modules(manifest: Manifest, request: RolloutRequest, served: str, source: str, plan: ParallelPlan) -> list[dict]:
-    """vLLM's lora_modules for the request's adapters, refused where orch cannot serve them."""
+def checked_adapters(manifest: Manifest, request: RolloutRequest, served: str, source: str, plan: ParallelPlan) -> tuple[LoraAdapter, ...]:
+    """The request's adapters, refused where orch cannot serve them."""
     adapters = check_adapters(request.adapters, served)
     remote = [a for a in adapters if a.remote]
     if remote and not uses_hooks(source):
@@ -163,7 +164,7 @@ def adapter_modules(manifest: Manifest, request: RolloutRequest, served: str, so
         raise UsageError(f"--lora {remote[0].name}={remote[0].source}: an S3 adapter is downloaded on the node of the engine's "
                          f"first worker only, and this plan's engine spans nodes (TP={plan.tp} x PP={plan.pp})",
                          hint="put the adapter on every node's disk (`orch model sync`) and give its folder")  # fmt: skip
-    return lora_modules(adapters, served)
+    return adapters
 
 
 def desired_from_plan(manifest: Manifest, request: RolloutRequest, location: ModelLocation, spec: ModelSpec, plan: ParallelPlan,
@@ -185,8 +186,7 @@ def desired_from_plan(manifest: Manifest, request: RolloutRequest, location: Mod
                    "max_model_len", "gpu_memory_utilization")  # fmt: skip
     engine_extra = {k: v for k, v in plan.engine_kwargs().items() if k not in layout_args}
     engine_extra.update(dict(request.engine_args))
-    if request.adapters:
-        engine_extra["lora_modules"] = adapter_modules(manifest, request, served, source, plan)
+    adapters = checked_adapters(manifest, request, served, source, plan) if request.adapters else ()
     serving_plan = ServingPlan.from_parallel_plan(
         plan, replicas=request.replicas, kv_cache_gib=plan.kv_cache_gib_per_gpu if plan.kv_cache_gib_fixed else None
     )
@@ -228,8 +228,9 @@ def desired_from_plan(manifest: Manifest, request: RolloutRequest, location: Mod
             node_resource=node_resource, accelerator_type=accel, stage_nodes=stage_nodes,
             defaults=defaults, extra_engine_kwargs=engine_extra, node_cores=cores,
         )  # fmt: skip
-        if note:
-            rendered = RenderedApp(app=rendered.app, stage_nodes=rendered.stage_nodes, notes=(*rendered.notes, note))
+        # the adapters: runtime (user_config) on orch's builder, else static lora_modules (serve/lora.py)
+        rendered = RenderedApp(app=with_adapters(rendered.app, adapters, served), stage_nodes=rendered.stage_nodes,
+                               notes=(*rendered.notes, *([note] if note else [])))  # fmt: skip
         return Desired(model=request.model, served_name=served, model_source=source, rendered=rendered,
                        plan={**plan_json, "notes": list(rendered.notes)}, weights_gib_per_node=weights_per_node)  # fmt: skip
 

@@ -74,6 +74,11 @@ AMX_GRANTED_LINE = "orch: AMX tile data enabled for this vLLM worker"
 AMX_REFUSED_LINE = "orch: the kernel refused AMX tile data to this vLLM worker"
 # The line the callback logs for each S3 LoRA adapter it downloaded before the engine started (serve.lora).
 ADAPTER_LINE = "orch: LoRA adapter downloaded"
+# The lines the replica logs as it loads (or fails to load) a runtime adapter of its user_config
+# (``reconfigure``; serve/lora.py), and the user_config key that lists them.
+ADAPTER_LOADED_LINE = "orch: LoRA adapter loaded"
+ADAPTER_FAILED_LINE = "orch: LoRA adapter not loaded"
+LORA_KEY = "lora_adapters"
 # Where LLMServer._start_engine finds the telemetry push it calls after the engine started (Ray
 # 2.60, ray/llm/_internal/serve/core/server/llm_server.py); the callback replaces it there.
 LLM_SERVER_MODULE = "ray.llm._internal.serve.core.server.llm_server"

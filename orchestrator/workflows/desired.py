@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from orchestrator.errors import StateError, UsageError
 from orchestrator.manifest.model import Manifest
+from orchestrator.plan.engine_features import LoraOptions
 from orchestrator.plan.model_ref import resolve_ref
 from orchestrator.plan.shape import ClusterShape, shape_from_manifest
 from orchestrator.plan.tinymodel import build_tiny_model
@@ -22,7 +23,8 @@ from orchestrator.serve.desired import (
     plan_options,
 )
 from orchestrator.serve.location import locate
-from orchestrator.serve.lora import manifest_adapters
+from orchestrator.serve.lora import lora_slots, manifest_adapters
+from orchestrator.serve.shapes import llm_configs
 from orchestrator.state import StateStore
 from orchestrator.workflows.plan import size_model
 from orchestrator.workflows.served_models import served_name_of, serving_by_name
@@ -30,10 +32,11 @@ from orchestrator.workflows.served_models import served_name_of, serving_by_name
 
 def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: ServeDefaults = ServeDefaults(),
                       shape: ClusterShape | None = None, capacity_for: CapacityLookup | None = None,
-                      state: StateStore | None = None):  # fmt: skip
+                      state: StateStore | None = None, serving: StateStore | None = None):  # fmt: skip
     """A factory (Ray nodes -> Desired) for `orch rollout --model ...`. ``shape``: the cluster
     shape to plan on (``workflows.plan.planning_shape``); default: the manifest's. ``state``:
-    where the calibration record is read (None: the modelled plan)."""
+    where the calibration record is read (None: the modelled plan) and, unless ``serving`` is
+    given, the serving engine's LoRA slots (``running_lora_slots``)."""
     location = locate(manifest, request.model, request.served_name, request.model_path)
     planner_ref = location.planner_ref
     if location.build_demo is not None:
@@ -41,10 +44,23 @@ def desired_for_model(manifest: Manifest, request: RolloutRequest, defaults: Ser
     configured = manifest.serve.lora.get(location.served_name)
     if configured and not request.adapters:  # the manifest's adapters of this model, unless --lora gives them
         request = replace(request, adapters=manifest_adapters(location.served_name, configured))
+    serving = serving or state
+    if request.adapters and request.lora is None and serving is not None:
+        request = replace(request, lora=running_lora_slots(serving, manifest.name, location.served_name))
     options = plan_options(request)
     shape = shape if shape is not None else shape_from_manifest(manifest)
     sized = size_model(planner_ref, shape, options, manifest, state)
     return desired_from_plan(manifest, request, location, sized.spec, sized.plan, shape, defaults, capacity_for)
+
+
+def running_lora_slots(state: StateStore, cluster: str, served_name: str) -> LoraOptions | None:
+    """The LoRA slots of the engine that serves ``served_name`` now (its revision's stored config),
+    or None (not served, or without LoRA). Adapters given without LoRA flags keep them, so adding
+    or removing an adapter changes no engine argument and the replicas load it without a restart
+    (serve/lora.py); the flags (--max-loras, --max-lora-rank...) change them, with a new engine."""
+    serving = serving_by_name(state, cluster).get(served_name)
+    configs = llm_configs(serving.config) if serving is not None and serving.config else []
+    return lora_slots(configs[0]) if configs else None
 
 
 def desired_for_revision(state: StateStore, cluster: str, to: int | None, served_name: str | None = None):

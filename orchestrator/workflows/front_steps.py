@@ -39,7 +39,7 @@ from orchestrator.serve.front import (
     is_front,
 )
 from orchestrator.serve.lora import adapters_of
-from orchestrator.serve.shapes import engine_deployment_name, llm_config_of, llm_configs, model_id_of
+from orchestrator.serve.shapes import engine_deployment_name, llm_configs, model_id_of
 from orchestrator.workflows.rollout_steps import (
     ClusterApis,
     Progress,
@@ -63,7 +63,7 @@ def models_of(apps: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
 
 def adapters_in(apps: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, ...]]:
     """Served name -> the LoRA adapters its application's engine serves (names, sorted)."""
-    return {served_name_of_app(a): tuple(sorted(x.name for x in adapters_of(llm_config_of(a))))
+    return {served_name_of_app(a): tuple(sorted(x.name for x in adapters_of(a)))
             for a in apps if not is_front(a) and llm_configs(a)}  # fmt: skip
 
 

@@ -49,6 +49,7 @@ from orchestrator.serve.config import (
     with_replicas,
 )
 from orchestrator.serve.desired import Desired
+from orchestrator.serve.lora import runtime_adapters, with_runtime_adapters
 from orchestrator.serve.ray_io.client import ServeStatus
 from orchestrator.serve.slo_gate import GatePlan, judge_gate, plan_gate
 from orchestrator.state import Revision, StateStore
@@ -63,6 +64,7 @@ from orchestrator.workflows.load_record import (
     shape_of,
 )
 from orchestrator.workflows.rollout_repair import repair_interrupted
+from orchestrator.workflows.rollout_result import RolloutResult
 from orchestrator.workflows.rollout_steps import (
     ClusterApis,
     Failure,
@@ -73,6 +75,7 @@ from orchestrator.workflows.rollout_steps import (
     check_model_path,
     check_ready,
     node_cores,
+    probe_adapters,
     put,
     put_serve_hooks,
     replica_log_error,
@@ -89,48 +92,6 @@ from orchestrator.workflows.start_failures import StartWatch
 __all__ = ["ClusterApis", "RolloutOptions", "RolloutResult", "ServingDeps", "execute"]
 
 RUNBOOK = "see " + runbook("ROLLOUT_FAILED")
-
-
-@dataclass
-class RolloutResult:
-    action: str
-    decision: dict
-    cluster: str
-    revision: int | None = None
-    previous_revision: int | None = None
-    app_name: str | None = None
-    endpoint: str | None = None
-    model: str | None = None
-    cold_load_s: float | None = None
-    first_token_s: float | None = None
-    config: dict = field(default_factory=dict)
-    plan: dict = field(default_factory=dict)
-    steps: list[str] = field(default_factory=list)
-    repaired: list[str] = field(default_factory=list)  # what an interrupted rollout left, and what was done
-    calibration: dict | None = None  # what the engines logged against the plan (workflows.calibration)
-    calibration_note: str | None = None  # recorded, or why not
-    slo_gate: dict | None = None  # --slo-gate: the load the candidate got, what it measured, the verdict
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "decision": self.decision,
-            "cluster": self.cluster,
-            "revision": self.revision,
-            "previous_revision": self.previous_revision,
-            "app_name": self.app_name,
-            "endpoint": self.endpoint,
-            "model": self.model,
-            "cold_load_s": self.cold_load_s,
-            "first_token_s": self.first_token_s,
-            "steps": self.steps,
-            "repaired": self.repaired,
-            "calibration": self.calibration,
-            "calibration_note": self.calibration_note,
-            "slo_gate": self.slo_gate,
-            "plan": self.plan,
-            "config": for_display(self.config),
-        }
 
 
 @dataclass(frozen=True)
@@ -240,11 +201,13 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         downtime = decisions.estimate_cold_load_s(manifest.accelerator, desired.weights_gib_per_node, serving.cold_load_s)
         live = status.app(serving.app_name) if serving.live and serving.app_name else None
         change = decisions.engine_change(live.deployed_config if live is not None else None, desired.rendered.app)
-        rescale = decisions.replica_change(live.deployed_config if live is not None else None, desired.rendered.app, api_key, serving.fingerprint)
+        live_config = live.deployed_config if live is not None else None
+        rescale, adapters = decisions.light_change(live_config, desired.rendered.app, api_key, serving.fingerprint)
         added = rescale is not None and rescale[1] > rescale[0] and decisions.fits(groups[: rescale[1] - rescale[0]], strategy, free)
-        decision = decisions.decide(fingerprint, serving, room, options.allow_downtime, downtime, change, rescale, added)
+        decision = decisions.decide(fingerprint, serving, room, options.allow_downtime, downtime, change, rescale, added, adapters)
         app_name, route = place(desired.served_name, serving, status, others)
-        decision = decisions.beside(others.names, desired.served_name, decision, app_name, route)
+        decision = decisions.beside(others.names, desired.served_name, decision, app_name, route,
+                                    decisions.lora_restart(live_config, desired.rendered.app))  # fmt: skip
         if decision.kind == decisions.FRESH and others.names and not room:
             raise UsageError(*no_room(desired, others, nodes))
         for note in decision.notes:
@@ -267,14 +230,14 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         assert api_key is not None  # checked by execute before the lock
         kept = tuple(others.configs(manifest.env, deps.environ))
         plan = restore_plan(manifest, current, serving, status, api_key, deps, kept)
-        if decision.kind not in (decisions.SIDE_BY_SIDE, decisions.SCALE):
+        if decision.kind not in (decisions.SIDE_BY_SIDE, *decisions.LIGHT):
             # Putting it back rolls the public application again, without room for two copies:
             # no surge. (Side by side the live application is put back as it ran, and after the
             # switch with the surge of the config it took: `_fail`.)
             plan = replace(plan, surge_percent=IN_PLACE_SURGE_PERCENT)
-        if decision.kind in (decisions.IN_PLACE, decisions.SCALE) and plan.config is None:
+        if decision.kind in (decisions.IN_PLACE, *decisions.LIGHT) and plan.config is None:
             what = (f"replace revision {serving.revision} in place: if the new revision failed," if decision.kind == decisions.IN_PLACE
-                    else f"change revision {serving.revision}'s replica count:")  # fmt: skip
+                    else f"change revision {serving.revision}'s replica count or adapters:")  # fmt: skip
             raise UsageError(f"refusing to {what} orch could not put it back ({plan.why_not})",
                              hint="export the named variables (or set them in the manifest's env) and rerun")  # fmt: skip
         attempt = Attempt(manifest, desired, api_key, fingerprint, decision, current, serving, status, plan, options, gate,
@@ -299,11 +262,16 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         served_as = desired.rendered.renamed(old_live, attempt.route)
         app = desired.rendered.renamed(decisions.candidate_app_name(number), decisions.candidate_route(number))
         body = app.with_api_key(api_key)
-    elif attempt.decision.kind == decisions.SCALE and attempt.restore.config is not None:
-        # The live application as Serve runs it with only its replica count changed, as an
-        # app-level override: the same code version, so Serve adds or stops replicas and the ones
-        # serving keep running (config.with_replicas). Recorded as it runs, secrets redacted.
-        body = with_replicas(attempt.restore.config, configured_replicas(desired.rendered.app) or 1)
+    elif attempt.decision.kind in decisions.LIGHT and attempt.restore.config is not None:
+        # The live application as Serve runs it with only its replica count and/or its runtime
+        # LoRA adapters changed, as app-level overrides (num_replicas, user_config): the same code
+        # version, so Serve adds or stops replicas and reconfigures the ones serving, which keep
+        # running (config.with_replicas, lora.with_runtime_adapters). Recorded as it runs, secrets redacted.
+        body = attempt.restore.config
+        if attempt.decision.kind == decisions.SCALE:
+            body = with_replicas(body, configured_replicas(desired.rendered.app) or 1)
+        if runtime_adapters(desired.rendered.app) is not None:
+            body = with_runtime_adapters(body, runtime_adapters(desired.rendered.app))
         served_as = app = RenderedApp(app=for_display(body), stage_nodes=desired.rendered.stage_nodes)
         before = attempt.status.app(app.name)
     else:
@@ -344,8 +312,8 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
             step(f"applied candidate {app.name} (revision {number}) on {app.app['route_prefix']} ({attempt.decision.kind})")
         else:
             how = "; max_surge_percent 0: Serve stops the old replica, then starts the new one" if before is not None else ""
-            if attempt.decision.kind == decisions.SCALE:
-                how = f"; num_replicas {configured_replicas(body)} as an override: the replicas serving keep running"
+            if attempt.decision.kind in decisions.LIGHT:
+                how = f"; num_replicas {configured_replicas(body)}, the LoRA adapters as user_config: the replicas serving keep running"
             step(f"applied revision {number} as {app.name} on {attempt.route} ({attempt.decision.kind}{how})")
         reach(f"wait for {app.name} to run")
         wait_for_app(apis.serve, app.name, options.timeout_s, deps, options.poll_s, since=since,
@@ -355,6 +323,8 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         result.cold_load_s = round(deps.clock() - t_apply, 2)
         result.first_token_s = probe.first_token_s
         step(f"{app.name} answered a completion ({probe.output_tokens} tokens) {result.cold_load_s:.1f} s after the apply")
+        if names := probe_adapters(apis, app.app["route_prefix"], app.app, api_key):
+            step(f"each LoRA adapter answered a completion on {app.name}: {', '.join(names)}")
         if attempt.gate is not None:
             reach(f"SLO gate of {app.name}")
             _run_gate(attempt.gate, app, attempt, apis, deps, trail)
@@ -391,7 +361,7 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         _fail(attempt, link, deps, trail, exc)
     _calibrate(attempt, link, deps, trail)
     # A count-only change starts no engine of a new config: the model's cold load stays the one measured before.
-    cold = attempt.serving.cold_load_s if attempt.decision.kind == decisions.SCALE else result.cold_load_s
+    cold = attempt.serving.cold_load_s if attempt.decision.kind in decisions.LIGHT else result.cold_load_s
     meta.update({"step": "done", "cold_load_s": cold, "first_token_s": result.first_token_s})
     state.save_revision_meta(name, number, meta)
     result.config = served_as.app

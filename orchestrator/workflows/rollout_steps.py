@@ -260,6 +260,21 @@ def check_ready(apis: ClusterApis, route: str, model: str, api_key: str, deps: S
     return result
 
 
+def probe_adapters(apis: ClusterApis, route: str, app: Mapping[str, Any], api_key: str) -> list[str]:
+    """A real completion naming each LoRA adapter ``app`` serves, through ``route`` once the base
+    answered. A runtime adapter that fails to load (a rank above the slots', a missing S3 object)
+    leaves the replica serving its base and logs why (orch_serve_hooks: ADAPTER_FAILED_LINE),
+    so only this probe finds it. Returns the adapters' names."""
+    names = [a.name for a in adapters_of(app)]
+    for name in names:
+        result = apis.endpoint.probe(route, name, api_key)
+        if not result.ok:
+            raise Failure(f"LoRA adapter {name} did not answer on {result.url}: {result.error}",
+                          f"the replica's log says why (`orch logs`, the line '{node_hooks.ADAPTER_FAILED_LINE}'): a rank above "
+                          "the engine's max_lora_rank (--max-lora-rank), a missing adapter_config.json, an unreachable S3 store")  # fmt: skip
+    return names
+
+
 def node_cores(manifest: Manifest, runners: Mapping[str, Runner]) -> int | None:
     """The fewest cores (`nproc`) of the nodes, on a CPU cluster (a CPU engine's thread count)."""
     if manifest.accelerator != "cpu":
@@ -298,11 +313,11 @@ def check_model_path(manifest: Manifest, runners: Mapping[str, Runner], source: 
 def check_adapter_paths(manifest: Manifest, runners: Mapping[str, Runner], app: Mapping[str, Any]) -> None:
     """Every LoRA adapter the application serves from the nodes' disks (``serve.lora``) must be
     there, with its adapter_config.json, on every node; and its rank must fit the engine's
-    max_lora_rank (vLLM refuses a larger one when it loads the adapter at start). An S3 adapter
-    is fetched on the node at engine start (orch's callback), so it is not checked here."""
-    for llm in llm_configs(app):
+    max_lora_rank (vLLM refuses a larger one when it loads the adapter). An S3 adapter is fetched
+    on the replica's node (orch's module), so it is not checked here: ``probe_adapters`` is."""
+    for llm in llm_configs(app)[:1]:
         engine = llm.get("engine_kwargs") or {}
-        for adapter in adapters_of(llm):
+        for adapter in adapters_of(app):
             if adapter.remote:
                 continue
             config_path = f"{adapter.source.rstrip('/')}/{ADAPTER_CONFIG}"
@@ -318,7 +333,7 @@ def check_adapter_paths(manifest: Manifest, runners: Mapping[str, Runner], app: 
             if rank is not None and isinstance(limit, int) and rank > limit:
                 fit = next((r for r in LORA_RANKS if r >= rank), rank)
                 raise Failure(f"LoRA adapter {adapter.name} has rank {rank} ({config_path}), above the engine's max_lora_rank {limit}: "
-                              "vLLM would refuse it at start", hint=f"add --max-lora-rank {fit} (the LoRA slots grow with it)")  # fmt: skip
+                              "vLLM would refuse it", hint=f"add --max-lora-rank {fit} (the LoRA slots grow with it: a new engine)")  # fmt: skip
 
 
 def put_serve_hooks(manifest: Manifest, runners: Mapping[str, Runner], app: Mapping[str, Any]) -> None:

@@ -68,9 +68,11 @@ def test_rollout_renders_the_lora_and_speculative_arguments_and_refuses_them_as_
 def test_rollout_with_lora_adapters_renders_them_and_their_slots(capsys):
     base = ["rollout", "--model", "llama3-8b", "--model-path", "/models/llama3-8b", "--max-model-len", "8192", str(M405), "--dry-run", "--json"]
     assert main([*base, "--lora", "sql=/models/adapters/sql", "--lora", "chat=s3://bucket/adapters/chat", "--max-lora-rank", "8"]) == 0
-    kwargs = json.loads(capsys.readouterr().out)["config"]["args"]["llm_configs"][0]["engine_kwargs"]
-    assert kwargs["lora_modules"] == [{"name": "sql", "path": "/models/adapters/sql", "base_model_name": "llama3-8b"},
-                                      {"name": "chat", "path": "s3://bucket/adapters/chat", "base_model_name": "llama3-8b"}]  # fmt: skip
+    config = json.loads(capsys.readouterr().out)["config"]
+    kwargs = config["args"]["llm_configs"][0]["engine_kwargs"]
+    # the adapters are the engine deployment's user_config (loaded by the running replicas), not args
+    assert "lora_modules" not in kwargs and config["deployments"] == [{"name": "LLMServer:llama3-8b", "user_config": {"lora_adapters": [
+        {"name": "chat", "source": "s3://bucket/adapters/chat"}, {"name": "sql", "source": "/models/adapters/sql"}]}}]  # fmt: skip
     assert (kwargs["enable_lora"], kwargs["max_loras"], kwargs["max_lora_rank"]) == (True, 2, 8)  # --lora implies the slots
 
 

@@ -116,6 +116,24 @@ def test_a_second_model_with_lora_adapters_serves_behind_one_endpoint_and_the_fi
         _both_models_and_adapters_answer(served_tiny, key, disk)
         _overhead_smoke_through_the_front(served_tiny, vllm_server.url)
 
+        # a third adapter added to the running second model: its replicas load it (user_config,
+        # reconfigure), none restarts: the same replica ids and start times; it answers at once
+        # and is listed, by the front and by vLLM's own /v1/models on the model's route
+        b_serving = _replicas_of(served_tiny, capsys, "tiny-b")
+        brief = make_adapter(tmp_path / "adapters" / "brief", served_tiny.model_path, seed=3)
+        adapters = (*adapters, LoraAdapter("brief", str(brief)))
+        with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S) as client:
+            grown = served_tiny.rollout(manifest=load_manifest_file(variant), served_name="tiny-b", adapters=adapters)
+        assert grown.action == "adapters" and grown.revision > added.revision and grown.app_name == "orch-m-tiny-b", grown.steps
+        assert client.fail == 0, client.errors[:5]
+        assert _replicas_of(served_tiny, capsys, "tiny-b") == b_serving and _replicas_of(served_tiny, capsys, "tiny") == before
+        answer = _complete(served_tiny, "brief", key, logprobs=True)
+        assert answer.status_code == 200 and answer.json()["model"] == "brief", answer.text[:300]
+        headers = {"Authorization": f"Bearer {key}"}
+        listed = httpx.get(f"{served_tiny.endpoint}/v1/models", headers=headers, timeout=30).json()["data"]
+        own = httpx.get(f"{served_tiny.endpoint}/_orch/m/tiny-b/v1/models", headers=headers, timeout=30).json()["data"]
+        assert "brief" in {m["id"] for m in listed} and {m["id"]: m.get("parent") for m in own}["brief"] == "tiny-b", (listed, own)
+
         # a third model that does not fit is refused, naming what each model holds
         capsys.readouterr()
         rc = main(c.cli("rollout", served_tiny.manifest_path, "--model", str(served_tiny.model_path), "--served-name", "tiny-c",
@@ -124,20 +142,21 @@ def test_a_second_model_with_lora_adapters_serves_behind_one_endpoint_and_the_fi
         assert rc == 2 and "'tiny-c' does not fit beside the models this cluster serves" in refused, refused[-800:]
         assert "'tiny' (orch) holds CPU" in refused and "'tiny-b' (orch-m-tiny-b) holds CPU" in refused, refused[-800:]
 
-        # a new revision of the second model: one more replica (`--replicas 2`), which Serve adds
-        # beside its serving one (a count-only change: no candidate, the serving replica not
-        # restarted); then its rollback to one replica. The first keeps serving throughout, its
+        # a new revision of the second model: one more replica (`--replicas 2`) and the third
+        # adapter gone, which Serve adds beside its serving one (no candidate, the serving replica
+        # not restarted, the adapter unloaded); then its rollback to one replica and three adapters. The first keeps serving throughout, its
         # replicas the same; the adapters answer on the second's replicas.
         b_before = _replicas_of(served_tiny, capsys, "tiny-b")
         assert len(b_before) == 1
         with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S) as client:
-            again = served_tiny.rollout(manifest=load_manifest_file(variant), served_name="tiny-b", adapters=adapters, replicas=2)
-        assert again.action == "scale" and again.revision > added.revision and again.app_name == "orch-m-tiny-b", again.steps
+            again = served_tiny.rollout(manifest=load_manifest_file(variant), served_name="tiny-b", adapters=adapters[:2], replicas=2)
+        assert again.action == "scale" and again.revision > grown.revision and again.app_name == "orch-m-tiny-b", again.steps
         assert client.fail == 0, client.errors[:5]
         b_scaled = _replicas_of(served_tiny, capsys, "tiny-b")
         assert len(b_scaled) == 2 and set(b_before) < set(b_scaled), (b_before, b_scaled)  # the serving replica kept
         for model in ("tiny-b", "sql", "terse"):
             assert _complete(served_tiny, model, key).status_code == 200, model
+        assert _complete(served_tiny, "brief", key).status_code == 404  # unloaded, and the front no longer routes it
         with BackgroundClient(served_tiny, pause_s=STEADY_PAUSE_S) as client:
             capsys.readouterr()
             assert main(c.cli("rollback", variant, "--model", "tiny-b", "--json")) == 0
@@ -147,9 +166,10 @@ def test_a_second_model_with_lora_adapters_serves_behind_one_endpoint_and_the_fi
         assert client.fail == 0, client.errors[:5]
         b_back = _replicas_of(served_tiny, capsys, "tiny-b")
         assert len(b_back) == 1 and set(b_back) < set(b_scaled), (b_scaled, b_back)
-        assert _complete(served_tiny, "sql", key).status_code == 200
+        assert _complete(served_tiny, "sql", key).status_code == 200 and _complete(served_tiny, "brief", key).status_code == 200
     assert _replicas_of(served_tiny, capsys, "tiny") == before
-    measured(f"second model with 2 LoRA adapters: fresh beside the first in {added.cold_load_s} s; one more replica "
+    measured(f"second model with 2 LoRA adapters: fresh beside the first in {added.cold_load_s} s; a third adapter added "
+             f"({grown.action}, no replica restarted) in {grown.cold_load_s} s; one more replica "
              f"({again.action}) in {again.cold_load_s} s; its rollback ({back['action']}) in {back['cold_load_s']} s; "
              f"the first answered every request throughout, its replicas unchanged")
 

@@ -13,7 +13,16 @@ from orchestrator.manifest.load import load_manifest_file
 from orchestrator.plan.catalog import CATALOG
 from orchestrator.plan.engine_features import LoraOptions
 from orchestrator.serve.desired import RolloutRequest, lora_options
-from orchestrator.serve.lora import LoraAdapter, adapter_rank, adapters_of, check_adapters, lora_modules, parse_lora
+from orchestrator.serve.lora import (
+    LoraAdapter,
+    adapter_rank,
+    adapters_of,
+    check_adapters,
+    lora_modules,
+    parse_lora,
+    static_adapters,
+)
+from orchestrator.serve.shapes import llm_config_of
 from orchestrator.workflows.desired import desired_for_model
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "cluster-templates"
@@ -67,7 +76,7 @@ def test_the_modules_are_what_vllms_frontend_args_take_as_lora_modules():
     # Ray Serve LLM hands engine_kwargs' frontend fields to FrontendArgs(**kwargs) (vllm_models.py)
     args = FrontendArgs(lora_modules=modules)
     assert args.lora_modules == [LoRAModulePath("sql", "/m/sql", "tiny"), LoRAModulePath("chat", "s3://b/chat", "tiny")]
-    assert adapters_of({"engine_kwargs": {"lora_modules": modules}}) == (LoraAdapter("sql", "/m/sql"), LoraAdapter("chat", "s3://b/chat"))
+    assert static_adapters({"engine_kwargs": {"lora_modules": modules}}) == (LoraAdapter("sql", "/m/sql"), LoraAdapter("chat", "s3://b/chat"))
 
 
 def test_the_rank_comes_from_the_adapters_own_config():
@@ -82,7 +91,7 @@ def test_the_rank_comes_from_the_adapters_own_config():
 
 def test_a_stored_config_entry_without_a_name_or_a_path_is_not_an_adapter():
     modules = [{"name": "sql"}, {"path": "/m/x"}, "chat=/m/chat", {"name": "ok", "path": "/m/ok", "base_model_name": "tiny"}]
-    assert adapters_of({"engine_kwargs": {"lora_modules": modules}}) == (LoraAdapter("ok", "/m/ok"),)
+    assert static_adapters({"engine_kwargs": {"lora_modules": modules}}) == (LoraAdapter("ok", "/m/ok"),)
 
 
 # ---- what the rollout renders and plans ----
@@ -97,14 +106,15 @@ def _rendered(tmp_path: Path, **request) -> tuple[dict, object]:
     return desired.rendered.llm_config, desired
 
 
-def test_a_rollout_with_adapters_renders_lora_modules_and_one_slot_each(tmp_path):
+def test_a_rollout_with_adapters_renders_them_as_the_engine_deployments_user_config_and_one_slot_each(tmp_path):
     adapters = (parse_lora("sql=/models/adapters/sql"), parse_lora("chat=s3://bucket/adapters/chat"))
     llm, desired = _rendered(tmp_path, adapters=adapters)
     engine = llm["engine_kwargs"]
-    assert engine["lora_modules"] == [
-        {"name": "sql", "path": "/models/adapters/sql", "base_model_name": "tiny"},
-        {"name": "chat", "path": "s3://bucket/adapters/chat", "base_model_name": "tiny"},
-    ]
+    # runtime adapters (orch's builder): outside the args, so a change of them is no new code version
+    assert "lora_modules" not in engine and desired.rendered.app["import_path"] == "orch_serve_hooks:build_openai_app"
+    assert desired.rendered.app["deployments"] == [{"name": "LLMServer:tiny", "user_config": {"lora_adapters": [
+        {"name": "chat", "source": "s3://bucket/adapters/chat"}, {"name": "sql", "source": "/models/adapters/sql"}]}}]  # fmt: skip
+    assert adapters_of(desired.rendered.app) == (LoraAdapter("chat", "s3://bucket/adapters/chat"), LoraAdapter("sql", "/models/adapters/sql"))
     # one slot per adapter at vLLM's default rank (LoRAConfig.max_lora_rank = 16)
     assert (engine["enable_lora"], engine["max_loras"], engine["max_lora_rank"]) == (True, 2, 16)
     assert desired.plan["features"]["lora_gib_per_gpu"] > 0
@@ -148,14 +158,14 @@ def test_an_s3_adapter_on_a_base_from_a_bucket_is_refused():
     # what fetches an S3 adapter.
     from orchestrator.plan.planner import plan_model
     from orchestrator.plan.shape import shape_from_manifest
-    from orchestrator.serve.desired import adapter_modules
+    from orchestrator.serve.desired import checked_adapters
 
     manifest = load_manifest_file(TEMPLATES / "2x8-h100-405b.yaml")
     plan = plan_model(CATALOG["llama3-8b"], shape_from_manifest(manifest))
     request = RolloutRequest(model="llama3-8b", adapters=(LoraAdapter("sql", "s3://b/sql"),))
     with pytest.raises(UsageError, match="S3 adapter is downloaded on the node by orch's Serve callback"):
-        adapter_modules(manifest, request, "l8", "s3://models/llama3-8b", plan)
-    assert adapter_modules(manifest, request, "l8", "/models/llama3-8b", plan)[0]["path"] == "s3://b/sql"
+        checked_adapters(manifest, request, "l8", "s3://models/llama3-8b", plan)
+    assert checked_adapters(manifest, request, "l8", "/models/llama3-8b", plan)[0].source == "s3://b/sql"
 
 
 # ---- the manifest's serve.lora ----
@@ -174,15 +184,14 @@ def test_the_manifests_adapters_of_a_model_are_served_unless_the_flag_gives_them
     manifest = _manifest_with("    tiny:\n      sql: /models/adapters/sql\n      chat: s3://bucket/chat/\n    other:\n      x: /m/x\n", tmp_path)
     model = str(build_tiny_model(tmp_path / "tiny"))
 
-    def engine(**request) -> dict:
-        desired = desired_for_model(manifest, RolloutRequest(model=model, served_name="tiny", max_model_len=1024, **request))([], 2)
-        return desired.rendered.llm_config["engine_kwargs"]
+    def app(**request) -> dict:
+        return desired_for_model(manifest, RolloutRequest(model=model, served_name="tiny", max_model_len=1024, **request))([], 2).rendered.app
 
-    assert [(m["name"], m["path"]) for m in engine()["lora_modules"]] == [("sql", "/models/adapters/sql"), ("chat", "s3://bucket/chat")]
-    assert engine()["max_loras"] == 2
-    assert [m["name"] for m in engine(adapters=(LoraAdapter("only", "/m/only"),))["lora_modules"]] == ["only"]
+    assert [(a.name, a.source) for a in adapters_of(app())] == [("chat", "s3://bucket/chat"), ("sql", "/models/adapters/sql")]
+    assert llm_config_of(app())["engine_kwargs"]["max_loras"] == 2
+    assert [a.name for a in adapters_of(app(adapters=(LoraAdapter("only", "/m/only"),)))] == ["only"]
     other = desired_for_model(manifest, RolloutRequest(model=model, served_name="plain", max_model_len=1024))([], 2)
-    assert "lora_modules" not in other.rendered.llm_config["engine_kwargs"]  # another model: none of them
+    assert adapters_of(other.rendered.app) == () and "deployments" not in other.rendered.app  # another model: none of them
 
 
 @pytest.mark.parametrize(("lora_yaml", "needle"), [
@@ -203,14 +212,14 @@ def test_an_s3_adapter_for_an_engine_that_spans_nodes_is_refused():
     # the adapter from the same path (each worker's LoRA manager reads it).
     from orchestrator.plan.planner import plan_model
     from orchestrator.plan.shape import shape_from_manifest
-    from orchestrator.serve.desired import adapter_modules
+    from orchestrator.serve.desired import checked_adapters
 
     manifest = load_manifest_file(TEMPLATES / "2x8-h100-405b.yaml")
     plan = plan_model(CATALOG["llama3-405b"], shape_from_manifest(manifest))
     assert plan.tp * plan.pp > plan.gpus_per_node  # TP=8 x PP=2 over two 8-GPU nodes
     s3 = RolloutRequest(model="llama3-405b", adapters=(LoraAdapter("sql", "s3://b/sql"),))
     with pytest.raises(UsageError, match="this plan's engine spans nodes") as caught:
-        adapter_modules(manifest, s3, "l", "/models/llama3-405b", plan)
+        checked_adapters(manifest, s3, "l", "/models/llama3-405b", plan)
     assert "every node's disk" in (caught.value.hint or "")
     disk = RolloutRequest(model="llama3-405b", adapters=(LoraAdapter("sql", "/models/adapters/sql"),))
-    assert adapter_modules(manifest, disk, "l", "/models/llama3-405b", plan)[0]["path"] == "/models/adapters/sql"
+    assert checked_adapters(manifest, disk, "l", "/models/llama3-405b", plan)[0].source == "/models/adapters/sql"

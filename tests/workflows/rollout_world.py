@@ -243,7 +243,7 @@ def make_world(tmp_path, manifest_text=MANIFEST):
 
     def rollout(key=KEY, options=RolloutOptions(timeout_s=60, probe_timeout_s=10), **req):
         fields = {"model": str(model), "served_name": "tiny", "replicas": 1, "max_model_len": 1024, **req}
-        return execute(manifest, desired_for_model(manifest, RolloutRequest(**fields)), key, w.deps, options)
+        return execute(manifest, desired_for_model(manifest, RolloutRequest(**fields), serving=w.deps.state), key, w.deps, options)
 
     w.rollout = rollout
     return w

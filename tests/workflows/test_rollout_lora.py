@@ -5,12 +5,13 @@ applied application carries; a change of adapters is a new revision."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from orchestrator.errors import RolloutFailed
 from orchestrator.remote.fake import result
-from orchestrator.serve.lora import LoraAdapter
+from orchestrator.serve.lora import LoraAdapter, adapters_of
 from tests.workflows.rollout_world import make_world
 
 ADAPTER = "/models/adapters/sql"
@@ -53,7 +54,8 @@ def test_adapters_on_every_node_are_applied_and_a_new_adapter_is_a_new_revision(
     first = world.rollout(adapters=(LoraAdapter("sql", ADAPTER), LoraAdapter("chat", "s3://bucket/adapters/chat")))
     assert first.action == "fresh"
     engine = _engine(world.serve.bodies[-1])
-    assert [m["name"] for m in engine["lora_modules"]] == ["sql", "chat"] and engine["max_loras"] == 2
+    assert "lora_modules" not in engine and engine["max_loras"] == 2
+    assert [a.name for a in adapters_of(world.serve.bodies[-1]["applications"][0])] == ["chat", "sql"]
     checked = [c.argv for r in world.runners.values() for c in r.calls if c.argv[:2] == ("test", "-f")]
     assert checked.count(("test", "-f", CONFIG)) == 2  # both nodes; the S3 adapter is fetched by the node itself
     assert not any("s3://" in " ".join(argv) for argv in checked)
@@ -61,3 +63,36 @@ def test_adapters_on_every_node_are_applied_and_a_new_adapter_is_a_new_revision(
     assert again.action == "noop"
     changed = world.rollout(adapters=(LoraAdapter("sql", ADAPTER), LoraAdapter("chat", "s3://bucket/adapters/chat-v2")))
     assert changed.action != "noop" and changed.revision == first.revision + 1
+
+
+def test_an_adapter_added_to_the_running_base_is_a_user_config_put_that_keeps_its_args_and_is_probed(world):
+    world.runners["head"].on(("cat", CONFIG), result(stdout=json.dumps({"peft_type": "LORA", "r": 8})))
+    first = world.rollout(adapters=(LoraAdapter("sql", ADAPTER),))
+    (before,) = world.serve.bodies[-1]["applications"]
+    chat = LoraAdapter("chat", "s3://bucket/adapters/chat")
+    grown = world.rollout(adapters=(LoraAdapter("sql", ADAPTER), chat))  # no LoRA flags: the running engine's slots kept
+    assert grown.action == "adapters" and grown.revision == first.revision + 1, grown.decision
+    (after,) = world.serve.bodies[-1]["applications"]
+    assert after["args"] == before["args"]  # the same code version: Serve reconfigures, restarts nothing
+    assert [a.name for a in adapters_of(after)] == ["chat", "sql"]
+    assert [m for _, m, _ in world.endpoint.probes[-3:]] == ["tiny", "chat", "sql"]  # the base, then each adapter
+    assert any("each LoRA adapter answered a completion" in s for s in grown.steps)
+    shrunk = world.rollout(adapters=(chat,))
+    assert shrunk.action == "adapters" and "removes sql" in shrunk.decision["reason"]
+    assert world.serve.bodies[-1]["applications"][0]["args"] == before["args"]
+
+
+def test_an_adapter_that_does_not_answer_puts_the_previous_adapters_back(world):
+    world.rollout(adapters=(LoraAdapter("sql", ADAPTER),))
+    (before,) = world.serve.bodies[-1]["applications"]
+    probe = world.endpoint.probe
+
+    def refuse_chat(route, model, key):
+        answer = probe(route, model, key)
+        return replace(answer, ok=False, error="http: HTTP 404") if model == "chat" else answer
+
+    world.endpoint.probe = refuse_chat
+    with pytest.raises(RolloutFailed) as err:
+        world.rollout(adapters=(LoraAdapter("sql", ADAPTER), LoraAdapter("chat", "s3://bucket/adapters/chat")))
+    assert "LoRA adapter chat did not answer" in err.value.message and err.value.rolled_back
+    assert adapters_of(world.serve.bodies[-1]["applications"][0]) == adapters_of(before)

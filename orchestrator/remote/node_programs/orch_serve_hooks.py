@@ -1,7 +1,8 @@
 """orch's Serve LLM hooks, imported by Ray in every engine replica of an application orch renders:
 the callback class (``callback_config``) that skips Serve LLM's per-node model task and its
-telemetry push, orch's builder (the application's ``import_path``) and the vLLM worker extension
-that asks Linux for the AMX tile registers. Why each exists: ``orchestrator/serve/node_hooks.py``.
+telemetry push, orch's builder (the application's ``import_path``) whose replica class loads the
+LoRA adapters of its ``user_config`` into its running engine (``reconfigure``), and the vLLM
+worker extension that asks Linux for the AMX tile registers. Why each exists: ``orchestrator/serve/node_hooks.py``.
 
 Runs on the nodes, not here: orch writes this file whole, as ``orch_serve_hooks.py``, into its own
 folder on every node of the cluster (``orch up`` and every rollout, before the apply; `orch down`
@@ -24,6 +25,10 @@ SKIPPED_LINE = "orch: Serve LLM's per-node model task skipped"
 AMX_GRANTED_LINE = "orch: AMX tile data enabled for this vLLM worker"
 AMX_REFUSED_LINE = "orch: the kernel refused AMX tile data to this vLLM worker"
 ADAPTER_LINE = "orch: LoRA adapter downloaded"
+ADAPTER_LOADED_LINE = "orch: LoRA adapter loaded"
+ADAPTER_FAILED_LINE = "orch: LoRA adapter not loaded"
+# The engine deployment's user_config key that lists the adapters its replicas load (serve/lora.py).
+LORA_KEY = "lora_adapters"
 # Where LLMServer._start_engine finds the telemetry push it calls after the engine started (Ray
 # 2.60, ray/llm/_internal/serve/core/server/llm_server.py); the callback replaces it there.
 LLM_SERVER_MODULE = "ray.llm._internal.serve.core.server.llm_server"
@@ -66,6 +71,27 @@ def adapter_dir(uri: str, name: str) -> str:
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lora", f"{name}-{digest}")
 
 
+def fetch_adapter(uri: str, name: str) -> str:
+    """An S3 adapter downloaded afresh into ``adapter_dir``; returns that folder."""
+    from filelock import FileLock
+    from ray.llm._internal.common.utils.cloud_utils import CloudFileSystem
+
+    dest = adapter_dir(uri, name)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    with FileLock(dest + ".lock"):  # two replicas on one node
+        partial = f"{dest}.partial-{os.getpid()}"
+        shutil.rmtree(partial, ignore_errors=True)
+        CloudFileSystem.download_files(path=partial, bucket_uri="pyarrow-" + uri.rstrip("/"))
+        if not os.path.isfile(os.path.join(partial, "adapter_config.json")):
+            shutil.rmtree(partial, ignore_errors=True)
+            raise ValueError(f"orch: LoRA adapter {name!r}: no adapter_config.json under {uri} "
+                             "(check the prefix, AWS_ENDPOINT_URL_S3 and the credentials in the nodes' environment)")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.rename(partial, dest)
+    logging.getLogger("ray.serve").info(ADAPTER_LINE + " (%s: %s -> %s)", name, uri, dest)
+    return dest
+
+
 def _download_adapters(llm_config: Any) -> None:
     """Each ``lora_modules`` entry whose path is ``s3://...`` is downloaded here, before the engine
     starts, and its path replaced by the local copy: vLLM loads adapters from local folders only.
@@ -77,32 +103,63 @@ def _download_adapters(llm_config: Any) -> None:
     remote = [m for m in modules if isinstance(m, dict) and str(m.get("path", "")).startswith("s3://")]
     if not remote:
         return
-    from filelock import FileLock
-    from ray.llm._internal.common.utils.cloud_utils import CloudFileSystem
-
-    local = {}
-    for module in remote:
-        uri, name = module["path"], str(module["name"])
-        dest = adapter_dir(uri, name)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        with FileLock(dest + ".lock"):  # two replicas starting on one node
-            partial = f"{dest}.partial-{os.getpid()}"
-            shutil.rmtree(partial, ignore_errors=True)
-            CloudFileSystem.download_files(path=partial, bucket_uri="pyarrow-" + uri.rstrip("/"))
-            if not os.path.isfile(os.path.join(partial, "adapter_config.json")):
-                shutil.rmtree(partial, ignore_errors=True)
-                raise ValueError(f"orch: LoRA adapter {name!r}: no adapter_config.json under {uri} "
-                                 "(check the prefix, AWS_ENDPOINT_URL_S3 and the credentials in the nodes' environment)")
-            shutil.rmtree(dest, ignore_errors=True)
-            os.rename(partial, dest)
-        logging.getLogger("ray.serve").info(ADAPTER_LINE + " (%s: %s -> %s)", name, uri, dest)
-        local[uri] = dest
+    local = {m["path"]: fetch_adapter(m["path"], str(m["name"])) for m in remote}
     # The same dicts are in the engine config Serve LLM may already have made from engine_kwargs
     # (its frontend_kwargs hold the same list): replacing the path in each dict covers both.
     frontend = llm_config.get_engine_config().frontend_kwargs.get("lora_modules") or []
     for module in [*modules, *frontend]:
         if isinstance(module, dict) and module.get("path") in local:
             module["path"] = local[module["path"]]
+
+
+async def sync_adapters(server: Any, user_config: Any) -> None:
+    """The replica's ``reconfigure``: its engine serves exactly the adapters of ``user_config``
+    (``{LORA_KEY: [{"name", "source"}]}``). Each added one (or one whose source changed) is loaded,
+    an S3 one downloaded first, with vLLM's ``OpenAIServingModels.load_lora_adapter`` (Serve LLM's
+    ``VLLMEngine._oai_models``, the object vLLM's app serves ``/v1/models`` and the model check
+    from); each removed one is unloaded. Serve calls it on every running replica when the
+    user_config changes, and on each new replica after its engine started, before it is ready.
+    An adapter that fails to load is logged (``ADAPTER_FAILED_LINE``), not raised: the replica
+    keeps serving its base and the others, and orch's probe of each adapter fails the rollout."""
+    import asyncio
+
+    from vllm.entrypoints.serve.lora.protocol import LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest
+
+    log = logging.getLogger("ray.serve")
+    wanted = {str(a["name"]): str(a["source"]) for a in (user_config or {}).get(LORA_KEY) or [] if isinstance(a, dict)}
+    held = server.__dict__.setdefault("_orch_adapters", {})  # name -> source, as loaded
+    models = getattr(server.engine, "_oai_models", None)
+    if models is None:
+        log.warning(ADAPTER_FAILED_LINE + " (%s: this engine has no vLLM serving models)", ", ".join(sorted(wanted)) or "-")
+        return
+    for name in sorted(n for n in held if wanted.get(n) != held[n]):
+        await models.unload_lora_adapter(UnloadLoRAAdapterRequest(lora_name=name))
+        log.info("orch: LoRA adapter unloaded (%s)", held.pop(name))
+    for name, source in sorted(wanted.items()):
+        if held.get(name) == source:
+            continue
+        try:
+            path = await asyncio.to_thread(fetch_adapter, source, name) if source.startswith("s3://") else source
+            result = await models.load_lora_adapter(LoadLoRAAdapterRequest(lora_name=name, lora_path=path),
+                                                    base_model_name=server._llm_config.model_id)  # fmt: skip
+        except Exception as exc:
+            result = exc
+        if isinstance(result, str):
+            held[name] = source
+            log.info(ADAPTER_LOADED_LINE + " (%s from %s)", name, source)
+        else:
+            log.warning(ADAPTER_FAILED_LINE + " (%s from %s: %s)", name, source, getattr(getattr(result, "error", None), "message", result))
+
+
+def _with_runtime_adapters(cls):
+    """``cls`` (Serve LLM's LLMServer or a subclass) with orch's ``reconfigure``."""
+
+    class WithRuntimeAdapters(cls):
+        async def reconfigure(self, user_config) -> None:
+            await sync_adapters(self, user_config)
+
+    WithRuntimeAdapters.__name__ = WithRuntimeAdapters.__qualname__ = cls.__name__
+    return WithRuntimeAdapters
 
 
 # The Ray release whose Serve LLM the light build below was compared with, field by field
@@ -219,7 +276,7 @@ def _build_with_serve_llm(builder_config: dict):
     # picks: Serve refuses any request_router_class on an ingress deployment that HAProxy
     # balances itself ("A custom `request_router_config.request_router_class` is not supported
     # on the ingress deployment when HAProxy is enabled", ray/serve/_private/application_state.py).
-    return build_llm_deployment(llm_config, deployment_cls=serve.ingress()(llm_config.server_cls or LLMServer))
+    return build_llm_deployment(llm_config, deployment_cls=serve.ingress()(_with_runtime_adapters(llm_config.server_cls or LLMServer)))
 
 
 def _ingress_class():
@@ -236,7 +293,7 @@ def _ingress_class():
             await super().__init__(llm_config, **kwargs)
 
     LLMServerFromDict.__name__ = LLMServerFromDict.__qualname__ = "LLMServer"
-    return serve.ingress()(LLMServerFromDict)
+    return serve.ingress()(_with_runtime_adapters(LLMServerFromDict))
 
 
 def _amx_tile_data():
