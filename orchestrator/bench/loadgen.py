@@ -30,6 +30,7 @@ SESSION_HEADER = "x-session-id"
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 OnRecord = Callable[[str, RequestRecord], None]
+Stop = Callable[[Sequence[RequestRecord]], bool]  # asked after each answer: end the level now
 
 
 @dataclass(frozen=True)
@@ -234,11 +235,17 @@ async def run_concurrency(
     clock: Clock,
     on_record: OnRecord | None = None,
     label: str | None = None,
+    stop: Stop | None = None,
 ) -> tuple[list[RequestRecord], float]:
-    """``requests`` requests, ``concurrency`` in flight at all times. Returns records and duration."""
+    """``requests`` requests, ``concurrency`` in flight at all times. Returns records and duration.
+
+    ``stop(records)``, asked after each answer, ends the level early: no request is sent after it
+    says True and the ones in flight are cancelled (their connections closed, so the server aborts
+    them); the records are the requests answered until then."""
     label = label or f"concurrency={concurrency}"
     records: list[RequestRecord] = []
     counter = iter(range(requests))
+    workers: list[asyncio.Task] = []
 
     async def worker() -> None:
         for i in counter:
@@ -246,9 +253,18 @@ async def run_concurrency(
             records.append(rec)
             if on_record:
                 on_record(label, rec)
+            if stop is not None and stop(records):
+                for other in workers:
+                    if other is not asyncio.current_task():
+                        other.cancel()
+                return
 
     t0 = clock()
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, requests))))
+    workers.extend(asyncio.ensure_future(worker()) for _ in range(min(concurrency, requests)))
+    outcomes = await asyncio.gather(*workers, return_exceptions=True)  # cancelled with its caller (Ctrl-C)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+            raise outcome
     return records, clock() - t0
 
 
@@ -313,12 +329,13 @@ async def run_levels(
     settle: Callable[[str, str, int], bool] | None = None,
     settle_timeout_s: float = 30.0,
     transport: httpx.AsyncBaseTransport | None = None,
+    stop: Stop | None = None,
 ) -> list[LevelRun]:
     """Run every level (each concurrency, or the one rate), scraping metrics around each.
 
     ``settle(before, after, succeeded)`` says whether the after-page already holds this level's
     requests; Ray exports metrics with a delay, so the after-scrape is retried until it does or
-    ``settle_timeout_s`` passes.
+    ``settle_timeout_s`` passes. ``stop`` may end each concurrency level early (``run_concurrency``).
     """
     rng = rng or random.Random(0)
     out: list[LevelRun] = []
@@ -351,7 +368,7 @@ async def run_levels(
                 stats = summarize(recs, dur, f"rate={r:g}/s", rate=r)
             else:
                 assert conc is not None
-                recs, dur = await run_concurrency(client, spec, level_prompts, conc, requests, clock, on_record)
+                recs, dur = await run_concurrency(client, spec, level_prompts, conc, requests, clock, on_record, stop=stop)
                 stats = summarize(recs, dur, f"concurrency={conc}", concurrency=conc)
             after = None
             if scrape and before is not None:

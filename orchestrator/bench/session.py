@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from orchestrator.bench import crosscheck
-from orchestrator.bench.loadgen import LevelRun, OnRecord, Prompt, RequestSpec, run_levels
+from orchestrator.bench.loadgen import LevelRun, OnRecord, Prompt, RequestSpec, Stop, run_levels
 from orchestrator.bench.prompts import (
     approximate_prompts,
     calibrate_words_per_token,
@@ -159,8 +159,10 @@ def run_bench(
     now: Callable[[], _dt.datetime] = lambda: _dt.datetime.now(_dt.timezone.utc),
     transport: httpx.AsyncBaseTransport | None = None,
     count_tokens: Callable[[str], int] | None = None,
+    stop: Stop | None = None,
 ) -> tuple[dict, list[LevelRun]]:
-    """Run the benchmark and return (results dict, raw level runs)."""
+    """Run the benchmark and return (results dict, raw level runs). ``stop`` may end a concurrency
+    level early (``loadgen.run_concurrency``; the SLO gate's decided miss)."""
     spec = RequestSpec(
         base_url=opts.base_url.rstrip("/"),
         model=opts.model,
@@ -195,6 +197,7 @@ def run_bench(
             settle=lambda b, a, n: crosscheck.settled(b, a, n, opts.model),
             settle_timeout_s=opts.settle_timeout_s,
             transport=transport,
+            stop=stop,
         )
     )
     total = sum(r.stats.requests for r in runs)

@@ -32,8 +32,10 @@ class HttpEndpoint:
 
     def load(self, route_prefix: str, model: str, api_key: str, gate) -> dict:
         """The SLO gate's load through ``route_prefix`` with orch's load generator (`orch bench`'s
-        run: prompts sized from the server's own token counts, the recorded shape)."""
+        run: prompts sized from the server's own token counts, the recorded shape), ended as soon
+        as the objective can no longer be met (``slo_gate.decided_miss``)."""
         from orchestrator.bench.session import BenchOptions, run_bench
+        from orchestrator.serve.slo_gate import decided_miss
 
         shape = gate.shape
         opts = BenchOptions(
@@ -43,7 +45,7 @@ class HttpEndpoint:
             workload=str(shape.get("workload") or "random"), prefixes=int(shape.get("prefixes") or 8),
             prefix_tokens=int(shape.get("prefix_tokens") or 1024),
         )  # fmt: skip
-        result, _runs = run_bench(opts)
+        result, _runs = run_bench(opts, stop=lambda records: decided_miss(gate, records) is not None)
         return result
 
 

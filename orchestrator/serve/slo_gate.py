@@ -17,11 +17,13 @@ the objective.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.bench.goodput import LoadLevel, Objective, gate_concurrency, goodput, misses
+from orchestrator.bench.latency import RequestRecord
 from orchestrator.errors import UsageError
 
 
@@ -95,7 +97,58 @@ def plan_gate(entry: Mapping[str, Any] | None, objective: Objective | None, live
     )  # fmt: skip
 
 
+def gate_figures(plan: GatePlan, measured: LoadLevel) -> str:
+    """What the candidate measured, and how many of the planned requests it took (the gate ends
+    a decided miss early: ``decided_miss``)."""
+    text = (f"TTFT p95 {measured.ttft_p95_ms or 0:.0f} ms, TPOT p95 {measured.tpot_p95_ms or 0:.1f} ms, "
+            f"{measured.succeeded}/{measured.requests} ok, {measured.req_per_s:.2f} req/s")  # fmt: skip
+    if measured.requests < plan.requests:
+        text += f" (stopped after {measured.requests} of {plan.requests} requests: the rest could not meet the objective)"
+    return text
+
+
 def judge_gate(plan: GatePlan, measured: LoadLevel) -> list[str]:
     """Why the candidate's measured level misses the gate's objective ([] = it passes)."""
     bounds = _Bounds(plan.objective.get("ttft_p95_ms"), plan.objective.get("tpot_p95_ms"), float(plan.objective.get("max_error_rate", 0.01)))
     return misses(measured, bounds)
+
+
+# The percentile the objective bounds (bench.latency.percentile: linear between closest ranks).
+GATE_PERCENTILE = 95
+
+
+def _past_saving(values_ms: Iterable[float], bound_ms: float | None, most: int) -> bool:
+    """Whether the p95 of at most ``most`` values exceeds ``bound_ms`` whatever the values not in
+    yet: the lowest p95 comes when every value still to come is 0 and as many come as can. Of n
+    sorted values the p95 lies between ranks floor(0.95 (n-1)) and the next (linear
+    interpolation), so it exceeds the bound once the value at the lower rank does, i.e. once at
+    least n - floor(0.95 (n-1)) values exceed it. That count never grows when n shrinks: fewer
+    values to come only make the miss surer."""
+    if bound_ms is None or most <= 0:
+        return False
+    over = sum(v > bound_ms for v in values_ms)
+    return over >= most - math.floor((most - 1) * GATE_PERCENTILE / 100)
+
+
+def decided_miss(plan: GatePlan, records: Iterable[RequestRecord]) -> str | None:
+    """Why the gate's level already misses the objective whatever its remaining requests do (None:
+    it can still pass). ``records`` are the requests answered so far out of ``plan.requests``.
+
+    The gate stops there instead of sending the rest: a candidate that cannot pass would otherwise
+    take the whole load (with max_num_seqs=1 at concurrency 8, 16 whole answers one at a time)
+    before the rollback, holding its GPUs and the rollout that long. The level judged is then the
+    requests answered, and ``judge_gate`` finds the same miss on it: a share of errors over the
+    planned count is over it on fewer requests, and a p95 over the bound is over it on any subset
+    of the values that holds the misses."""
+    done = list(records)
+    failed = sum(not r.ok for r in done)
+    max_error_rate = float(plan.objective.get("max_error_rate", 0.01))
+    if failed / max(plan.requests, 1) > max_error_rate:
+        return f"{failed} of {plan.requests} requests failed: over {max_error_rate:.1%} whatever the rest do"
+    most = plan.requests - failed  # successes there can still be
+    ok = [r for r in done if r.ok]
+    for name, key, values in (("TTFT", "ttft_p95_ms", [r.ttft for r in ok]), ("TPOT", "tpot_p95_ms", [r.tpot for r in ok])):
+        bound = plan.objective.get(key)
+        if _past_saving([v * 1000.0 for v in values if v is not None], bound, most):
+            return f"{name} p95 over {bound:g} ms whatever the rest of the {plan.requests} requests do"
+    return None

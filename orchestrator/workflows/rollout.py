@@ -51,7 +51,7 @@ from orchestrator.serve.config import (
 from orchestrator.serve.desired import Desired
 from orchestrator.serve.lora import runtime_adapters, with_runtime_adapters
 from orchestrator.serve.ray_io.client import ServeStatus
-from orchestrator.serve.slo_gate import GatePlan, judge_gate, plan_gate
+from orchestrator.serve.slo_gate import GatePlan, gate_figures, judge_gate, plan_gate
 from orchestrator.state import Revision, StateStore
 from orchestrator.workflows.calibration import calibrate_rollout
 from orchestrator.workflows.front_steps import settle_front
@@ -390,9 +390,9 @@ def _run_gate(gate: GatePlan, app: RenderedApp, attempt: Attempt, apis: ClusterA
     levels = levels_of(bench)
     measured = levels[0] if levels else LoadLevel(f"concurrency={gate.concurrency}", gate.concurrency, None, 0, 0, 1.0, 0.0, None, None, None)
     why = judge_gate(gate, measured)
-    figures = (f"TTFT p95 {measured.ttft_p95_ms or 0:.0f} ms, TPOT p95 {measured.tpot_p95_ms or 0:.1f} ms, "
-               f"{measured.succeeded}/{measured.requests} ok, {measured.req_per_s:.2f} req/s")  # fmt: skip
-    trail.result.slo_gate = {"plan": gate.to_dict(), "measured": measured.to_dict(), "passed": not why, "misses": why}
+    figures = gate_figures(gate, measured)
+    trail.result.slo_gate = {"plan": gate.to_dict(), "measured": measured.to_dict(), "passed": not why, "misses": why,
+                             "stopped_early": measured.requests < gate.requests}  # fmt: skip
     trail.meta["slo_gate"] = trail.result.slo_gate
     # The candidate's measurement becomes its revision's record (the level the next gate holds to).
     record = deps.state.get_revision(attempt.manifest.name, trail.number)
