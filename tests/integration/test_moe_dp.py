@@ -1,10 +1,11 @@
 """Data-parallel MoE applications on the test bed, through `orch rollout`.
 
-Two test hosts with one described H100 each and the vLLM stand-in (tests/testbed/vllm_gpu_standin:
+Three test hosts with one described H100 each and the vLLM stand-in (tests/testbed/vllm_gpu_standin:
 the GPU path through vLLM's Ray executor, and the variable-size collectives a GPU's communicator
 has, which vLLM 0.32's CPU communicator lacks); the tiny Qwen3-MoE-shaped model of
 ``orchestrator.plan.tinymodel`` (8 experts). `orch rollout --dp 2` renders ``build_dp_openai_app``;
-Serve gang-schedules the two ranks, one per host, and each rank's DPServer starts its engine.
+Serve gang-schedules the two ranks, one per host, and each rank's DPServer starts its engine; the
+third GPU takes a model of another shape beside the group (C).
 
 Two rollouts, one bed (one `orch up`), in this order:
 
@@ -20,9 +21,12 @@ B. ``--dp 2 --no-expert-parallel``: a DP group whose MoE layers gather every ran
    route, `orch status` shows both ranks RUNNING with their own KV caches; then one rank's replica
    is killed while requests flow: Serve restarts the whole group, `orch status` shows the group
    unhealthy then whole again, and the requests resume. The times are printed (docs/moe.md).
+C. Beside B's group, the tiny dense model (TP 1, its own application) on the third GPU: from the
+   second model on orch's front takes /v1, and both models answer on the one base URL with the key;
+   the group's ranks are not restarted; `orch remove` of the dense model leaves the group alone on /.
 
-Cost: one `orch up` of 2 hosts, three gangs of 2 ranks (A's, B's and B's restart); about 4-5
-minutes (docs/moe.md has the measured figures).
+Cost: one `orch up` of 3 hosts, three gangs of 2 ranks (A's, B's and B's restart) and one dense
+engine; about 6-8 minutes (docs/moe.md has the measured figures).
 """
 
 from __future__ import annotations
@@ -137,7 +141,7 @@ def complete(endpoint: str, key: str | None, timeout: float = 120) -> httpx.Resp
 
 @pytest.fixture(scope="module")
 def moe_bed(testbed_factory, tmp_path_factory):
-    bed = testbed_factory.make([HostSpec("1xH100-80GB", vllm_gpu=True) for _ in range(2)], name="moe-dp")
+    bed = testbed_factory.make([HostSpec("1xH100-80GB", vllm_gpu=True) for _ in range(3)], name="moe-dp")
     work = tmp_path_factory.mktemp("moe-dp")
     model = build_tiny_moe(work / "models" / "tiny-moe")
     path = work / f"{bed.name}.yaml"
@@ -190,8 +194,8 @@ def test_the_ranks_land_one_per_host_and_status_names_each_with_its_node(dp_ep, 
     r0, r1 = dp_ranks(report)
     assert (r0["dp"]["rank"], r1["dp"]["rank"], r0["dp"]["size"]) == (0, 1, 2)
     assert r0["dp"]["group"] == r1["dp"]["group"]
-    # Serve's gang (PACK over one GPU per host) put one rank on each host.
-    assert {r0["node"], r1["node"]} == {h.name for h in cluster.bed.hosts}
+    # Serve's gang (PACK over one GPU per host) put one rank on each of two hosts.
+    assert r0["node"] != r1["node"] and {r0["node"], r1["node"]} <= {h.name for h in cluster.bed.hosts}
     # The application orch deployed is the DP builder with expert parallelism, its key redacted.
     config = StateStore(cluster.state_dir).get_revision(cluster.manifest.name, 1).config
     assert config["import_path"] == "ray.serve.llm:build_dp_openai_app"
@@ -205,7 +209,7 @@ def test_the_ranks_land_one_per_host_and_status_names_each_with_its_node(dp_ep, 
     assert len(gangs) == 1, [(r.get("name"), r.get("state")) for r in rows]
     gpu_bundles = [b for b in gangs[0]["bundles"] if (b.get("unit_resources") or {}).get("GPU")]
     assert len(gpu_bundles) == 2 and len({b["node_id"] for b in gpu_bundles}) == 2
-    assert {nodes[b["node_id"]]["node_ip"] for b in gpu_bundles} == {h.address for h in cluster.bed.hosts}
+    assert {nodes[b["node_id"]]["node_ip"] for b in gpu_bundles} == {h.address for h in cluster.bed.hosts if h.name in (r0["node"], r1["node"])}
     # Each rank's problem is "starting"; the group's says it does not serve until both run.
     group = group_problems(report)
     assert group and group[0]["code"] == "REPLICA_UNHEALTHY" and "ranks RUNNING" in group[0]["message"]
@@ -253,7 +257,7 @@ def test_a_dp_group_passes_the_gate_and_answers_with_the_key(dp_served, capsys, 
     assert report is not None, "orch status did not show the two ranks of the serving group"
     ranks = dp_ranks(report)
     assert [r["state"] for r in ranks] == ["RUNNING", "RUNNING"], ranks
-    assert {r["node"] for r in ranks} == {h.name for h in cluster.bed.hosts}
+    assert len({r["node"] for r in ranks}) == 2 and {r["node"] for r in ranks} <= {h.name for h in cluster.bed.hosts}
     assert [r["kv_cache_tokens"] for r in ranks] == [RANK_KV_TOKENS, RANK_KV_TOKENS], ranks
     assert group_problems(report) == []
     dp_served.first = report
@@ -375,7 +379,7 @@ def test_killing_one_rank_restarts_the_whole_group_and_requests_resume(dp_served
     # Both old replicas are gone, the rank that was not killed too: the gang restarted as one.
     ranks = dp_ranks(report)
     assert {r["dp"]["rank"] for r in ranks} == {0, 1} and len({r["dp"]["group"] for r in ranks}) == 1
-    assert {r["node"] for r in ranks} == {h.name for h in cluster.bed.hosts}
+    assert len({r["node"] for r in ranks}) == 2 and {r["node"] for r in ranks} <= {h.name for h in cluster.bed.hosts}
     stopped, added = _controller_times(cluster, killed_wall)
     measured(f"{dp_served.log[0]}; after killing rank 1: Serve stopped the other rank {_after(stopped, killed_wall)} and started a new "
              f"gang {_after(added, killed_wall)} later; orch status showed the new group whole {whole:.1f} s and the first request "
@@ -408,3 +412,53 @@ def _controller_times(cluster: RayTestbedCluster, since: float) -> tuple[float |
             if added is None and "using gang scheduling" in line:
                 added = t
     return stopped, added
+
+
+def test_a_dense_model_beside_the_dp_group_answers_on_the_same_endpoint_and_leaves_it_alone(dp_served, tiny_model_dir, capsys,
+                                                                                              monkeypatch, measured):  # fmt: skip
+    """C (issue 45: a model of another shape beside the others): the tiny dense model (TP 1) on
+    the third GPU, its own application, while the DP group serves. orch's front takes /v1: both
+    models answer on the one base URL with the key, /v1/models lists them, an unknown model gets
+    404 naming them, no key gets 401; the group's ranks (ids) are the ones serving before. `orch
+    remove dense` leaves the group answering alone on /, its ranks still the same."""
+    cluster = dp_served.cluster
+    key = dp_served.api_key
+    monkeypatch.setenv("ORCH_API_KEY", key)
+    endpoint = cluster.manifest.serve_url()
+
+    def ranks_now() -> list[tuple[str, float]]:
+        """The group's replicas (id, start time) as `orch status --json` lists the served models."""
+        (group,) = [m for m in dp_served.status(capsys)["serving"]["served_models"] if m["served_name"] == "tiny"]
+        return sorted((r["replica_id"], r["start_time_s"]) for r in group["replicas"])
+
+    def ask(model: str, with_key: bool = True) -> httpx.Response:
+        body = {"model": model, "prompt": "Experts of every rank", "max_tokens": 4, "temperature": 0}
+        headers = {"Authorization": f"Bearer {key}"} if with_key else {}
+        return httpx.post(f"{endpoint}/v1/completions", json=body, headers=headers, timeout=120)
+
+    ranks = ranks_now()
+    assert len(ranks) == 2, ranks
+    t0 = time.monotonic()
+    capsys.readouterr()
+    code = main(cluster.cli("rollout", cluster.manifest_path, "--model", tiny_model_dir, "--served-name", "dense", "--replicas", "1",
+                            "--max-model-len", "1024", "--enforce-eager", "--kv-cache-gib", TEST_KV_CACHE_GIB, "--timeout", "600"))  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, (out.out[-3000:], out.err[-3000:])
+    took = time.monotonic() - t0
+    for model in ("tiny", "dense"):
+        resp = ask(model)
+        assert resp.status_code == 200 and resp.json()["model"] == model and resp.json()["usage"]["completion_tokens"] > 0, resp.text[:300]
+    assert ask("dense", with_key=False).status_code == 401
+    unknown = ask("nope")
+    assert unknown.status_code == 404 and "served: dense, tiny" in unknown.text, unknown.text[:300]
+    listed = httpx.get(f"{endpoint}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30).json()
+    assert {m["id"] for m in listed["data"]} == {"tiny", "dense"}, listed
+    assert ranks_now() == ranks  # the group was not restarted by the model beside it
+
+    capsys.readouterr()
+    assert main(cluster.cli("remove", "dense", cluster.manifest_path, "--json")) == 0
+    removed = json.loads(capsys.readouterr().out)
+    assert removed["apps"] == ["orch-front", "orch-m-dense"] and removed["kept"] == ["orch"], removed  # the group takes /v1 back
+    assert ask("tiny").status_code == 200 and ask("dense").status_code == 404
+    assert ranks_now() == ranks
+    measured(f"a dense model beside the DP group: rolled out and answering through the front in {took:.0f} s; removed, the group serving alone")
