@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,13 +26,9 @@ TEMPLATES = Path(__file__).resolve().parents[2] / "cluster-templates"
 
 
 @pytest.fixture
-def node_module(tmp_path, monkeypatch):
-    folder = tmp_path / ".orch" / "nodes" / "c1" / "python"
-    folder.mkdir(parents=True)
-    (folder / f"{node_hooks.MODULE}.py").write_text(node_hooks.source())
-    monkeypatch.syspath_prepend(str(folder))
-    yield __import__(node_hooks.MODULE)
-    sys.modules.pop(node_hooks.MODULE, None)
+def node_module(on_the_node_path):
+    """orch's node module imported from the folder a node holds it in (tests/unit/conftest.py)."""
+    return __import__(node_hooks.MODULE)
 
 
 def test_serve_applies_a_user_config_change_by_reconfiguring_the_replica_not_restarting_it():

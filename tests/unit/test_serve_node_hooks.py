@@ -18,23 +18,6 @@ import pytest
 from orchestrator.serve import node_hooks
 
 
-@pytest.fixture
-def on_the_node_path(tmp_path, monkeypatch):
-    folder = tmp_path / ".orch" / "nodes" / "c1" / "python"
-    folder.mkdir(parents=True)
-    (folder / f"{node_hooks.MODULE}.py").write_text(node_hooks.source())
-    monkeypatch.syspath_prepend(str(folder))
-    yield folder
-    sys.modules.pop(node_hooks.MODULE, None)
-    # The callback replaces Serve LLM's telemetry push in its module (as in a replica's process):
-    # put Ray's own back for the tests that run after in this process.
-    server = sys.modules.get(node_hooks.LLM_SERVER_MODULE)
-    if server is not None:
-        from ray.llm._internal.serve.observability.usage_telemetry import usage
-
-        setattr(server, node_hooks.TELEMETRY_PUSH, getattr(usage, node_hooks.TELEMETRY_PUSH))
-
-
 def test_serve_llm_loads_the_callback_by_its_rendered_name_and_it_skips_the_node_task(on_the_node_path):
     from ray.llm._internal.common.callbacks.base import CallbackBase
     from ray.llm._internal.common.utils.import_utils import load_class
