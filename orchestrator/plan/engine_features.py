@@ -43,7 +43,9 @@ Each running sequence also holds ``num_speculative_tokens`` lookahead slots (``s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.errors import PlanError
 from orchestrator.plan.catalog import DTYPE_BYTES, ModelSpec
@@ -73,6 +75,16 @@ class LoraOptions:
         if self.max_cpu_loras is not None:
             out["max_cpu_loras"] = self.max_cpu_loras
         return out
+
+    @classmethod
+    def from_engine_kwargs(cls, engine: Mapping[str, Any]) -> LoraOptions | None:
+        """The settings ``engine_kwargs`` (rendered or stored) start vLLM with; None: LoRA off.
+        The inverse of ``engine_kwargs``, with vLLM's defaults for what it leaves out."""
+        if not engine.get("enable_lora"):
+            return None
+        cpu = engine.get("max_cpu_loras")
+        return cls(max_loras=int(engine.get("max_loras") or cls.max_loras), max_lora_rank=int(engine.get("max_lora_rank") or cls.max_lora_rank),
+                   max_cpu_loras=int(cpu) if isinstance(cpu, int) else None)  # fmt: skip
 
 
 @dataclass(frozen=True)

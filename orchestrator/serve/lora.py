@@ -147,12 +147,7 @@ def with_adapters(app: Mapping[str, Any], adapters: Sequence[LoraAdapter], serve
 
 def lora_slots(llm_config: Mapping[str, Any]) -> LoraOptions | None:
     """The LoRA slots a (stored) llm_config's engine was started with; None: LoRA off."""
-    engine = llm_config.get("engine_kwargs") or {}
-    if not engine.get("enable_lora"):
-        return None
-    cpu = engine.get("max_cpu_loras")
-    return LoraOptions(max_loras=int(engine.get("max_loras") or 1), max_lora_rank=int(engine.get("max_lora_rank") or 16),
-                       max_cpu_loras=int(cpu) if isinstance(cpu, int) else None)  # fmt: skip
+    return LoraOptions.from_engine_kwargs(llm_config.get("engine_kwargs") or {})
 
 
 def adapter_rank(text: str) -> int | None:

@@ -107,10 +107,15 @@ def gate_figures(plan: GatePlan, measured: LoadLevel) -> str:
     return text
 
 
+def _bounds(plan: GatePlan) -> _Bounds:
+    """The plan's objective (a stored dict) as the bounds a level is judged by; the error budget
+    defaults as the manifest's ``slo.max_error_rate`` does (1%)."""
+    return _Bounds(plan.objective.get("ttft_p95_ms"), plan.objective.get("tpot_p95_ms"), float(plan.objective.get("max_error_rate", 0.01)))
+
+
 def judge_gate(plan: GatePlan, measured: LoadLevel) -> list[str]:
     """Why the candidate's measured level misses the gate's objective ([] = it passes)."""
-    bounds = _Bounds(plan.objective.get("ttft_p95_ms"), plan.objective.get("tpot_p95_ms"), float(plan.objective.get("max_error_rate", 0.01)))
-    return misses(measured, bounds)
+    return misses(measured, _bounds(plan))
 
 
 # The percentile the objective bounds (bench.latency.percentile: linear between closest ranks).
@@ -142,13 +147,12 @@ def decided_miss(plan: GatePlan, records: Iterable[RequestRecord]) -> str | None
     of the values that holds the misses."""
     done = list(records)
     failed = sum(not r.ok for r in done)
-    max_error_rate = float(plan.objective.get("max_error_rate", 0.01))
-    if failed / max(plan.requests, 1) > max_error_rate:
-        return f"{failed} of {plan.requests} requests failed: over {max_error_rate:.1%} whatever the rest do"
+    bounds = _bounds(plan)
+    if failed / max(plan.requests, 1) > bounds.max_error_rate:
+        return f"{failed} of {plan.requests} requests failed: over {bounds.max_error_rate:.1%} whatever the rest do"
     most = plan.requests - failed  # successes there can still be
     ok = [r for r in done if r.ok]
-    for name, key, values in (("TTFT", "ttft_p95_ms", [r.ttft for r in ok]), ("TPOT", "tpot_p95_ms", [r.tpot for r in ok])):
-        bound = plan.objective.get(key)
+    for name, bound, values in (("TTFT", bounds.ttft_p95_ms, [r.ttft for r in ok]), ("TPOT", bounds.tpot_p95_ms, [r.tpot for r in ok])):
         if _past_saving([v * 1000.0 for v in values if v is not None], bound, most):
             return f"{name} p95 over {bound:g} ms whatever the rest of the {plan.requests} requests do"
     return None

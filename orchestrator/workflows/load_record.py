@@ -15,7 +15,7 @@ from typing import Any
 
 from orchestrator import engine_metrics as prom
 from orchestrator.bench.goodput import Goodput, LoadLevel, Objective, goodput, replicas_that_served
-from orchestrator.serve.shapes import effective_app
+from orchestrator.serve.shapes import effective_app, llm_configs
 from orchestrator.state import Revision, StateStore
 
 LOAD_KEY = "load"
@@ -33,7 +33,7 @@ def candidate_replicas(app: Mapping[str, Any]) -> int:
     fixed = configured_replicas(app)
     if fixed is not None:
         return fixed
-    llm = ((app.get("args") or {}).get("llm_configs") or [{}])[0]
+    llm = (llm_configs(app) or [{}])[0]
     return int(((llm.get("deployment_config") or {}).get("autoscaling_config") or {}).get("min_replicas") or 1)
 
 

@@ -200,8 +200,8 @@ def _decide_and_run(manifest: Manifest, build: DesiredFactory, api_key: str | No
         room = decisions.fits(groups, strategy, free)
         downtime = decisions.estimate_cold_load_s(manifest.accelerator, desired.weights_gib_per_node, serving.cold_load_s)
         live = status.app(serving.app_name) if serving.live and serving.app_name else None
-        change = decisions.engine_change(live.deployed_config if live is not None else None, desired.rendered.app)
         live_config = live.deployed_config if live is not None else None
+        change = decisions.engine_change(live_config, desired.rendered.app)
         rescale, adapters = decisions.light_change(live_config, desired.rendered.app, api_key, serving.fingerprint)
         added = rescale is not None and rescale[1] > rescale[0] and decisions.fits(groups[: rescale[1] - rescale[0]], strategy, free)
         decision = decisions.decide(fingerprint, serving, room, options.allow_downtime, downtime, change, rescale, added, adapters)
@@ -270,8 +270,8 @@ def _carry_out(attempt: Attempt, link: Link, deps: ServingDeps, result: RolloutR
         body = attempt.restore.config
         if attempt.decision.kind == decisions.SCALE:
             body = with_replicas(body, configured_replicas(desired.rendered.app) or 1)
-        if runtime_adapters(desired.rendered.app) is not None:
-            body = with_runtime_adapters(body, runtime_adapters(desired.rendered.app))
+        if (adapters := runtime_adapters(desired.rendered.app)) is not None:
+            body = with_runtime_adapters(body, adapters)
         served_as = app = RenderedApp(app=for_display(body), stage_nodes=desired.rendered.stage_nodes)
         before = attempt.status.app(app.name)
     else:

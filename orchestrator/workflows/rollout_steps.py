@@ -315,25 +315,25 @@ def check_adapter_paths(manifest: Manifest, runners: Mapping[str, Runner], app: 
     there, with its adapter_config.json, on every node; and its rank must fit the engine's
     max_lora_rank (vLLM refuses a larger one when it loads the adapter). An S3 adapter is fetched
     on the replica's node (orch's module), so it is not checked here: ``probe_adapters`` is."""
-    for llm in llm_configs(app)[:1]:
-        engine = llm.get("engine_kwargs") or {}
-        for adapter in adapters_of(app):
-            if adapter.remote:
-                continue
-            config_path = f"{adapter.source.rstrip('/')}/{ADAPTER_CONFIG}"
-            missing = nodes_without(runners, config_path)
-            if missing:
-                raise Failure(
-                    f"LoRA adapter {adapter.name}: {adapter.source} does not exist on node(s) {', '.join(missing)} (no {config_path})",
-                    hint="put it on every node with `orch model sync CLUSTER.yaml --model FOLDER` (or give an s3:// source); orch never copies it unasked",
-                )
-            first = runners[sorted(runners)[0]] if runners else None
-            res = first.run(["cat", config_path], timeout=20) if first is not None else None
-            rank, limit = (adapter_rank(res.stdout) if res is not None and res.ok else None), engine.get("max_lora_rank")
-            if rank is not None and isinstance(limit, int) and rank > limit:
-                fit = next((r for r in LORA_RANKS if r >= rank), rank)
-                raise Failure(f"LoRA adapter {adapter.name} has rank {rank} ({config_path}), above the engine's max_lora_rank {limit}: "
-                              "vLLM would refuse it", hint=f"add --max-lora-rank {fit} (the LoRA slots grow with it: a new engine)")  # fmt: skip
+    configs = llm_configs(app)
+    limit = (configs[0].get("engine_kwargs") or {}).get("max_lora_rank") if configs else None
+    for adapter in adapters_of(app):
+        if adapter.remote:
+            continue
+        config_path = f"{adapter.source.rstrip('/')}/{ADAPTER_CONFIG}"
+        missing = nodes_without(runners, config_path)
+        if missing:
+            raise Failure(
+                f"LoRA adapter {adapter.name}: {adapter.source} does not exist on node(s) {', '.join(missing)} (no {config_path})",
+                hint="put it on every node with `orch model sync CLUSTER.yaml --model FOLDER` (or give an s3:// source); orch never copies it unasked",
+            )
+        first = runners[sorted(runners)[0]] if runners else None
+        res = first.run(["cat", config_path], timeout=20) if first is not None else None
+        rank = adapter_rank(res.stdout) if res is not None and res.ok else None
+        if rank is not None and isinstance(limit, int) and rank > limit:
+            fit = next((r for r in LORA_RANKS if r >= rank), rank)
+            raise Failure(f"LoRA adapter {adapter.name} has rank {rank} ({config_path}), above the engine's max_lora_rank {limit}: "
+                          "vLLM would refuse it", hint=f"add --max-lora-rank {fit} (the LoRA slots grow with it: a new engine)")  # fmt: skip
 
 
 def put_serve_hooks(manifest: Manifest, runners: Mapping[str, Runner], app: Mapping[str, Any]) -> None:
